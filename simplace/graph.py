@@ -18,6 +18,20 @@ from simplace.errors import GraphError
 SCHEMA = "simplace.opgraph"
 SCHEMA_VERSION = 1
 
+# name_path of an op of the backward pass: this prefix, then the module path of the
+# forward op it differentiates ("backward/ResNet/stage2/block1/Conv_0"). A prefix keeps the
+# path readable and lets grouping rules put a layer's gradient ops with (or apart from)
+# its forward ops.
+BACKWARD_PREFIX = "backward/"
+
+
+def split_name_path(path: str) -> tuple[bool, tuple[str, ...]]:
+    """``(is_backward, module path components)`` of an op's ``name_path``."""
+    backward = path.startswith(BACKWARD_PREFIX) or path == BACKWARD_PREFIX.rstrip("/")
+    if backward:
+        path = path[len(BACKWARD_PREFIX):]
+    return backward, tuple(p for p in path.split("/") if p)
+
 _OP_STR_FIELDS = ("op", "name_path", "signature")
 _OP_FLOAT_FIELDS = ("flops", "bytes_accessed", "out_bytes")
 _EDGE_FIELDS = ("src", "dst", "edge_bytes", "edge_output")
