@@ -1,0 +1,100 @@
+"""Resolve what a user names as MODEL into a function or an op graph.
+
+MODEL is one of:
+  * a zoo name (``resnet50``, ``nmt_4layer``... see ``simplace models``);
+  * ``path/to/file.py:factory`` or ``package.module:factory``, where ``factory()``
+    returns ``(fn, example_args)`` (it may take ``batch`` and ``training`` keywords);
+  * a saved graph, ``graph.json`` (from ``simplace graph --out``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+
+from simplace.errors import ModelError
+
+
+def is_graph_file(spec: str) -> bool:
+    return spec.endswith(".json")
+
+
+def _load_factory(spec: str):
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise ModelError(f"'{spec}' is not of the form file.py:factory or module:factory.")
+    if target.endswith(".py"):
+        if not os.path.isfile(target):
+            raise ModelError(f"Model file {target} (from '{spec}') does not exist.")
+        mod_name = "_simplace_user_" + os.path.splitext(os.path.basename(target))[0]
+        module_spec = importlib.util.spec_from_file_location(mod_name, target)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as err:
+            raise ModelError(f"Importing {target} failed: {type(err).__name__}: {err}") from err
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as err:
+            raise ModelError(f"Cannot import module '{target}' (from '{spec}'): {err}") from err
+    factory = getattr(module, attr, None)
+    if factory is None or not callable(factory):
+        have = sorted(n for n in dir(module) if not n.startswith("_")
+                      and callable(getattr(module, n)))
+        raise ModelError(f"'{target}' has no callable '{attr}'. Callables there: "
+                         f"{', '.join(have) or '(none)'}.")
+    return factory
+
+
+def load_function(spec: str, *, training: bool = True, batch: int | None = None,
+                  small: bool = False, abstract: bool = True):
+    """``(fn, example_args)`` for a zoo name or a ``file.py:factory`` / ``module:factory``."""
+    from simplace import zoo
+
+    if ":" in spec:
+        factory = _load_factory(spec)
+        params = inspect.signature(factory).parameters
+        kwargs = {}
+        if batch is not None:
+            if "batch" not in params:
+                raise ModelError(f"Factory '{spec}' takes no 'batch' argument, so --batch "
+                                 "cannot be applied to it.")
+            kwargs["batch"] = batch
+        if "training" in params:
+            kwargs["training"] = training
+        try:
+            out = factory(**kwargs)
+        except Exception as err:
+            tb = traceback.format_exc(limit=-3)
+            raise ModelError(f"Model factory '{spec}' failed: {type(err).__name__}: {err}\n"
+                             f"{tb}") from err
+        if not (isinstance(out, tuple) and len(out) == 2 and callable(out[0])):
+            raise ModelError(f"Model factory '{spec}' must return (fn, example_args); it "
+                             f"returned {type(out).__name__}.")
+        fn, args = out
+        return fn, tuple(args) if isinstance(args, list | tuple) else (args,)
+    return zoo.get(spec, training=training, batch=batch, small=small, abstract=abstract)
+
+
+def load_graph(spec: str, *, training: bool = True, batch: int | None = None,
+               small: bool = False):
+    """The OpGraph for MODEL: a saved ``.json`` graph, or the trace of a model function."""
+    from simplace.graph import OpGraph
+    from simplace.trace import trace
+
+    if is_graph_file(spec):
+        if batch is not None or small:
+            raise ModelError(f"'{spec}' is a saved graph: its sizes are fixed, so --batch and "
+                             "--small do not apply. Save a graph with the sizes you want.")
+        return OpGraph.load(spec)
+    fn, args = load_function(spec, training=training, batch=batch, small=small)
+    mode = "train" if training else "inference"
+    name = spec.rpartition(":")[2] if ":" in spec else spec
+    suffix = f"/b{batch}" if batch is not None else ""
+    return trace(fn, *args, name=f"{name}/{mode}{'/small' if small else ''}{suffix}")

@@ -1,0 +1,146 @@
+"""Placements on disk: which device each op of a graph runs on, for which machine.
+
+A placement in memory is ``int32[M]``; on disk it is JSON that also names the graph
+(content hash), the cost model and its device names, the method that found it and the
+step time it was predicted to take, so that a placement is never applied to a graph or
+machine it was not made for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from simplace.errors import PlacementError
+
+SCHEMA = "simplace.placement"
+SCHEMA_VERSION = 1
+
+
+def check_assignment(assignment, num_ops: int, num_devices: int) -> np.ndarray:
+    """Validate an op -> device assignment and return it as int32[M]."""
+    arr = np.asarray(assignment)
+    if arr.ndim != 1:
+        raise PlacementError(f"A placement is a 1-D array of device indices; got shape "
+                             f"{arr.shape}.")
+    if len(arr) != num_ops:
+        raise PlacementError(f"The placement has {len(arr)} entries but the graph has "
+                             f"{num_ops} ops: give one device index per op.")
+    if arr.size and arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(
+            arr == np.round(arr)):
+        arr = arr.astype(np.int64)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise PlacementError(f"Device indices must be integers, got dtype {arr.dtype}.")
+    bad = np.flatnonzero((arr < 0) | (arr >= num_devices)) if arr.size else []
+    if len(bad):
+        raise PlacementError(
+            f"Op {int(bad[0])} is placed on device {int(arr[bad[0]])}, but the machine has "
+            f"{num_devices} devices (indices 0..{num_devices - 1}); {len(bad)} ops are out "
+            "of range."
+        )
+    return arr.astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Placement:
+    """A placement with the context it was made for.
+
+    assignment: int32[M], device index of each op.
+    graph_hash: ``OpGraph.hash`` of the graph it places.
+    cost_model: name of the cost model (machine) it was made for.
+    device_names: the names of that machine's devices, in index order.
+    method: what produced it (``single``, ``heft``, ``rl-gnn``...).
+    predicted_step_time_s: the simulator's step time for it (None if not simulated).
+    meta: anything else worth keeping (seed, budget, wall time...).
+    """
+
+    assignment: np.ndarray
+    graph_hash: str
+    cost_model: str
+    device_names: tuple[str, ...]
+    method: str = ""
+    predicted_step_time_s: float | None = None
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        a = check_assignment(self.assignment, len(np.asarray(self.assignment).reshape(-1)),
+                             max(len(self.device_names), 1))
+        a.flags.writeable = False
+        object.__setattr__(self, "assignment", a)
+        object.__setattr__(self, "device_names", tuple(self.device_names))
+
+    def check(self, graph, cost_model) -> np.ndarray:
+        """Refuse a placement made for another graph or machine; returns the assignment."""
+        if self.graph_hash != graph.hash:
+            raise PlacementError(
+                f"This placement was made for graph {self.graph_hash[:12]}..., but the graph "
+                f"given is {graph.hash[:12]}... ({graph.name or 'unnamed'}): trace the same "
+                "model with the same sizes (batch, training/inference) it was made for."
+            )
+        if len(self.assignment) != graph.num_ops:
+            raise PlacementError(f"The placement has {len(self.assignment)} entries but the "
+                                 f"graph has {graph.num_ops} ops.")
+        names = list(cost_model.device_names)
+        if len(self.device_names) != len(names):
+            raise PlacementError(
+                f"The placement uses a machine of {len(self.device_names)} devices "
+                f"({', '.join(self.device_names)}) but cost model '{cost_model.name}' has "
+                f"{len(names)} ({', '.join(names)}): use the cost model it was made for "
+                f"('{self.cost_model}')."
+            )
+        return check_assignment(self.assignment, graph.num_ops, len(names))
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "graph_hash": self.graph_hash,
+            "cost_model": self.cost_model,
+            "device_names": list(self.device_names),
+            "method": self.method,
+            "predicted_step_time_s": self.predicted_step_time_s,
+            "meta": self.meta,
+            "assignment": self.assignment.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, *, source: str = "<dict>") -> Placement:
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise PlacementError(f"{source} is not a simplace placement file (its 'schema' "
+                                 f"is not '{SCHEMA}').")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise PlacementError(f"{source} has placement schema_version "
+                                 f"{d.get('schema_version')!r}; this simplace reads "
+                                 f"{SCHEMA_VERSION}.")
+        for f in ("graph_hash", "cost_model", "device_names", "assignment"):
+            if f not in d:
+                raise PlacementError(f"{source}: field '{f}' is missing.")
+        try:
+            return cls(assignment=np.asarray(d["assignment"]), graph_hash=str(d["graph_hash"]),
+                       cost_model=str(d["cost_model"]), device_names=tuple(d["device_names"]),
+                       method=str(d.get("method", "")),
+                       predicted_step_time_s=d.get("predicted_step_time_s"),
+                       meta=dict(d.get("meta") or {}))
+        except PlacementError as err:
+            raise PlacementError(f"{source}: {err}") from None
+
+    def save(self, path: str | os.PathLike) -> None:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Placement:
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            raise PlacementError(f"Placement file {path} does not exist.") from None
+        except json.JSONDecodeError as err:
+            raise PlacementError(f"Placement file {path} is not valid JSON ({err}).") from None
+        return cls.from_dict(d, source=str(path))
