@@ -13,6 +13,7 @@ from simplace.errors import (
     SimplaceError,
     TraceError,
 )
+from simplace.cost_model import CostModel, Corrections, Device, Provenance
 from simplace.graph import OpGraph
 
 __version__ = "0.1.0"

@@ -1,0 +1,910 @@
+"""CostModel: one machine's devices, links and drift corrections; op and transfer times.
+
+A cost model answers two questions for the simulators:
+
+* how long op ``i`` of a graph takes on device ``d`` (``op_times(graph) -> float64[M, D]``):
+  the measured time when the op's signature is in the device's table, else a roofline
+  estimate from the op's flops and bytes;
+* how long a tensor of ``n`` bytes takes from device ``i`` to device ``j``
+  (``transfer_time_s``): ``latency_s[i, j] + n / bandwidth_bytes_per_s[i, j]``.
+
+Both are multiplied by the drift corrections fitted from hardware runs
+(``Corrections``; identity by default). Models are stored as schema-versioned JSON files
+(see ``cost_models/README.md``) and loaded by name (``CostModel.load("haswell_k40x4")``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import math
+import os
+import types
+import uuid
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simplace.errors import CostModelError
+
+SCHEMA = "simplace.cost_model"
+SCHEMA_VERSION = 1
+
+OP_CLASSES = ("matmul", "conv", "elementwise", "reduction", "data_movement", "control", "free")
+# Classes whose ops do work and so carry their own efficiency. ``free`` ops that do work
+# anyway (a convert_element_type that copies) are charged like data_movement.
+WORK_CLASSES = OP_CLASSES[:-1]
+_CLASS_INDEX = {c: k for k, c in enumerate(OP_CLASSES)}
+_FREE = _CLASS_INDEX["free"]
+_DATA_MOVEMENT = _CLASS_INDEX["data_movement"]
+
+DEVICE_KINDS = ("cpu", "gpu", "tpu")
+SOURCES = ("measured", "datasheet", "synthetic")
+
+# Fraction of the roofline a device reaches per op class when a model does not say.
+# Typical of vendor-library kernels (cuBLAS/MKL GEMM ~70%, convolutions lower, streaming
+# kernels ~60% of peak memory bandwidth); datasheet models set their own, calibration fits them.
+DEFAULT_EFFICIENCY = types.MappingProxyType({
+    "matmul": 0.7,
+    "conv": 0.6,
+    "elementwise": 0.6,
+    "reduction": 0.5,
+    "data_movement": 0.5,
+    "control": 0.3,
+})
+
+# --------------------------------------------------------------------------- op classes
+_MATMUL_OPS = frozenset({
+    "dot_general", "ragged_dot", "ragged_dot_general",
+    # dense linear algebra runs as BLAS-3-like kernels
+    "triangular_solve", "cholesky", "lu", "qr", "householder_product", "eigh", "eig", "svd",
+    "schur", "hessenberg", "tridiagonal", "tridiagonal_solve",
+})
+_CONV_OPS = frozenset({"conv_general_dilated", "fft"})
+_REDUCTION_OPS = frozenset({
+    "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp",
+    "reduce", "reduce_window", "top_k", "psum", "pmax", "pmin",
+})
+_DATA_MOVEMENT_OPS = frozenset({
+    "transpose", "concatenate", "gather", "scatter", "pad", "slice", "dynamic_slice",
+    "dynamic_update_slice", "rev", "sort", "split", "tile", "roll", "stack", "unstack",
+    "select_and_scatter",
+    "select_and_scatter_add", "select_and_gather_add", "device_put", "all_gather",
+    "all_to_all", "ppermute", "reduce_scatter", "psum_scatter",
+})
+_CONTROL_OPS = frozenset({
+    "scan", "while", "cond", "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
+    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin",
+    "custom_linear_solve", "linear_solve", "shard_map", "xla_call", "xla_pmap",
+})
+# Ops that do no work: XLA turns them into views or fuses them into their consumers.
+_FREE_OPS = frozenset({
+    "reshape", "squeeze", "expand_dims", "broadcast_in_dim", "broadcast_to", "zeros_like",
+    "convert_element_type", "bitcast_convert_type", "iota", "copy", "copy_p",
+    # annotations and key wrappers: the tracer gives them no flops and no bytes
+    "stop_gradient", "optimization_barrier", "random_wrap", "random_unwrap",
+    "sharding_constraint", "name", "pvary", "layout_constraint", "reshard", "mesh_cast",
+    "empty", "empty2", "create_token", "after_all",
+})
+
+
+@functools.lru_cache(maxsize=4096)
+def op_class(primitive: str) -> str:
+    """The cost class (one of ``OP_CLASSES``) of a JAX primitive name; unknown ones are
+    ``elementwise``."""
+    p = str(primitive)
+    if p in _FREE_OPS:
+        return "free"
+    if p in _MATMUL_OPS:
+        return "matmul"
+    if p in _CONV_OPS:
+        return "conv"
+    if p in _DATA_MOVEMENT_OPS or p.startswith("scatter"):  # scatter-add, scatter_mul...
+        return "data_movement"
+    if p in _CONTROL_OPS:
+        return "control"
+    if p in _REDUCTION_OPS or p.startswith("reduce_window") or (
+            p.startswith("reduce_") and p != "reduce_precision"):  # reduce_precision rounds
+        return "reduction"
+    return "elementwise"
+
+
+# Per-graph derived arrays (class index per op, signatures as a list): computing them is
+# most of op_times' cost on big graphs, and a graph is immutable, so they are cached.
+_GRAPH_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _graph_arrays(graph) -> tuple[np.ndarray, list[str]]:
+    try:
+        return _GRAPH_CACHE[graph]
+    except (KeyError, TypeError):
+        pass
+    ops = graph.op.tolist()
+    classes = {p: _CLASS_INDEX[op_class(p)] for p in set(ops)}
+    cls = np.fromiter((classes[p] for p in ops), dtype=np.int8, count=len(ops))
+    out = (cls, graph.signature.tolist())
+    with contextlib.suppress(TypeError):  # not weak-referenceable: just do not cache
+        _GRAPH_CACHE[graph] = out
+    return out
+
+
+def op_classes(graph) -> np.ndarray:
+    """int8[M]: index into ``OP_CLASSES`` of each op of ``graph``."""
+    return _graph_arrays(graph)[0].copy()
+
+
+# --------------------------------------------------------------------------- validation
+def _where(where: str, field: str) -> str:
+    return f"{where}.{field}" if where else field
+
+
+def _number(value: Any, name: str, *, min_value: float | None = None, strict: bool = False,
+            max_value: float | None = None, allow_inf: bool = False) -> float:
+    """``value`` as a float, or CostModelError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise CostModelError(f"{name} must be a number, got {value!r}.")
+    x = float(value)
+    if math.isnan(x) or (math.isinf(x) and not allow_inf):
+        raise CostModelError(f"{name} must be finite, got {value!r}.")
+    if min_value is not None and (x <= min_value if strict else x < min_value):
+        raise CostModelError(f"{name} must be {'>' if strict else '>='} {min_value:g}, "
+                             f"got {value!r}.")
+    if max_value is not None and x > max_value:
+        raise CostModelError(f"{name} must be <= {max_value:g}, got {value!r}.")
+    return x
+
+
+def _string(value: Any, name: str, *, choices: Sequence[str] | None = None,
+            nonempty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise CostModelError(f"{name} must be a string, got {value!r}.")
+    if nonempty and not value:
+        raise CostModelError(f"{name} must not be empty.")
+    if choices is not None and value not in choices:
+        raise CostModelError(f"{name} must be one of {', '.join(map(repr, choices))}, "
+                             f"got {value!r}.")
+    return value
+
+
+def _matrix(value: Any, name: str, d: int, *, inf_on_diagonal: bool = False) -> np.ndarray:
+    """A DxD float64 matrix from nested lists or an array. With ``inf_on_diagonal``,
+    diagonal entries may be null / "inf" (JSON has no infinity) and become inf."""
+    rows = value.tolist() if isinstance(value, np.ndarray) else value
+    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in rows):
+        raise CostModelError(f"{name} must be a {d}x{d} matrix (a list of {d} lists), "
+                             f"got {type(value).__name__}.")
+    shape = f"{len(rows)}x{len(rows[0]) if rows else 0}"
+    if len(rows) != d or any(len(r) != d for r in rows):
+        if rows and any(len(r) != len(rows[0]) for r in rows):
+            shape = f"{len(rows)} rows of lengths {sorted({len(r) for r in rows})}"
+        raise CostModelError(f"{name} must be {d}x{d} for {d} devices, got {shape}.")
+    out = np.empty((d, d), dtype=np.float64)
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            if i == j and inf_on_diagonal and (v is None or v == "inf"):
+                out[i, j] = math.inf
+            else:
+                out[i, j] = _number(v, f"{name}[{i}][{j}]", allow_inf=i == j and inf_on_diagonal)
+    return out
+
+
+def _vector(value: Any, name: str, d: int) -> np.ndarray:
+    vals = value.tolist() if isinstance(value, np.ndarray) else value
+    if not isinstance(vals, (list, tuple)):
+        raise CostModelError(f"{name} must be a list of {d} numbers, got {type(value).__name__}.")
+    if len(vals) != d:
+        raise CostModelError(f"{name} must have {d} entries for {d} devices, got {len(vals)}.")
+    return np.array([_number(v, f"{name}[{i}]") for i, v in enumerate(vals)], dtype=np.float64)
+
+
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    arr = np.array(arr, dtype=np.float64, copy=True)
+    arr.flags.writeable = False
+    return arr
+
+
+def _json_float(x: float) -> float | str:
+    return "inf" if math.isinf(x) else float(x)
+
+
+def _check_keys(d: Mapping, where: str, required: Iterable[str], optional: Iterable[str]):
+    if not isinstance(d, Mapping):
+        raise CostModelError(f"{where} must be an object, got {type(d).__name__}.")
+    required, optional = tuple(required), tuple(optional)
+    for k in required:
+        if k not in d:
+            raise CostModelError(f"{_where(where, k)} is missing.")
+    unknown = sorted(set(d) - set(required) - set(optional))
+    if unknown:
+        raise CostModelError(
+            f"{_where(where, unknown[0])} is not a known field; {where or 'the top level'} "
+            f"takes {', '.join(required + optional)}.")
+
+
+# --------------------------------------------------------------------------- Device
+_DEVICE_REQUIRED = ("name", "kind", "memory_bytes", "peak_flops_per_s",
+                    "memory_bandwidth_bytes_per_s", "overhead_s")
+_DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s")
+
+
+def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """Validated, normalised Device fields; errors name ``where.field``."""
+    out: dict[str, Any] = {}
+    out["name"] = _string(fields["name"], _where(where, "name"))
+    out["kind"] = _string(fields["kind"], _where(where, "kind"), choices=DEVICE_KINDS)
+    for f in ("memory_bytes", "peak_flops_per_s", "memory_bandwidth_bytes_per_s"):
+        out[f] = _number(fields[f], _where(where, f), min_value=0, strict=True)
+    out["overhead_s"] = _number(fields["overhead_s"], _where(where, "overhead_s"), min_value=0)
+
+    eff_in = fields.get("efficiency")
+    eff_in = {} if eff_in is None else eff_in
+    if not isinstance(eff_in, Mapping):
+        raise CostModelError(f"{_where(where, 'efficiency')} must be an object mapping op "
+                             f"classes to fractions, got {type(eff_in).__name__}.")
+    eff: dict[str, float] = {}
+    for c, v in eff_in.items():
+        if c not in _CLASS_INDEX:
+            raise CostModelError(
+                f"{_where(where, 'efficiency')} has unknown op class {c!r}; the classes are "
+                f"{', '.join(WORK_CLASSES)}.")
+        eff[c] = _number(v, _where(where, f"efficiency.{c}"), min_value=0, strict=True,
+                         max_value=1)
+    full = {c: eff.get(c, DEFAULT_EFFICIENCY[c]) for c in WORK_CLASSES}
+    if "free" in eff and eff["free"] != full["data_movement"]:
+        raise CostModelError(
+            f"{_where(where, 'efficiency.free')} is {eff['free']!r} but free ops that do work "
+            f"are charged like data_movement ({full['data_movement']!r}); drop the entry.")
+    full["free"] = full["data_movement"]
+    out["efficiency"] = types.MappingProxyType(full)
+
+    group = fields.get("exclusive_group")
+    out["exclusive_group"] = out["name"] if group in (None, "") else _string(
+        group, _where(where, "exclusive_group"))
+
+    table = fields.get("op_times_s")
+    table = {} if table is None else table
+    if not isinstance(table, Mapping):
+        raise CostModelError(f"{_where(where, 'op_times_s')} must be an object mapping op "
+                             f"signatures to seconds, got {type(table).__name__}.")
+    clean = {}
+    for sig, t in table.items():
+        if not isinstance(sig, str):
+            raise CostModelError(f"{_where(where, 'op_times_s')} keys must be signature "
+                                 f"strings, got {sig!r}.")
+        clean[sig] = _number(t, f"{_where(where, 'op_times_s')}[{sig!r}]", min_value=0)
+    out["op_times_s"] = types.MappingProxyType(clean)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """One device of a machine.
+
+    Attributes:
+      name: unique within its cost model (``"cpu:0"``, ``"gpu:1"``).
+      kind: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
+      memory_bytes: memory available to ops and tensors.
+      peak_flops_per_s: peak floating-point rate of the roofline.
+      memory_bandwidth_bytes_per_s: peak memory bandwidth of the roofline.
+      overhead_s: fixed cost of each op launch (added to the roofline time).
+      efficiency: per op class (all of ``OP_CLASSES``), the fraction of the roofline in
+        (0, 1] the device reaches; missing classes take ``DEFAULT_EFFICIENCY``; ``free``
+        always equals ``data_movement``.
+      op_times_s: measured seconds per op signature; overrides the roofline.
+      exclusive_group: devices with the same group share compute and run one op at a
+        time between them (virtual CPU devices of one socket); defaults to ``name``.
+    """
+
+    name: str
+    kind: str
+    memory_bytes: float
+    peak_flops_per_s: float
+    memory_bandwidth_bytes_per_s: float
+    overhead_s: float = 0.0
+    efficiency: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    op_times_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    exclusive_group: str = ""
+
+    def __post_init__(self):
+        where = f"Device({self.name!r})" if isinstance(self.name, str) else "Device"
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        for f, v in _normalise_device(fields, where).items():
+            object.__setattr__(self, f, v)
+
+    __hash__ = None  # mappings inside; compare with ==
+
+    @functools.cached_property
+    def _efficiency_by_class(self) -> np.ndarray:
+        return np.array([self.efficiency[c] for c in OP_CLASSES], dtype=np.float64)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "memory_bytes": self.memory_bytes,
+            "peak_flops_per_s": self.peak_flops_per_s,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "overhead_s": self.overhead_s,
+            "efficiency": {c: self.efficiency[c] for c in WORK_CLASSES},
+            "exclusive_group": self.exclusive_group,
+            "op_times_s": dict(self.op_times_s),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping, *, where: str = "device") -> Device:
+        _check_keys(d, where, _DEVICE_REQUIRED, _DEVICE_OPTIONAL)
+        return cls(**_normalise_device(d, where))
+
+
+# --------------------------------------------------------------------------- Corrections
+@dataclasses.dataclass(frozen=True, eq=False)
+class Corrections:
+    """Drift corrections fitted from hardware runs; identity by default.
+
+    Attributes (D devices):
+      compute_scale: float64[D] > 0, multiplies every op time on the device.
+      extra_overhead_s: float64[D], seconds added to each op that does work on the device
+        (may be negative; an op time never drops below 0).
+      link_scale: float64[D, D] > 0, multiplies the transfer time of each ordered link.
+      history: what was fitted when, on what (JSON-able dicts, oldest first).
+    """
+
+    compute_scale: np.ndarray
+    extra_overhead_s: np.ndarray
+    link_scale: np.ndarray
+    history: tuple[dict, ...] = ()
+
+    def __post_init__(self):
+        w = "corrections"
+        cs = np.asarray(self.compute_scale, dtype=np.float64).reshape(-1)
+        d = cs.size
+        object.__setattr__(self, "compute_scale", _frozen(_vector(cs, f"{w}.compute_scale", d)))
+        object.__setattr__(self, "extra_overhead_s", _frozen(_vector(
+            np.asarray(self.extra_overhead_s, dtype=np.float64).reshape(-1),
+            f"{w}.extra_overhead_s", d)))
+        object.__setattr__(self, "link_scale", _frozen(_matrix(
+            np.asarray(self.link_scale, dtype=np.float64), f"{w}.link_scale", d)))
+        object.__setattr__(self, "history", tuple(dict(h) for h in self.history))
+        self._validate(w)
+
+    def _validate(self, where: str):
+        for f, arr in (("compute_scale", self.compute_scale), ("link_scale", self.link_scale)):
+            bad = np.argwhere(~(arr > 0))
+            if bad.size:
+                idx = "".join(f"[{int(k)}]" for k in bad[0])
+                raise CostModelError(f"{where}.{f}{idx} must be > 0, got {arr[tuple(bad[0])]!r}.")
+        for k, h in enumerate(self.history):
+            try:
+                json.dumps(h, allow_nan=False)
+            except (TypeError, ValueError) as err:
+                raise CostModelError(f"{where}.history[{k}] must be JSON-able ({err}).") from None
+
+    @classmethod
+    def identity(cls, num_devices: int) -> Corrections:
+        return cls(np.ones(num_devices), np.zeros(num_devices),
+                   np.ones((num_devices, num_devices)))
+
+    @property
+    def num_devices(self) -> int:
+        return self.compute_scale.size
+
+    @property
+    def is_identity(self) -> bool:
+        return bool(np.all(self.compute_scale == 1) and np.all(self.extra_overhead_s == 0)
+                    and np.all(self.link_scale == 1))
+
+    def subset(self, idx: np.ndarray) -> Corrections:
+        return Corrections(self.compute_scale[idx], self.extra_overhead_s[idx],
+                           self.link_scale[np.ix_(idx, idx)], self.history)
+
+    def __eq__(self, other):
+        if not isinstance(other, Corrections):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None
+
+    def to_dict(self) -> dict:
+        return {
+            "compute_scale": self.compute_scale.tolist(),
+            "extra_overhead_s": self.extra_overhead_s.tolist(),
+            "link_scale": self.link_scale.tolist(),
+            "history": [dict(h) for h in self.history],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping, num_devices: int, *, where: str = "corrections"):
+        _check_keys(d, where, (), ("compute_scale", "extra_overhead_s", "link_scale",
+                                    "history"))
+        n = num_devices
+        cs = _vector(d.get("compute_scale", [1.0] * n), f"{where}.compute_scale", n)
+        eo = _vector(d.get("extra_overhead_s", [0.0] * n), f"{where}.extra_overhead_s", n)
+        ls = _matrix(d.get("link_scale", [[1.0] * n for _ in range(n)]),
+                     f"{where}.link_scale", n)
+        hist = d.get("history", [])
+        if not isinstance(hist, list) or not all(isinstance(h, Mapping) for h in hist):
+            raise CostModelError(f"{where}.history must be a list of objects.")
+        return cls(cs, eo, ls, tuple(hist))
+
+
+# --------------------------------------------------------------------------- Provenance
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Where a cost model's numbers come from.
+
+    Attributes:
+      source: ``"measured"`` (``simplace calibrate`` on that machine), ``"datasheet"``
+        (published specs; ``notes`` cite them) or ``"synthetic"`` (made up in code for
+        tests, benchmarks and examples).
+      host, date, jax_version, jaxlib_version: where and when it was measured or written.
+      notes: free text; datasheet models cite their figures and assumptions here.
+      meta: anything else JSON-able (calibration settings...).
+    """
+
+    source: str
+    host: str = ""
+    date: str = ""
+    jax_version: str = ""
+    jaxlib_version: str = ""
+    notes: tuple[str, ...] = ()
+    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        _string(self.source, "provenance.source", choices=SOURCES)
+        for f in ("host", "date", "jax_version", "jaxlib_version"):
+            _string(getattr(self, f), f"provenance.{f}", nonempty=False)
+        notes = self.notes
+        if isinstance(notes, str) or not isinstance(notes, (list, tuple)):
+            raise CostModelError("provenance.notes must be a list of strings.")
+        for k, n in enumerate(notes):
+            _string(n, f"provenance.notes[{k}]")
+        if self.source == "datasheet" and not notes:
+            raise CostModelError("provenance.notes must not be empty for a datasheet model: "
+                                 "cite where each figure comes from.")
+        object.__setattr__(self, "notes", tuple(notes))
+        if not isinstance(self.meta, Mapping):
+            raise CostModelError("provenance.meta must be an object.")
+        try:
+            json.dumps(dict(self.meta), allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise CostModelError(f"provenance.meta must be JSON-able ({err}).") from None
+        object.__setattr__(self, "meta", dict(self.meta))
+
+    __hash__ = None
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "host": self.host, "date": self.date,
+                "jax_version": self.jax_version, "jaxlib_version": self.jaxlib_version,
+                "notes": list(self.notes), "meta": dict(self.meta)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping, *, where: str = "provenance") -> Provenance:
+        _check_keys(d, where, ("source",), ("host", "date", "jax_version", "jaxlib_version",
+                                            "notes", "meta"))
+        kw = dict(d)
+        if "notes" in kw and not isinstance(kw["notes"], list):
+            raise CostModelError(f"{where}.notes must be a list of strings.")
+        kw["notes"] = tuple(kw.get("notes", ()))
+        return cls(**kw)
+
+
+# --------------------------------------------------------------------------- CostModel
+_TOP_REQUIRED = ("schema", "schema_version", "name", "provenance", "devices", "links")
+_TOP_OPTIONAL = ("corrections",)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CostModel:
+    """One machine: D devices, the links between every ordered pair, drift corrections.
+
+    Attributes:
+      name: the model's name (its file is ``<name>.json``).
+      devices: tuple of D ``Device``.
+      latency_s: float64[D, D], latency of the ordered link (i, j); diagonal 0.
+      bandwidth_bytes_per_s: float64[D, D], bandwidth of link (i, j); diagonal inf (a
+        tensor already on its device moves for free).
+      corrections: ``Corrections`` applied by ``op_times`` and the transfer times.
+      provenance: ``Provenance`` (source, host, date, versions, notes).
+
+    Two models are equal when their ``to_dict()`` are.
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    latency_s: np.ndarray
+    bandwidth_bytes_per_s: np.ndarray
+    corrections: Corrections | None = None
+    provenance: Provenance | None = None
+
+    def __post_init__(self):
+        set_ = functools.partial(object.__setattr__, self)
+        _string(self.name, "name")
+        devices = tuple(self.devices)
+        if not devices:
+            raise CostModelError("devices must list at least one device.")
+        for k, dev in enumerate(devices):
+            if not isinstance(dev, Device):
+                raise CostModelError(f"devices[{k}] must be a Device, got {type(dev).__name__}.")
+        seen: dict[str, int] = {}
+        for k, dev in enumerate(devices):
+            if dev.name in seen:
+                raise CostModelError(f"devices[{k}].name {dev.name!r} repeats "
+                                     f"devices[{seen[dev.name]}].name; names must be unique.")
+            seen[dev.name] = k
+        set_("devices", devices)
+        d = len(devices)
+        lat = _matrix(self.latency_s, "links.latency_s", d)
+        bw = _matrix(self.bandwidth_bytes_per_s, "links.bandwidth_bytes_per_s", d,
+                     inf_on_diagonal=True)
+        for i in range(d):
+            if lat[i, i] != 0:
+                raise CostModelError(f"links.latency_s[{i}][{i}] must be 0 (a device to "
+                                     f"itself), got {lat[i, i]!r}.")
+            if not math.isinf(bw[i, i]) or bw[i, i] < 0:
+                raise CostModelError(
+                    f"links.bandwidth_bytes_per_s[{i}][{i}] must be infinite (null or \"inf\" "
+                    f"in JSON: a tensor on its own device moves for free), got {bw[i, i]!r}.")
+        off = ~np.eye(d, dtype=bool)
+        for f, arr, strict in (("latency_s", lat, False), ("bandwidth_bytes_per_s", bw, True)):
+            bad = np.argwhere(off & ~((arr > 0) if strict else (arr >= 0)))
+            if bad.size:
+                i, j = (int(x) for x in bad[0])
+                raise CostModelError(f"links.{f}[{i}][{j}] must be {'>' if strict else '>='} 0, "
+                                     f"got {arr[i, j]!r}.")
+        set_("latency_s", _frozen(lat))
+        set_("bandwidth_bytes_per_s", _frozen(bw))
+        corr = Corrections.identity(d) if self.corrections is None else self.corrections
+        if not isinstance(corr, Corrections):
+            raise CostModelError(f"corrections must be a Corrections, got {type(corr).__name__}.")
+        if corr.num_devices != d:
+            raise CostModelError(f"corrections are for {corr.num_devices} devices but the model "
+                                 f"has {d}.")
+        set_("corrections", corr)
+        prov = Provenance(source="synthetic") if self.provenance is None else self.provenance
+        if not isinstance(prov, Provenance):
+            raise CostModelError(f"provenance must be a Provenance, got {type(prov).__name__}.")
+        set_("provenance", prov)
+
+    # ------------------------------------------------------------------ sizes and arrays
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def device_names(self) -> list[str]:
+        return [dev.name for dev in self.devices]
+
+    @functools.cached_property
+    def memory_bytes(self) -> np.ndarray:
+        """float64[D]: memory of each device."""
+        return _frozen(np.array([dev.memory_bytes for dev in self.devices]))
+
+    @functools.cached_property
+    def exclusive_group_ids(self) -> np.ndarray:
+        """int32[D]: dense id of each device's exclusive group, in first-seen order."""
+        ids: dict[str, int] = {}
+        out = np.array([ids.setdefault(dev.exclusive_group, len(ids)) for dev in self.devices],
+                       dtype=np.int32)
+        out.flags.writeable = False
+        return out
+
+    @functools.cached_property
+    def corrected_latency_s(self) -> np.ndarray:
+        """float64[D, D]: link latency with the link corrections applied (diagonal 0)."""
+        return _frozen(self.latency_s * self.corrections.link_scale)
+
+    @functools.cached_property
+    def corrected_bandwidth_bytes_per_s(self) -> np.ndarray:
+        """float64[D, D]: link bandwidth with the link corrections applied (diagonal inf),
+        so that ``transfer = corrected_latency_s + bytes / corrected_bandwidth``."""
+        return _frozen(self.bandwidth_bytes_per_s / self.corrections.link_scale)
+
+    def index(self, device_name: str) -> int:
+        """Index of the device called ``device_name``."""
+        try:
+            return self.device_names.index(device_name)
+        except ValueError:
+            raise CostModelError(f"Cost model {self.name!r} has no device {device_name!r}; its "
+                                 f"devices are {', '.join(self.device_names)}.") from None
+
+    # ------------------------------------------------------------------ op times
+    def op_times(self, graph) -> np.ndarray:
+        """float64[M, D]: seconds op i of ``graph`` takes on device d.
+
+        A measured time when the op's signature is in the device's ``op_times_s``; else
+        the roofline ``overhead_s + max(flops / peak_flops_per_s, bytes_accessed /
+        memory_bandwidth_bytes_per_s) / efficiency[class]``. Ops of class ``free`` with
+        no flops and no bytes cost 0: XLA turns them into views or fuses them into a
+        neighbour, and charging a launch overhead per reshape would dominate a step time.
+        ``free`` ops that do touch bytes are charged like data_movement. Then the drift
+        corrections: ``compute_scale[d] * t + extra_overhead_s[d]`` for every op that
+        does work (never below 0).
+        """
+        cls, sigs = _graph_arrays(graph)
+        flops, nbytes = graph.flops, graph.bytes_accessed
+        m, d = len(cls), self.num_devices
+        no_work = (cls == _FREE) & (flops == 0) & (nbytes == 0)
+        out = np.empty((m, d), dtype=np.float64)
+        corr = self.corrections
+        for k, dev in enumerate(self.devices):
+            eff = dev._efficiency_by_class[cls]
+            t = dev.overhead_s + np.maximum(flops / dev.peak_flops_per_s,
+                                            nbytes / dev.memory_bandwidth_bytes_per_s) / eff
+            t[no_work] = 0.0
+            if dev.op_times_s:
+                table = dev.op_times_s
+                measured = np.fromiter((table.get(s, math.nan) for s in sigs), dtype=np.float64,
+                                       count=m)
+                hit = ~np.isnan(measured)
+                t[hit] = measured[hit]
+                works = ~no_work | hit
+            else:
+                works = ~no_work
+            if corr.compute_scale[k] != 1 or corr.extra_overhead_s[k] != 0:
+                t = np.where(works, np.maximum(
+                    corr.compute_scale[k] * t + corr.extra_overhead_s[k], 0.0), t)
+            out[:, k] = t
+        return out
+
+    # ------------------------------------------------------------------ transfers
+    def transfer_time_s(self, nbytes: float, i: int, j: int) -> float:
+        """Seconds to send ``nbytes`` from device ``i`` to device ``j``:
+        ``(latency_s + nbytes / bandwidth_bytes_per_s) * link_scale``; 0 when ``i == j``."""
+        if i == j:
+            return 0.0
+        return float((self.latency_s[i, j] + nbytes / self.bandwidth_bytes_per_s[i, j])
+                     * self.corrections.link_scale[i, j])
+
+    def transfer_times_s(self, nbytes) -> np.ndarray:
+        """float64[..., D, D]: transfer time of each size in ``nbytes`` over every ordered
+        link (zero on the diagonal)."""
+        b = np.asarray(nbytes, dtype=np.float64)[..., None, None]
+        return self.corrected_latency_s + b / self.corrected_bandwidth_bytes_per_s
+
+    # ------------------------------------------------------------------ derived models
+    def subset(self, device_indices: Sequence[int]) -> CostModel:
+        """The machine with only ``device_indices`` (in that order); links and corrections
+        sliced; the name gets a ``[i,j,...]`` suffix."""
+        idx = [int(i) for i in np.asarray(device_indices, dtype=np.int64).reshape(-1)]
+        d = self.num_devices
+        if not idx:
+            raise CostModelError("subset needs at least one device index.")
+        bad = [i for i in idx if not 0 <= i < d]
+        if bad:
+            raise CostModelError(f"subset: device index {bad[0]} is out of range for "
+                                 f"{self.name!r}, which has {d} devices (0..{d - 1}).")
+        if len(set(idx)) != len(idx):
+            raise CostModelError(f"subset: device indices {idx} repeat a device.")
+        ix = np.asarray(idx)
+        prov = dataclasses.replace(self.provenance, notes=self.provenance.notes + (
+            f"Subset of devices {idx} ({', '.join(self.device_names[i] for i in idx)}) of "
+            f"cost model {self.name!r}.",))
+        return CostModel(
+            name=f"{self.name}[{','.join(map(str, idx))}]",
+            devices=tuple(self.devices[i] for i in idx),
+            latency_s=self.latency_s[np.ix_(ix, ix)],
+            bandwidth_bytes_per_s=self.bandwidth_bytes_per_s[np.ix_(ix, ix)],
+            corrections=self.corrections.subset(ix),
+            provenance=prov,
+        )
+
+    def with_corrections(self, corrections: Corrections) -> CostModel:
+        """The same machine with other drift corrections."""
+        return dataclasses.replace(self, corrections=corrections)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_devices(cls, name: str, devices: Sequence[Device], latency_s, bandwidth_bytes_per_s,
+                     *, corrections: Corrections | None = None,
+                     provenance: Provenance | None = None) -> CostModel:
+        """A model from devices and links given as a scalar (every link) or a DxD matrix.
+        The diagonal is set for you (latency 0, bandwidth inf)."""
+        d = len(devices)
+        lat = np.array(np.broadcast_to(np.asarray(latency_s, dtype=np.float64), (d, d)))
+        bw = np.array(np.broadcast_to(np.asarray(bandwidth_bytes_per_s, dtype=np.float64),
+                                      (d, d)))
+        np.fill_diagonal(lat, 0.0)
+        np.fill_diagonal(bw, math.inf)
+        return cls(name=name, devices=tuple(devices), latency_s=lat, bandwidth_bytes_per_s=bw,
+                   corrections=corrections, provenance=provenance)
+
+    @classmethod
+    def synthetic(cls, num_devices: int, *, seed: int = 0, exclusive_pair: bool = False,
+                  name: str | None = None) -> CostModel:
+        """A random but valid machine for tests and benchmarks, the same for the same seed.
+
+        Device 0 is a CPU, the others GPUs of different speeds (peak 2-60 TFLOP/s,
+        200-3000 GB/s, 8-80 GiB); links 2-30 us and 5-100 GB/s, the same both ways. With
+        ``exclusive_pair`` devices 0 and 1 are two virtual CPU devices of one socket (one
+        exclusive group, like JAX's fake host devices).
+        """
+        if int(num_devices) < 1:
+            raise CostModelError(f"synthetic needs num_devices >= 1, got {num_devices}.")
+        d = int(num_devices)
+        if exclusive_pair and d < 2:
+            raise CostModelError("synthetic(exclusive_pair=True) needs num_devices >= 2.")
+        rng = np.random.default_rng(seed)
+        gib = 2.0 ** 30
+
+        def loguniform(lo, hi, size=None):
+            return np.exp(rng.uniform(np.log(lo), np.log(hi), size))
+
+        n_cpu = 2 if exclusive_pair else 1
+        cpu = dict(kind="cpu", memory_bytes=float(rng.choice([64, 128, 256])) * gib,
+                   peak_flops_per_s=float(loguniform(0.3e12, 2e12)),
+                   memory_bandwidth_bytes_per_s=float(loguniform(50e9, 200e9)),
+                   overhead_s=float(loguniform(1e-6, 5e-6)),
+                   efficiency={c: round(float(rng.uniform(0.2, 0.7)), 3) for c in WORK_CLASSES})
+        devices = []
+        for k in range(n_cpu):
+            devices.append(Device(name=f"cpu:{k}", exclusive_group="cpu" if exclusive_pair
+                                  else "", **cpu))
+        for k in range(d - n_cpu):
+            devices.append(Device(
+                name=f"gpu:{k}", kind="gpu",
+                memory_bytes=float(rng.choice([8, 16, 24, 40, 80])) * gib,
+                peak_flops_per_s=float(loguniform(2e12, 60e12)),
+                memory_bandwidth_bytes_per_s=float(loguniform(200e9, 3000e9)),
+                overhead_s=float(loguniform(2e-6, 10e-6)),
+                efficiency={c: round(float(rng.uniform(0.3, 0.9)), 3) for c in WORK_CLASSES}))
+        lat = loguniform(2e-6, 30e-6, (d, d))
+        bw = loguniform(5e9, 100e9, (d, d))
+        lat, bw = np.triu(lat) + np.triu(lat, 1).T, np.triu(bw) + np.triu(bw, 1).T
+        if exclusive_pair:  # a memcpy between two virtual devices of one host
+            lat[0, 1] = lat[1, 0] = 1e-6
+            bw[0, 1] = bw[1, 0] = devices[0].memory_bandwidth_bytes_per_s / 2
+        return cls.from_devices(
+            name or f"synthetic{d}_seed{seed}" + ("_excl" if exclusive_pair else ""),
+            devices, lat, bw,
+            provenance=Provenance(source="synthetic", notes=(
+                f"CostModel.synthetic({d}, seed={seed}, exclusive_pair={exclusive_pair}): "
+                "random figures for tests and benchmarks, not a real machine.",)))
+
+    # ------------------------------------------------------------------ files
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "name": self.name,
+            "provenance": self.provenance.to_dict(),
+            "devices": [dev.to_dict() for dev in self.devices],
+            "links": {
+                "latency_s": self.latency_s.tolist(),
+                "bandwidth_bytes_per_s": [[_json_float(x) for x in row]
+                                          for row in self.bandwidth_bytes_per_s.tolist()],
+            },
+            "corrections": self.corrections.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, *, source: str = "<dict>") -> CostModel:
+        """A model from ``to_dict``'s structure; CostModelError naming the bad field."""
+        try:
+            return cls._from_dict(d)
+        except CostModelError as err:
+            raise CostModelError(f"{source}: {err}") from None
+
+    @classmethod
+    def _from_dict(cls, d: Any) -> CostModel:
+        if not isinstance(d, Mapping):
+            raise CostModelError(f"a cost model must be a JSON object, got {type(d).__name__}.")
+        if d.get("schema") != SCHEMA:
+            raise CostModelError(f"schema must be {SCHEMA!r}, got {d.get('schema')!r}: this is "
+                                 "not a simplace cost model.")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise CostModelError(
+                f"schema_version {d.get('schema_version')!r} is not supported; this simplace "
+                f"reads version {SCHEMA_VERSION}. Regenerate the file with this version.")
+        _check_keys(d, "", _TOP_REQUIRED, _TOP_OPTIONAL)
+        name = _string(d["name"], "name")
+        prov = Provenance.from_dict(d["provenance"])
+        devs = d["devices"]
+        if not isinstance(devs, list) or not devs:
+            raise CostModelError("devices must be a non-empty list of device objects.")
+        devices = tuple(Device.from_dict(x, where=f"devices[{k}]") for k, x in enumerate(devs))
+        n = len(devices)
+        links = d["links"]
+        _check_keys(links, "links", ("latency_s", "bandwidth_bytes_per_s"), ())
+        lat = _matrix(links["latency_s"], "links.latency_s", n)
+        bw = _matrix(links["bandwidth_bytes_per_s"], "links.bandwidth_bytes_per_s", n,
+                     inf_on_diagonal=True)
+        corr = d.get("corrections")
+        corr = None if corr is None else Corrections.from_dict(corr, n)
+        return cls(name=name, devices=devices, latency_s=lat, bandwidth_bytes_per_s=bw,
+                   corrections=corr, provenance=prov)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the model as JSON, atomically (a temporary file, then a rename)."""
+        path = Path(path)
+        text = json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
+        # A fresh name next to the target (same file system, so the rename is atomic),
+        # created with open() so that the file gets the usual umask permissions.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            with open(tmp, "x") as f:
+                f.write(text)
+            os.replace(tmp, path)  # never leave a half-written model behind
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, name_or_path: str | os.PathLike) -> CostModel:
+        """A model by file path, or by name: ``<name>.json`` in the package's
+        ``cost_models/`` directory, then in the directories of ``$SIMPLACE_COST_MODELS``."""
+        path = _find(name_or_path)
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except json.JSONDecodeError as err:
+            raise CostModelError(f"Cost-model file {path} is not valid JSON ({err}).") from None
+        except UnicodeDecodeError as err:
+            raise CostModelError(f"Cost-model file {path} is not a text file ({err}).") from None
+        return cls.from_dict(d, source=str(path))
+
+    # ------------------------------------------------------------------ reporting
+    def __eq__(self, other):
+        if not isinstance(other, CostModel):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None
+
+    def summary(self) -> str:
+        lines = [f"CostModel {self.name}  ({self.provenance.source}, {self.num_devices} devices"
+                 f"{', corrected' if not self.corrections.is_identity else ''})"]
+        for dev in self.devices:
+            lines.append(
+                f"  {dev.name:<10} {dev.kind:<4} {dev.peak_flops_per_s / 1e12:8.2f} TFLOP/s "
+                f"{dev.memory_bandwidth_bytes_per_s / 1e9:8.1f} GB/s "
+                f"{dev.memory_bytes / 2 ** 30:7.1f} GiB  overhead {dev.overhead_s * 1e6:.1f} us"
+                + (f"  {len(dev.op_times_s)} measured ops" if dev.op_times_s else ""))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"CostModel(name={self.name!r}, devices={self.device_names}, "
+                f"source={self.provenance.source!r})")
+
+
+# --------------------------------------------------------------------------- lookup
+def cost_model_dirs() -> list[Path]:
+    """Where ``CostModel.load`` looks for a name: the package's ``cost_models/`` directory,
+    then each directory in ``$SIMPLACE_COST_MODELS`` (``os.pathsep``-separated)."""
+    dirs = [Path(__file__).resolve().parents[1] / "cost_models"]
+    env = os.environ.get("SIMPLACE_COST_MODELS", "")
+    dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    return dirs
+
+
+def available_cost_models() -> dict[str, Path]:
+    """Name -> file of every model ``CostModel.load`` finds by name (first one wins)."""
+    out: dict[str, Path] = {}
+    for d in cost_model_dirs():
+        if d.is_dir():
+            for p in sorted(d.glob("*.json")):
+                out.setdefault(p.stem, p)
+    return out
+
+
+def _find(name_or_path: str | os.PathLike) -> Path:
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    name = str(name_or_path)
+    if os.sep not in name and (os.altsep is None or os.altsep not in name):
+        stem = name[:-5] if name.endswith(".json") else name
+        for d in cost_model_dirs():
+            cand = d / f"{stem}.json"
+            if cand.is_file():
+                return cand
+    avail = sorted(available_cost_models())
+    raise CostModelError(
+        f"No cost model {name!r}: not a file, and not a name in "
+        f"{', '.join(str(d) for d in cost_model_dirs())}. Available: "
+        f"{', '.join(avail) if avail else '(none)'}. Write one with `simplace calibrate` or "
+        "point $SIMPLACE_COST_MODELS at a directory of cost-model files.")
