@@ -4,6 +4,7 @@ Importing simplace starts no JAX backend and probes no hardware; that happens on
 when a function that needs it is called.
 """
 
+from simplace.cost_model import Corrections, CostModel, Device, Provenance
 from simplace.errors import (
     CostModelError,
     GraphError,
@@ -13,7 +14,27 @@ from simplace.errors import (
     SimplaceError,
     TraceError,
 )
-from simplace.cost_model import CostModel, Corrections, Device, Provenance
 from simplace.graph import OpGraph
+from simplace.groups import coarsen
+from simplace.placement import Placement
+from simplace.trace import trace
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "CostModel",
+    "CostModelError",
+    "Corrections",
+    "Device",
+    "GraphError",
+    "GroupingError",
+    "ModelError",
+    "OpGraph",
+    "Placement",
+    "PlacementError",
+    "Provenance",
+    "SimplaceError",
+    "TraceError",
+    "coarsen",
+    "trace",
+]

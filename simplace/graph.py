@@ -325,7 +325,8 @@ class OpGraph:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise GraphError(f"{source} has op-graph schema_version {version!r}; this simplace "
-                             f"reads version {SCHEMA_VERSION}. Re-save the graph with this version.")
+                             f"reads version {SCHEMA_VERSION}. Re-save the graph with this "
+                             "version.")
         fields = {}
         for section, names in (("ops", _OP_STR_FIELDS + _OP_FLOAT_FIELDS + ("is_output",)),
                                ("edges", _EDGE_FIELDS), ("params", _PARAM_FIELDS)):
