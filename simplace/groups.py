@@ -157,20 +157,25 @@ def by_module(graph: OpGraph, depth: int, *, join_backward: bool = False) -> np.
 
 
 def colocate_gradients(graph: OpGraph, groups=None) -> np.ndarray:
-    """Rule (e): each backward op joins the group of the forward ops of its module path,
-    as TensorFlow's ``colocate_gradients_with_ops`` and Baechi do.
+    """Rule (e): backward ops join the forward ops of their module path, as TensorFlow's
+    ``colocate_gradients_with_ops`` and Baechi do.
 
-    Backward ops whose path names no forward op keep their group. The quotient is
-    generally cyclic: use it as a placement constraint, not with ``coarsen``.
+    The trace links a gradient op to its forward op only through the module path, so the
+    path is the unit matched: all forward ops of a path and the backward ops of that path
+    (or of its longest prefix that has forward ops) form one group. Backward ops whose
+    path names no forward op keep their group. The quotient is generally cyclic: use it
+    as a placement constraint, not with ``coarsen``.
     """
     uf = _union_from(graph, groups)
     forward_of = {}
     paths = [split_name_path(p) for p in graph.name_path.tolist()]
     for i, (backward, parts) in enumerate(paths):
         if not backward and parts:
-            forward_of.setdefault(parts, i)
+            if parts in forward_of:
+                uf.union(forward_of[parts], i)
+            else:
+                forward_of[parts] = i
     for i, (backward, parts) in enumerate(paths):
-        # The longest forward path that prefixes this op's path owns it.
         if backward:
             for k in range(len(parts), 0, -1):
                 j = forward_of.get(parts[:k])
