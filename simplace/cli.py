@@ -67,6 +67,90 @@ def cmd_graph(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- simulate
+def _single_device(spec: str, graph, cost_model) -> int:
+    """Device index for ``--single``: a name, an index, or ``fastest``."""
+    import numpy as np
+
+    from simplace.errors import PlacementError
+
+    names = list(cost_model.device_names)
+    if spec == "fastest":
+        # Fastest device by total op time among those the parameters fit on.
+        total_s = cost_model.op_times(graph).sum(axis=0)
+        fits = graph.param_sizes.sum() <= cost_model.memory_bytes
+        total_s = np.where(fits, total_s, np.inf)
+        return int(np.argmin(total_s)) if np.isfinite(total_s).any() else int(
+            np.argmax(cost_model.memory_bytes))
+    if spec in names:
+        return names.index(spec)
+    if spec.isdigit() and int(spec) < len(names):
+        return int(spec)
+    raise PlacementError(f"--single {spec!r} is not a device of cost model "
+                         f"'{cost_model.name}': use one of {', '.join(names)}, an index "
+                         f"0..{len(names) - 1}, or 'fastest'.")
+
+
+def cmd_simulate(args) -> int:
+    import numpy as np
+
+    from simplace.cost_model import CostModel
+    from simplace.errors import PlacementError
+    from simplace.models import load_graph
+    from simplace.placement import Placement
+    from simplace.sim import lower_bound, simulate
+
+    if (args.placement is None) == (args.single is None):
+        raise PlacementError("Give exactly one of --placement p.json or --single DEVICE.")
+    cost_model = CostModel.load(args.cost_model)
+    graph = load_graph(args.model, training=not args.inference, batch=args.batch,
+                       small=args.small)
+    if args.placement:
+        placement = Placement.load(args.placement)
+        assignment = placement.check(graph, cost_model)
+        method = placement.method or "file"
+    else:
+        d = _single_device(args.single, graph, cost_model)
+        assignment = np.full(graph.num_ops, d, dtype=np.int32)
+        method = f"single:{cost_model.device_names[d]}"
+    result = simulate(graph, cost_model, assignment, schedule=bool(args.gantt))
+    bound_s = lower_bound(graph, cost_model)
+    print(graph.summary(top=5))
+    print(f"\nmachine {cost_model.name} ({cost_model.provenance.source}), placement {method}")
+    print(report_result(result, cost_model, bound_s))
+    if args.out:
+        Placement(assignment=assignment, graph_hash=graph.hash, cost_model=cost_model.name,
+                  device_names=tuple(cost_model.device_names), method=method,
+                  predicted_step_time_s=float(result.step_time_s)).save(args.out)
+        print(f"placement saved to {args.out}")
+    if args.gantt:
+        from simplace.gantt import plot_gantt
+
+        plot_gantt(result, cost_model, args.gantt, graph=graph,
+                   title=f"{graph.name} on {cost_model.name} ({method})")
+        print(f"Gantt chart written to {args.gantt}")
+    return 0
+
+
+def report_result(result, cost_model, bound_s: float) -> str:
+    """Step time, gap to the lower bound, and where the time and memory go, per device."""
+    step_s = float(result.step_time_s)
+    gap = f"{step_s / bound_s:.2f}x the lower bound" if bound_s > 0 else "lower bound 0"
+    lines = [f"step time {step_s * 1e3:.3f} ms   ({gap}: {bound_s * 1e3:.3f} ms)",
+             f"bytes moved between devices {_fmt_bytes(float(result.bytes_moved))}"
+             + ("   OUT OF MEMORY" if result.oom else "")]
+    rows = []
+    for d, name in enumerate(cost_model.device_names):
+        peak, cap = float(result.peak_memory_bytes[d]), float(cost_model.memory_bytes[d])
+        busy = float(result.busy_s[d])
+        rows.append([name, f"{busy * 1e3:.3f}", f"{100 * busy / step_s:.0f}%" if step_s else "-",
+                     _fmt_bytes(peak), _fmt_bytes(cap),
+                     "OOM" if peak > cap else f"{100 * peak / cap:.1f}%"])
+    lines.append(_table(rows, ["device", "busy ms", "busy", "peak memory", "capacity",
+                               "used"]))
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -97,6 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--out", help="save the graph as JSON")
     sp.add_argument("--top", type=int, default=8, help="how many common primitives to list")
     sp.set_defaults(func=cmd_graph)
+
+    sp = sub.add_parser("simulate", help="predict the step time and memory of a placement")
+    model_args(sp)
+    sp.add_argument("--cost-model", required=True, metavar="NAME",
+                    help="a cost model name (cost_models/NAME.json) or a path")
+    sp.add_argument("--placement", metavar="P.JSON", help="a placement file")
+    sp.add_argument("--single", metavar="DEVICE",
+                    help="put every op on one device: a name, an index, or 'fastest'")
+    sp.add_argument("--gantt", metavar="OUT.PNG", help="draw the schedule (matplotlib)")
+    sp.add_argument("--out", metavar="P.JSON", help="save the simulated placement")
+    sp.set_defaults(func=cmd_simulate)
     return p
 
 
@@ -110,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and friends: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

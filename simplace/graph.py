@@ -389,7 +389,7 @@ class OpGraph:
         lines = [
             f"OpGraph {self.name or '(unnamed)'}  hash {self.hash[:12]}",
             f"  ops {s['ops']:,}   edges {s['edges']:,}   parameters {self.num_params:,}",
-            f"  compute {s['gflops']:.3f} GFLOP   parameters {_fmt_bytes(s['param_bytes'])}"
+            f"  compute {_fmt_flops(s['gflops'] * 1e9)}   parameters {_fmt_bytes(s['param_bytes'])}"
             f"   activations {_fmt_bytes(s['activation_bytes'])}",
         ]
         if s["primitives"]:
@@ -400,6 +400,13 @@ class OpGraph:
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.num_ops}, edges={self.num_edges}, "
                 f"params={self.num_params}, hash={self.hash[:12]})")
+
+
+def _fmt_flops(n: float) -> str:
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3f} {unit}"
+    return f"{n:.0f} FLOP"
 
 
 def _fmt_bytes(n: float) -> str:

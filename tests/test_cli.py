@@ -1,0 +1,129 @@
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from simplace import OpGraph
+from simplace.cli import main
+from simplace.placement import Placement
+
+FACTORY = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+
+    def factory(batch=4, training=True):
+        w = jax.ShapeDtypeStruct((8, 16), jnp.float32)
+        x = jax.ShapeDtypeStruct((batch, 8), jnp.float32)
+        def f(w, x):
+            return jnp.tanh(x @ w).sum()
+        return (jax.grad(f) if training else f), (w, x)
+
+    def broken():
+        raise RuntimeError("no weights here")
+""")
+
+
+@pytest.fixture
+def factory_file(tmp_path):
+    path = tmp_path / "mymodel.py"
+    path.write_text(FACTORY)
+    return path
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_models_lists_the_zoo(capsys):
+    code, out, _ = run(capsys, "models")
+    assert code == 0
+    for name in ("resnet50", "inception_v3", "bert_base", "nmt_4layer", "rnnlm", "mlp"):
+        assert name in out
+
+
+def test_graph_on_zoo_name_and_save_and_reload(capsys, tmp_path):
+    out_path = tmp_path / "g.json"
+    code, out, _ = run(capsys, "graph", "mlp", "--small", "--out", str(out_path))
+    assert code == 0 and "ops" in out and "FLOP" in out and "dot_general" in out
+    g = OpGraph.load(out_path)
+    assert g.num_ops > 0
+    code, out2, _ = run(capsys, "graph", str(out_path))
+    assert code == 0 and g.hash[:12] in out2
+
+
+def test_graph_on_file_factory_with_batch_and_inference(capsys, factory_file):
+    code, out, _ = run(capsys, "graph", f"{factory_file}:factory", "--batch", "3")
+    assert code == 0 and "dot_general" in out
+    code, out, _ = run(capsys, "graph", f"{factory_file}:factory", "--inference")
+    assert code == 0 and "tanh" in out
+
+
+def test_graph_on_module_factory(capsys):
+    code, out, _ = run(capsys, "graph", "simplace.zoo:get")  # get() needs a name: fails
+    assert code == 2
+
+
+def test_unknown_model_lists_the_zoo(capsys):
+    code, _, err = run(capsys, "graph", "resnet5")
+    assert code == 2 and "resnet50" in err and "error" in err
+
+
+def test_failing_factory_says_which_and_why(capsys, factory_file):
+    code, _, err = run(capsys, "graph", f"{factory_file}:broken")
+    assert code == 2 and "broken" in err and "no weights here" in err
+    code, _, err = run(capsys, "graph", f"{factory_file}:nothing")
+    assert code == 2 and "has no callable 'nothing'" in err and "factory" in err
+
+
+def test_simulate_single_and_placement_file(capsys, tmp_path):
+    p_path = tmp_path / "p.json"
+    code, out, _ = run(capsys, "simulate", "mlp", "--small", "--cost-model",
+                       "cpu_h100x4_nvlink", "--single", "fastest", "--out", str(p_path))
+    assert code == 0 and "step time" in out and "lower bound" in out
+    p = Placement.load(p_path)
+    assert p.cost_model == "cpu_h100x4_nvlink" and len(set(p.assignment.tolist())) == 1
+    # The placement file simulates to the same step time.
+    code, out2, _ = run(capsys, "simulate", "mlp", "--small", "--cost-model",
+                        "cpu_h100x4_nvlink", "--placement", str(p_path))
+    assert code == 0
+    assert out.split("step time")[1].split("ms")[0] == out2.split("step time")[1].split("ms")[0]
+
+
+def test_simulate_refuses_mismatched_placements(capsys, tmp_path):
+    p_path = tmp_path / "p.json"
+    run(capsys, "simulate", "mlp", "--small", "--cost-model", "cpu_h100x4_nvlink",
+        "--single", "gpu:0", "--out", str(p_path))
+    # Another graph (inference instead of training): the hash does not match.
+    code, _, err = run(capsys, "simulate", "mlp", "--small", "--inference", "--cost-model",
+                       "cpu_h100x4_nvlink", "--placement", str(p_path))
+    assert code == 2 and "made for graph" in err
+    # Another machine with fewer devices.
+    code, _, err = run(capsys, "simulate", "mlp", "--small", "--cost-model",
+                       "cpu_h100_pcie", "--placement", str(p_path))
+    assert code == 2 and "5 devices" in err
+    # A hand-edited file with the wrong length.
+    d = json.loads(p_path.read_text())
+    d["assignment"] = d["assignment"][:-1]
+    p_path.write_text(json.dumps(d))
+    code, _, err = run(capsys, "simulate", "mlp", "--small", "--cost-model",
+                       "cpu_h100x4_nvlink", "--placement", str(p_path))
+    assert code == 2 and ("entries" in err or "made for graph" in err)
+
+
+def test_simulate_unknown_device_and_cost_model(capsys):
+    code, _, err = run(capsys, "simulate", "mlp", "--small", "--cost-model",
+                       "cpu_h100x4_nvlink", "--single", "tpu:9")
+    assert code == 2 and "gpu:0" in err
+    code, _, err = run(capsys, "simulate", "mlp", "--small", "--cost-model", "nosuch",
+                       "--single", "0")
+    assert code == 2 and "cpu_h100x4_nvlink" in err
+
+
+def test_simulate_gantt(capsys, tmp_path):
+    png = tmp_path / "g.png"
+    code, _, _ = run(capsys, "simulate", "tiny_cnn", "--small", "--cost-model",
+                     "haswell_k40x2", "--single", "1", "--gantt", str(png))
+    assert code == 0 and png.stat().st_size > 1000
+    assert np.frombuffer(png.read_bytes()[:8], dtype=np.uint8).tolist()[1:4] == [80, 78, 71]
