@@ -158,7 +158,9 @@ def module_path(stack: Sequence) -> str:
             after_transform = bool(path)
             continue
         name = el.name
-        if name in _INTERNAL_SCOPES:
+        if name in _INTERNAL_SCOPES or "->" in name:
+            # "->": jnp.einsum scopes its equation ("bqhd,bkhd->bhqk"), which names no
+            # module and would split one layer's ops across paths.
             continue
         owner, dot, method = name.partition(".")
         if dot and owner and method.isidentifier():

@@ -418,3 +418,10 @@ def test_trace_is_deterministic_and_saves(tmp_path):
     assert g1.hash == g2.hash
     g1.save(tmp_path / "g.json")
     assert OpGraph.load(tmp_path / "g.json").hash == g1.hash
+
+
+def test_einsum_scope_is_not_a_module():
+    from jax._src.source_info_util import NameStack, Scope
+
+    ns = NameStack((Scope("BERT"), Scope("attention"), Scope("bqhd,bkhd->bhqk")))
+    assert module_path(ns) == "BERT/attention"
