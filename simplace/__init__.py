@@ -17,6 +17,7 @@ from simplace.errors import (
 from simplace.graph import OpGraph
 from simplace.groups import coarsen
 from simplace.placement import Placement
+from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
 
 __version__ = "0.1.0"
@@ -35,6 +36,9 @@ __all__ = [
     "Provenance",
     "SimplaceError",
     "TraceError",
+    "batched_simulator",
+    "lower_bound",
+    "simulate",
     "coarsen",
     "trace",
 ]

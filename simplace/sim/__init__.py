@@ -1,0 +1,26 @@
+"""Simulators of one training/inference step of a placed graph, and lower bounds.
+
+``simulate`` is the reference (plain Python, the oracle); ``batched_simulator`` returns
+a jitted JAX function that simulates many placements at once with the same semantics;
+``lower_bound`` is a step time no placement can beat.
+"""
+
+from simplace.sim.batched import BatchedSimulator, BatchResult, batched_simulator
+from simplace.sim.bounds import critical_path_s, lower_bound
+from simplace.sim.inputs import SimInputs, check_placement, make_sim_inputs, sim_inputs
+from simplace.sim.reference import Schedule, SimResult, simulate
+
+__all__ = [
+    "BatchResult",
+    "BatchedSimulator",
+    "Schedule",
+    "SimInputs",
+    "SimResult",
+    "batched_simulator",
+    "check_placement",
+    "critical_path_s",
+    "lower_bound",
+    "make_sim_inputs",
+    "sim_inputs",
+    "simulate",
+]

@@ -1,0 +1,180 @@
+"""The plain arrays both simulators run on, taken from a cost model and a graph.
+
+Simulators never look inside a cost model: they read one ``SimInputs`` bundle, built by
+``sim_inputs`` from anything that offers the cost-model interface (duck-typed), or given
+directly (tests build them from random arrays).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from simplace.errors import CostModelError, PlacementError
+
+
+class SimInputs(NamedTuple):
+    """Everything a simulator needs to know about one machine running one graph.
+
+    op_time_s: float64[M, D], seconds op ``i`` takes on device ``d`` (finite, >= 0).
+    latency_s: float64[D, D], per-transfer latency of each ordered link (diagonal unused).
+    bandwidth_bytes_per_s: float64[D, D] > 0, bandwidth of each ordered link (diagonal
+      unused). Any link-time scale (drift correction) is already folded into these two.
+    memory_bytes: float64[D], capacity of each device.
+    exclusive_group: int32[D], devices with the same id share compute and run one op at
+      a time between them; ids are normalised to ``0..G-1``.
+    """
+
+    op_time_s: np.ndarray
+    latency_s: np.ndarray
+    bandwidth_bytes_per_s: np.ndarray
+    memory_bytes: np.ndarray
+    exclusive_group: np.ndarray
+
+    @property
+    def num_ops(self) -> int:
+        return self.op_time_s.shape[0]
+
+    @property
+    def num_devices(self) -> int:
+        return self.op_time_s.shape[1]
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.exclusive_group.max()) + 1 if len(self.exclusive_group) else 0
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
+                    exclusive_group=None) -> SimInputs:
+    """Validate and normalise raw arrays into a ``SimInputs`` (read-only float64/int32).
+
+    ``exclusive_group`` defaults to one group per device. Raises ``CostModelError``
+    naming the bad field.
+    """
+    t = np.asarray(op_time_s, dtype=np.float64)
+    if t.ndim != 2:
+        raise CostModelError(f"op_time_s must be float[M, D], got shape {t.shape}.")
+    m, d = t.shape
+    if d < 1:
+        raise CostModelError("op_time_s has no device column: a machine needs >= 1 device.")
+    lat = np.asarray(latency_s, dtype=np.float64)
+    bw = np.asarray(bandwidth_bytes_per_s, dtype=np.float64)
+    mem = np.asarray(memory_bytes, dtype=np.float64).reshape(-1)
+    grp = np.arange(d) if exclusive_group is None else np.asarray(exclusive_group)
+    for name, arr, shape in (("latency_s", lat, (d, d)), ("bandwidth_bytes_per_s", bw, (d, d)),
+                             ("memory_bytes", mem, (d,)), ("exclusive_group", grp, (d,))):
+        if arr.shape != shape:
+            raise CostModelError(f"{name} must have shape {shape} for {d} devices (op_time_s "
+                                 f"has {d} columns), got {arr.shape}.")
+    if m and not np.all(np.isfinite(t) & (t >= 0)):
+        i, j = np.argwhere(~(np.isfinite(t) & (t >= 0)))[0]
+        raise CostModelError(f"op_time_s[{i}, {j}] is {t[i, j]!r}; op times must be finite "
+                             "and >= 0 seconds.")
+    off = ~np.eye(d, dtype=bool)
+    if not np.all(np.isfinite(lat[off]) & (lat[off] >= 0)):
+        raise CostModelError("latency_s must be finite and >= 0 on every link.")
+    if not np.all(bw[off] > 0) or np.any(np.isnan(bw[off])):
+        raise CostModelError("bandwidth_bytes_per_s must be > 0 on every link (inf allowed).")
+    if np.any(np.isnan(mem)) or np.any(mem < 0):
+        raise CostModelError("memory_bytes must be >= 0 (inf allowed for 'unlimited').")
+    if grp.dtype.kind not in "iu":
+        raise CostModelError(f"exclusive_group must hold integer ids, got dtype {grp.dtype}.")
+    # Diagonals are never used (no transfer to oneself); pin them so arithmetic on
+    # whole rows stays finite.
+    lat = lat.copy()
+    bw = bw.copy()
+    np.fill_diagonal(lat, 0.0)
+    np.fill_diagonal(bw, np.inf)
+    _, grp = np.unique(grp, return_inverse=True)
+    return SimInputs(_frozen(t), _frozen(lat), _frozen(bw), _frozen(mem),
+                     _frozen(grp.reshape(-1).astype(np.int32)))
+
+
+def sim_inputs(graph, cost_model) -> SimInputs:
+    """The ``SimInputs`` of ``graph`` on the machine ``cost_model``.
+
+    ``cost_model`` is either a ``SimInputs`` (checked against the graph and returned) or
+    any object with the cost-model interface: ``op_times(graph) -> float[M, D]``,
+    ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``
+    and optionally ``corrections.link_scale`` (float[D, D] multiplying transfer times;
+    missing means all ones). The link scale is folded in as ``latency * scale`` and
+    ``bandwidth / scale``.
+    """
+    if isinstance(cost_model, SimInputs):
+        inp = make_sim_inputs(*cost_model)
+    else:
+        try:
+            t = cost_model.op_times(graph)
+            lat = np.asarray(cost_model.latency_s, dtype=np.float64)
+            bw = np.asarray(cost_model.bandwidth_bytes_per_s, dtype=np.float64)
+            mem = cost_model.memory_bytes
+            grp = getattr(cost_model, "exclusive_group_ids", None)
+        except AttributeError as err:
+            raise CostModelError(
+                f"{type(cost_model).__name__} is neither SimInputs nor a cost model "
+                f"(missing {err.name!r}); pass a simplace.CostModel or sim.SimInputs."
+            ) from None
+        scale = getattr(getattr(cost_model, "corrections", None), "link_scale", None)
+        if scale is not None:
+            scale = np.asarray(scale, dtype=np.float64)
+            lat, bw = lat * scale, bw / scale
+        inp = make_sim_inputs(t, lat, bw, mem, grp)
+    if inp.num_ops != graph.num_ops:
+        raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
+                             f"{graph.num_ops}: build SimInputs for this graph.")
+    return inp
+
+
+def check_placement(placement, num_ops: int, num_devices: int) -> np.ndarray:
+    """Validate one placement (one device index per op) and return it as int32[M].
+
+    Raises ``PlacementError`` saying what is wrong: not 1-D, wrong length, not integers,
+    or a device index outside ``0..D-1``.
+    """
+    arr = np.asarray(placement)
+    if arr.ndim != 1:
+        raise PlacementError(f"A placement is a 1-D array with one device index per op; got "
+                             f"shape {arr.shape}. (For many placements use "
+                             "batched_simulator.)")
+    return check_placements(arr[None], num_ops, num_devices)[0]
+
+
+def check_placements(placements, num_ops: int, num_devices: int) -> np.ndarray:
+    """Validate a batch of placements int[B, M]; return int32[B, M] (see check_placement)."""
+    arr = np.asarray(placements)
+    if arr.ndim != 2:
+        raise PlacementError(f"Placements must be int[B, M] (one row per placement); got "
+                             f"shape {arr.shape}.")
+    if arr.shape[1] != num_ops:
+        raise PlacementError(f"A placement has {arr.shape[1]} entries but the graph has "
+                             f"{num_ops} ops: give exactly one device index per op.")
+    if arr.size and arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "b":
+            raise PlacementError("Device indices must be integers, got booleans.")
+        try:
+            whole = np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))
+        except TypeError:
+            whole = False
+        if not whole:
+            raise PlacementError(f"Device indices must be integers; got dtype {arr.dtype} "
+                                 "with non-integral values. Round or cast the placement "
+                                 "(np.asarray(p).astype(np.int32)).")
+        arr = arr.astype(np.int64)
+    if arr.size:
+        bad = np.argwhere((arr < 0) | (arr >= num_devices))
+        if len(bad):
+            b, i = (int(x) for x in bad[0])
+            row = f"placement {b}, " if arr.shape[0] > 1 else ""
+            raise PlacementError(
+                f"{row}op {i} is placed on device {int(arr[b, i])}, but the machine has "
+                f"{num_devices} devices (indices 0..{num_devices - 1}); {len(bad)} entries "
+                "are out of range. Use a device index of this machine for every op."
+            )
+    return arr.astype(np.int32)
