@@ -1,0 +1,63 @@
+"""The two simulators agree on real graphs from the zoo, on datasheet machines."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import simplace
+from simplace import groups as G
+from simplace import zoo
+from simplace.sim import batched_simulator, lower_bound, simulate
+
+
+def zoo_graph(name, training=True):
+    fn, args = zoo.get(name, training=training, small=True)
+    return simplace.trace(fn, *args, name=name)
+
+
+def placements(graph, num_devices, rng, count=6):
+    """Random op placements, plus contiguous ranges (few transfers, like real ones)."""
+    out = [rng.integers(0, num_devices, graph.num_ops) for _ in range(count // 2)]
+    for k in range(count - count // 2):
+        ranges = G.target_count(graph, num_devices + k)
+        out.append(G.expand(ranges, rng.integers(0, num_devices, ranges.max() + 1)))
+    out.append(np.zeros(graph.num_ops, dtype=np.int32))
+    return np.stack(out).astype(np.int32)
+
+
+def tight_memory(cost_model, graph, batch):
+    """The same machine with a memory size between the smallest and the largest peak the
+    placements reach, so that some of them do not fit and some do."""
+    peaks = sorted(simulate(graph, cost_model, p).peak_memory_bytes.max() for p in batch)
+    memory_bytes = (peaks[0] + peaks[-1]) / 2
+    devices = tuple(dataclasses.replace(d, memory_bytes=memory_bytes)
+                    for d in cost_model.devices)
+    return dataclasses.replace(cost_model, devices=devices)
+
+
+@pytest.mark.parametrize("name, machine", [
+    ("mlp", "cpu_h100x4_nvlink"),
+    ("tiny_cnn", "haswell_k40x4"),
+    ("nmt_2layer", "haswell_k40x2"),
+    ("transformer", "placeto_k80x2"),
+    ("resnet50", "cpu_h100x4_nvlink"),
+])
+def test_batched_matches_reference_on_zoo_graphs(name, machine):
+    graph = zoo_graph(name)
+    rng = np.random.default_rng(0)
+    roomy = simplace.CostModel.load(machine)
+    batch = placements(graph, roomy.num_devices, rng)
+    for cm in (roomy, tight_memory(roomy, graph, batch)):
+        got = batched_simulator(graph, cm)(batch)
+        bound_s = lower_bound(graph, cm)
+        for b, p in enumerate(batch):
+            ref = simulate(graph, cm, p)
+            np.testing.assert_allclose(got.step_time_s[b], ref.step_time_s, rtol=1e-9)
+            np.testing.assert_allclose(got.peak_memory_bytes[b], ref.peak_memory_bytes,
+                                       rtol=1e-9)
+            np.testing.assert_allclose(got.bytes_moved[b], ref.bytes_moved, rtol=1e-9)
+            assert bool(got.oom[b]) == ref.oom
+            assert ref.step_time_s >= bound_s * (1 - 1e-12)
+    # The tight machine really exercised OOM, in both directions.
+    assert got.oom.any() and not got.oom.all()
