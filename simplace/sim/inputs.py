@@ -11,7 +11,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simplace.errors import CostModelError, PlacementError
+from simplace.errors import CostModelError
+
+# Re-exported: the simulators validate placements with the placement module's checks.
+from simplace.placement import check_placement, check_placements  # noqa: F401
 
 
 class SimInputs(NamedTuple):
@@ -130,51 +133,3 @@ def sim_inputs(graph, cost_model) -> SimInputs:
         raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
                              f"{graph.num_ops}: build SimInputs for this graph.")
     return inp
-
-
-def check_placement(placement, num_ops: int, num_devices: int) -> np.ndarray:
-    """Validate one placement (one device index per op) and return it as int32[M].
-
-    Raises ``PlacementError`` saying what is wrong: not 1-D, wrong length, not integers,
-    or a device index outside ``0..D-1``.
-    """
-    arr = np.asarray(placement)
-    if arr.ndim != 1:
-        raise PlacementError(f"A placement is a 1-D array with one device index per op; got "
-                             f"shape {arr.shape}. (For many placements use "
-                             "batched_simulator.)")
-    return check_placements(arr[None], num_ops, num_devices)[0]
-
-
-def check_placements(placements, num_ops: int, num_devices: int) -> np.ndarray:
-    """Validate a batch of placements int[B, M]; return int32[B, M] (see check_placement)."""
-    arr = np.asarray(placements)
-    if arr.ndim != 2:
-        raise PlacementError(f"Placements must be int[B, M] (one row per placement); got "
-                             f"shape {arr.shape}.")
-    if arr.shape[1] != num_ops:
-        raise PlacementError(f"A placement has {arr.shape[1]} entries but the graph has "
-                             f"{num_ops} ops: give exactly one device index per op.")
-    if arr.size and arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "b":
-            raise PlacementError("Device indices must be integers, got booleans.")
-        try:
-            whole = np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))
-        except TypeError:
-            whole = False
-        if not whole:
-            raise PlacementError(f"Device indices must be integers; got dtype {arr.dtype} "
-                                 "with non-integral values. Round or cast the placement "
-                                 "(np.asarray(p).astype(np.int32)).")
-        arr = arr.astype(np.int64)
-    if arr.size:
-        bad = np.argwhere((arr < 0) | (arr >= num_devices))
-        if len(bad):
-            b, i = (int(x) for x in bad[0])
-            row = f"placement {b}, " if arr.shape[0] > 1 else ""
-            raise PlacementError(
-                f"{row}op {i} is placed on device {int(arr[b, i])}, but the machine has "
-                f"{num_devices} devices (indices 0..{num_devices - 1}); {len(bad)} entries "
-                "are out of range. Use a device index of this machine for every op."
-            )
-    return arr.astype(np.int32)
