@@ -22,7 +22,6 @@ import json
 import math
 import os
 import types
-import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from simplace._jsonfile import read_json, write_json
 from simplace.errors import CostModelError
 
 SCHEMA = "simplace.cost_model"
@@ -820,31 +820,14 @@ class CostModel:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model as JSON, atomically (a temporary file, then a rename)."""
-        path = Path(path)
-        text = json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
-        # A fresh name next to the target (same file system, so the rename is atomic),
-        # created with open() so that the file gets the usual umask permissions.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        try:
-            with open(tmp, "x") as f:
-                f.write(text)
-            os.replace(tmp, path)  # never leave a half-written model behind
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, name_or_path: str | os.PathLike) -> CostModel:
         """A model by file path, or by name: ``<name>.json`` in the package's
         ``cost_models/`` directory, then in the directories of ``$SIMPLACE_COST_MODELS``."""
         path = _find(name_or_path)
-        try:
-            with open(path) as f:
-                d = json.load(f)
-        except json.JSONDecodeError as err:
-            raise CostModelError(f"Cost-model file {path} is not valid JSON ({err}).") from None
-        except UnicodeDecodeError as err:
-            raise CostModelError(f"Cost-model file {path} is not a text file ({err}).") from None
+        d = read_json(path, CostModelError, "Cost-model file")
         return cls.from_dict(d, source=str(path))
 
     # ------------------------------------------------------------------ reporting

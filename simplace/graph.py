@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from simplace._jsonfile import read_json, write_json
 from simplace.errors import GraphError
 
 SCHEMA = "simplace.opgraph"
@@ -353,23 +354,13 @@ class OpGraph:
         return g
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the graph as JSON (schema-versioned, with its content hash)."""
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, separators=(",", ":"))
-        os.replace(tmp, path)  # never leave a half-written graph behind
+        """Write the graph as JSON (schema-versioned, with its content hash), atomically."""
+        write_json(path, self.to_dict(), compact=True)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> OpGraph:
         """Read a graph written by ``save``; checks schema version and content hash."""
-        try:
-            with open(path) as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise GraphError(f"Graph file {path} does not exist.") from None
-        except json.JSONDecodeError as err:
-            raise GraphError(f"Graph file {path} is not valid JSON ({err}).") from None
-        return cls.from_dict(d, source=str(path))
+        return cls.from_dict(read_json(path, GraphError, "Graph file"), source=str(path))
 
     # ------------------------------------------------------------------ reporting
     def stats(self) -> dict:

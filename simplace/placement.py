@@ -9,12 +9,12 @@ machine it was not made for.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
 import numpy as np
 
+from simplace._jsonfile import read_json, write_json
 from simplace.errors import PlacementError
 
 SCHEMA = "simplace.placement"
@@ -153,18 +153,11 @@ class Placement:
             raise PlacementError(f"{source}: {err}") from None
 
     def save(self, path: str | os.PathLike) -> None:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        os.replace(tmp, path)
+        """Write the placement as JSON, atomically."""
+        write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Placement:
-        try:
-            with open(path) as f:
-                d = json.load(f)
-        except FileNotFoundError:
-            raise PlacementError(f"Placement file {path} does not exist.") from None
-        except json.JSONDecodeError as err:
-            raise PlacementError(f"Placement file {path} is not valid JSON ({err}).") from None
-        return cls.from_dict(d, source=str(path))
+        """Read a placement file; use ``check`` before applying it to a graph."""
+        return cls.from_dict(read_json(path, PlacementError, "Placement file"),
+                             source=str(path))
