@@ -292,3 +292,53 @@ def test_public_names():
     from simplace.sim.batched import batch_bucket
     assert [batch_bucket(b) for b in (1, 2, 3, 64, 65, 256, 257, 1000)] == [
         1, 2, 4, 64, 128, 256, 512, 1024]
+
+
+def test_memory_oom_mode_flags_exactly():
+    # memory="oom" screens placements with an upper bound of the peak and simulates only
+    # those that might not fit: its OOM flags equal the exact ones, and the peaks it does
+    # report are the exact peaks.
+    rng = np.random.default_rng(12)
+    screened = exact_rows = 0
+    for _ in range(6):
+        g, inp = sim_cases.random_case(rng)
+        cap = float(rng.choice([5e3, 2e4, 1e12]))
+        inp = inp._replace(memory_bytes=np.full(inp.num_devices, cap))
+        p = sim_cases.random_placements(rng, 8, g.num_ops, inp.num_devices)
+        fast = batched_simulator(g, inp, memory="oom")(p)
+        full = batched_simulator(g, inp)(p)
+        np.testing.assert_array_equal(fast.oom, full.oom)
+        np.testing.assert_array_equal(fast.step_time_s, full.step_time_s)
+        np.testing.assert_array_equal(fast.busy_s, full.busy_s)
+        rows = ~np.isnan(fast.peak_memory_bytes).any(axis=1)
+        np.testing.assert_array_equal(fast.peak_memory_bytes[rows], full.peak_memory_bytes[rows])
+        assert np.all(rows[full.oom])  # every OOM placement was simulated exactly
+        screened += int((~rows).sum())
+        exact_rows += int(rows.sum())
+    assert screened and exact_rows  # both paths ran
+    with pytest.raises(ValueError, match="memory must be"):
+        batched_simulator(g, inp, memory="peak")
+
+
+def test_ready_slots_never_overwrite_a_live_row():
+    from simplace.sim.batched import _ready_slots
+    rng = np.random.default_rng(13)
+    for shape in sim_cases.SHAPES:
+        g = sim_cases.random_graph(rng, shape, 80)
+        slot, n = _ready_slots(g.num_ops, g.src.astype(np.int64), g.dst.astype(np.int64))
+        last = np.full(g.num_ops, -1)
+        np.maximum.at(last, g.src, g.dst)
+        # Op i's row is written at step i + 1 and read up to step last[i].
+        owner = {}
+        for step in range(g.num_ops + 1):
+            for s, i in list(owner.items()):
+                if last[i] < step:
+                    del owner[s]
+            if step >= 1:
+                i = step - 1
+                if last[i] > i:
+                    assert slot[i] not in owner, (shape, i, owner)
+                    owner[slot[i]] = i
+                else:
+                    assert slot[i] == n - 1  # the scratch row
+        assert n - 1 not in slot[last > np.arange(g.num_ops)]
