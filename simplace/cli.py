@@ -151,6 +151,76 @@ def report_result(result, cost_model, bound_s: float) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------- methods
+def cmd_methods(args) -> int:
+    from simplace.placers import method_docs
+
+    for name, doc in method_docs().items():
+        print(f"{name:<10} {doc}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- optimize
+def cmd_optimize(args) -> int:
+    from simplace.cost_model import CostModel
+    from simplace.models import load_graph
+    from simplace.placement import Placement
+    from simplace.placers import compare, optimize
+    from simplace.sim import lower_bound
+
+    cost_model = CostModel.load(args.cost_model)
+    graph = load_graph(args.model, training=not args.inference, batch=args.batch,
+                       small=args.small)
+    print(graph.summary(top=5))
+    print(f"machine {cost_model.name} ({cost_model.provenance.source}, "
+          f"{cost_model.num_devices} devices)")
+
+    def progress(msg: str) -> None:
+        print(f"  [{msg}]", file=sys.stderr, flush=True)
+
+    bound_s = lower_bound(graph, cost_model)
+    if args.method == "all":
+        results = compare(graph, cost_model, seed=args.seed, budget_s=args.budget_s,
+                          progress=progress)
+        print()
+        print(results_table(results, bound_s))
+        fitting = [r for r in results if not r.oom] or results
+        best = min(fitting, key=lambda r: r.step_time_s)
+    else:
+        best = optimize(graph, cost_model, args.method, seed=args.seed,
+                        budget_s=args.budget_s, progress=progress)
+    print(f"\nbest: {best.method} ({best.wall_s:.2f} s of search)")
+    if best.info.get("note"):
+        print(f"note: {best.info['note']}")
+    print(report_result(best, cost_model, bound_s))
+    if best.oom:
+        print("No placement found fits the machine's memory (OOM): the model needs more "
+              "memory than these devices have, or a method that splits it further.")
+    if args.out:
+        Placement(assignment=best.placement, graph_hash=graph.hash,
+                  cost_model=cost_model.name, device_names=tuple(cost_model.device_names),
+                  method=best.method, predicted_step_time_s=best.step_time_s,
+                  meta={"seed": args.seed, "budget_s": args.budget_s,
+                        "wall_s": best.wall_s}).save(args.out)
+        print(f"placement saved to {args.out}")
+    return 0
+
+
+def results_table(results, bound_s: float) -> str:
+    """The comparison table of ``optimize --method all``."""
+    single = next((r for r in results if r.method == "single"), None)
+    rows = []
+    for r in results:
+        speedup = (f"{single.step_time_s / r.step_time_s:.2f}x"
+                   if single is not None and r.step_time_s > 0 else "-")
+        gap = f"{r.step_time_s / bound_s:.2f}x" if bound_s > 0 else "-"
+        rows.append([r.method, f"{r.step_time_s * 1e3:.3f}", speedup, gap,
+                     _fmt_bytes(float(max(r.peak_memory_bytes, default=0.0))),
+                     "OOM" if r.oom else "fits", f"{r.wall_s:.2f}"])
+    return _table(rows, ["method", "step ms", "vs single", "vs bound", "max peak mem",
+                         "memory", "wall s"])
+
+
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -192,6 +262,22 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--gantt", metavar="OUT.PNG", help="draw the schedule (matplotlib)")
     sp.add_argument("--out", metavar="P.JSON", help="save the simulated placement")
     sp.set_defaults(func=cmd_simulate)
+
+    sp = sub.add_parser("optimize", help="search for a fast placement")
+    model_args(sp)
+    sp.add_argument("--cost-model", required=True, metavar="NAME",
+                    help="a cost model name (cost_models/NAME.json) or a path")
+    sp.add_argument("--method", default="all",
+                    help="a placement method (see `simplace methods`) or 'all' "
+                         "(default: all, with a comparison table)")
+    sp.add_argument("--budget-s", type=float, default=None,
+                    help="wall-time budget of search methods, seconds")
+    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sp.add_argument("--out", metavar="P.JSON", help="save the best placement")
+    sp.set_defaults(func=cmd_optimize)
+
+    sp = sub.add_parser("methods", help="list the placement methods")
+    sp.set_defaults(func=cmd_methods)
     return p
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -152,6 +153,18 @@ def methods() -> list[str]:
     return sorted(_METHODS)
 
 
+def method_docs() -> dict[str, str]:
+    """``{name: first line of its docstring}`` for every method."""
+    _load_methods()
+    docs = {}
+    for name in sorted(_METHODS):
+        fn = _METHODS[name]
+        doc = (fn.__doc__ or sys.modules[fn.__module__].__doc__ or "").strip()
+        first = doc.splitlines()[0] if doc else ""
+        docs[name] = first.removeprefix(f"``{name}``:").strip()
+    return docs
+
+
 def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
              budget_s: float | None = None, progress: Callable[[str], None] | None = None,
              **options) -> OptimizeResult:
@@ -188,3 +201,28 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
         peak_memory_bytes=res.peak_memory_bytes, busy_s=res.busy_s,
         bytes_moved=float(res.bytes_moved), wall_s=wall_s, method=method, seed=int(seed),
         history=list(out.history), info=dict(out.info))
+
+
+def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int = 0,
+            budget_s: float | None = None,
+            progress: Callable[[str], None] | None = None) -> list[OptimizeResult]:
+    """Run several methods (default: every one except ``exact``) on one problem.
+
+    ``local`` runs last, so that it can start from the others. A method that fails is
+    reported through ``progress`` and left out, so one broken method does not hide the
+    rest. Returns the results in the order run.
+    """
+    if methods_ is None:
+        names = [m for m in methods() if m != "exact"]
+        methods_ = sorted(names, key=lambda m: (m == "local", m))
+    results = []
+    for m in methods_:
+        if progress:
+            progress(f"running {m}...")
+        try:
+            results.append(optimize(graph, cost_model, m, seed=seed, budget_s=budget_s,
+                                    progress=progress))
+        except SimplaceError as err:
+            if progress:
+                progress(f"{m} failed: {err}")
+    return results

@@ -1,0 +1,1 @@
+"""simplace tests (a package, so shared helpers import as tests.<module>)."""
