@@ -1,0 +1,307 @@
+"""List schedulers: heft, m_topo, m_etf, m_sct (simplace/placers/list_schedulers.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simplace.cost_model import CostModel
+from simplace.errors import SimplaceError
+from simplace.placers import optimize
+from simplace.placers.list_schedulers import _Timeline
+from simplace.sim import lower_bound, make_sim_inputs, simulate
+from tests.sim_cases import corner_cases, make_graph, random_case, random_graph
+
+METHODS = ("heft", "m_topo", "m_etf", "m_sct")
+
+
+def machine(t, *, latency=0.0, bandwidth=math.inf, memory=1e15, group=None):
+    """SimInputs from an op-time matrix [M, D]; every link the same."""
+    t = np.asarray(t, dtype=float)
+    d = t.shape[1]
+    return make_sim_inputs(t, np.full((d, d), float(latency)), np.full((d, d), float(bandwidth)),
+                           np.broadcast_to(np.asarray(memory, float), (d,)), group)
+
+
+def chain(m, *, nbytes=1000.0, **kw):
+    return make_graph(np.arange(m - 1), np.arange(1, m), m=m,
+                      edge_bytes=np.full(m - 1, nbytes), **kw)
+
+
+def check_result(res, graph, cm):
+    p = res.placement
+    assert p.dtype == np.int32 and p.shape == (graph.num_ops,)
+    assert np.all((p >= 0) & (p < cm.num_devices))
+    sim = simulate(graph, cm, p)
+    assert res.step_time_s == pytest.approx(sim.step_time_s, rel=1e-12, abs=0)
+    assert res.oom == sim.oom
+
+
+# --------------------------------------------------------------------------- validity
+@pytest.mark.parametrize("method", METHODS)
+def test_valid_on_random_cases(method):
+    rng = np.random.default_rng(7)
+    for _ in range(15):
+        g, inp = random_case(rng, max_ops=40, max_devices=5)
+        res = optimize(g, inp, method=method)
+        check_result(res, g, inp)
+        assert res.method == method
+        assert res.step_time_s >= lower_bound(g, inp) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_valid_on_synthetic_cost_models(method):
+    rng = np.random.default_rng(3)
+    for k, shape in enumerate(("layered", "multi_output", "params", "fan")):
+        g = random_graph(rng, shape, 60)
+        cm = CostModel.synthetic(4, seed=k, exclusive_pair=k % 2 == 0)
+        res = optimize(g, cm, method=method)
+        check_result(res, g, cm)
+        assert not res.oom
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", sorted(corner_cases()))
+def test_corner_cases(method, case):
+    g, inp = corner_cases()[case]
+    res = optimize(g, inp, method=method)
+    check_result(res, g, inp)
+    if case == "fits_nowhere":
+        assert res.info["note"].startswith("no device can hold op 1")
+        assert res.info["unplaceable_ops"] == 1
+    else:
+        assert "note" not in res.info
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_deterministic(method):
+    rng = np.random.default_rng(11)
+    g = random_graph(rng, "random", 80)
+    cm = CostModel.synthetic(5, seed=2)
+    a = optimize(g, cm, method=method, seed=0)
+    b = optimize(g, cm, method=method, seed=0)
+    c = optimize(g, cm, method=method, seed=5)  # no randomness at all
+    np.testing.assert_array_equal(a.placement, b.placement)
+    np.testing.assert_array_equal(a.placement, c.placement)
+
+
+def test_bad_memory_option():
+    g, inp = corner_cases()["no_edges"]
+    with pytest.raises(SimplaceError, match="memory model"):
+        optimize(g, inp, method="m_etf", memory="optimistic")
+
+
+# --------------------------------------------------------------------------- exact cases
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("m,d", [(10, 4), (8, 4), (7, 3), (5, 1)])
+def test_independent_equal_ops_reach_optimum(method, m, d):
+    g = make_graph([], [], m=m)
+    inp = machine(np.full((m, d), 2.0))
+    res = optimize(g, inp, method=method)
+    assert res.step_time_s == pytest.approx(math.ceil(m / d) * 2.0)
+    assert np.bincount(res.placement, minlength=d).max() == math.ceil(m / d)
+
+
+@pytest.mark.parametrize("method", ("heft", "m_etf", "m_sct"))
+def test_exclusive_group_is_one_timeline(method):
+    # Devices 0 and 1 share compute; device 2 is apart: 9 unit ops need 5 time units at
+    # best (not 3, which three independent devices would give).
+    g = make_graph([], [], m=9)
+    inp = machine(np.ones((9, 3)), group=[0, 0, 1])
+    res = optimize(g, inp, method=method)
+    assert res.step_time_s == pytest.approx(5.0)
+    assert res.info["estimated_makespan_s"] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("method", ("heft", "m_etf", "m_sct"))
+def test_chain_with_expensive_links_stays_on_fastest_device(method):
+    m = 12
+    t = np.tile([3.0, 2.0, 1.0, 2.5], (m, 1))
+    g = chain(m)
+    inp = machine(t, latency=50.0, bandwidth=1e3)
+    res = optimize(g, inp, method=method)
+    np.testing.assert_array_equal(res.placement, np.full(m, 2))
+    assert res.step_time_s == pytest.approx(m * 1.0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_chain_with_free_links_takes_its_critical_path(method):
+    m = 9
+    g = chain(m)
+    inp = machine(np.ones((m, 3)))
+    res = optimize(g, inp, method=method)
+    assert res.step_time_s == pytest.approx(m)
+
+
+def test_m_topo_fills_devices_in_turn():
+    # 8 equal ops on 4 identical devices: a share of 2 ops each, in topological order.
+    g = chain(8)
+    res = optimize(g, machine(np.ones((8, 4))), method="m_topo")
+    np.testing.assert_array_equal(res.placement, [0, 0, 1, 1, 2, 2, 3, 3])
+    # Heterogeneous: the fastest device (2, twice as fast) is filled first and gets twice
+    # the ops of each other device.
+    t = np.tile([2.0, 2.0, 1.0], (8, 1))
+    res = optimize(g, machine(t), method="m_topo")
+    np.testing.assert_array_equal(res.placement, [2, 2, 2, 2, 0, 0, 1, 1])
+    assert res.info["device_order"] == [2, 0, 1]
+
+
+def test_heft_bounds_with_free_links():
+    rng = np.random.default_rng(5)
+    for shape in ("random", "layered", "fan", "multi_output"):
+        g = random_graph(rng, shape, 50)
+        t = rng.uniform(0.5, 3.0, (50, 4))
+        inp = machine(t)
+        res = optimize(g, inp, method="heft")
+        est = res.info["estimated_makespan_s"]
+        lb = lower_bound(g, inp)
+        # Appending on the fastest device after everything is always an option.
+        assert lb * (1 - 1e-12) <= est <= t.min(axis=1).sum() * (1 + 1e-12)
+        assert lb * (1 - 1e-12) <= res.step_time_s
+        # Each device runs its ops back to back at worst.
+        assert res.step_time_s <= t[np.arange(50), res.placement].sum() * (1 + 1e-12)
+
+
+def test_heft_insertion_fills_gaps():
+    tl = _Timeline()
+    tl.insert(0.0, 2.0, 0)
+    tl.insert(5.0, 8.0, 1)
+    assert tl.earliest(1.0, 2.0) == (2.0, 1)  # the gap [2, 5)
+    assert tl.earliest(3.5, 1.5) == (3.5, 1)
+    assert tl.earliest(1.0, 4.0) == (8.0, 2)  # too long for the gap: after the end
+    assert tl.earliest(0.0, 0.0) == (0.0, 0)
+    assert tl.earliest(9.0, 1.0) == (9.0, 2)
+
+
+def test_heft_uses_an_idle_gap():
+    # 0 (dev 0) -> 1 (dev 1) -> 2 (dev 0) with 5 s links leaves device 0 idle in [1, 12).
+    # Op 3 is independent with the lowest rank, so HEFT places it last: with insertion it
+    # runs in that gap (finish 5) instead of after op 2 (finish 17).
+    g = make_graph([0, 1], [1, 2], m=4, edge_bytes=[0.0, 0.0])
+    t = np.array([[1.0, 100.0], [100.0, 1.0], [1.0, 100.0], [4.0, 40.0]])
+    res = optimize(g, machine(t, latency=5.0), method="heft")
+    np.testing.assert_array_equal(res.placement, [0, 1, 0, 0])
+    assert res.info["estimated_makespan_s"] == pytest.approx(13.0)
+    # The simulator runs device 0's ops in graph order (op 3 after op 2).
+    assert res.step_time_s == pytest.approx(17.0)
+
+
+# --------------------------------------------------------------------------- memory
+def tight_case():
+    """12 ops in a chain, each reading its own 100-byte parameter; device 0 is the fastest
+    but holds only 500 bytes, devices 1 and 2 are slower and hold plenty."""
+    m = 12
+    g = chain(m, nbytes=10.0, out_bytes=np.full(m, 10.0),
+              params=(np.full(m, 100.0), [(i, i) for i in range(m)]))
+    t = np.tile([1.0, 2.0, 3.0], (m, 1))
+    inp = machine(t, latency=0.1, bandwidth=1e3, memory=[500.0, 1e6, 1e6])
+    return g, inp
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("memory", ("conservative", "liveness"))
+def test_memory_constrained_placements_fit(method, memory):
+    g, inp = tight_case()
+    assert simulate(g, inp, np.zeros(g.num_ops, np.int32)).oom  # all on the fastest: OOM
+    res = optimize(g, inp, method=method, memory=memory)
+    assert not res.oom
+    assert res.info["unplaceable_ops"] == 0
+    assert res.info["memory_model"] == memory
+    used = np.bincount(res.placement, minlength=3)
+    assert 1 <= used[0] <= 4  # device 0 takes what it can hold, and no more
+
+
+@pytest.mark.parametrize("method", ("m_etf", "m_sct", "heft"))
+def test_memory_blind_choice_would_oom(method):
+    # Same machine with memory to spare: everything goes to the fastest device.
+    g, inp = tight_case()
+    roomy = make_sim_inputs(inp.op_time_s, inp.latency_s, inp.bandwidth_bytes_per_s,
+                            np.full(3, 1e6))
+    res = optimize(g, roomy, method=method)
+    np.testing.assert_array_equal(res.placement, np.zeros(g.num_ops))
+
+
+def test_parameters_counted_once_per_device():
+    # Ten ops all reading one 300-byte parameter on a 400-byte device: it fits (the
+    # parameter is resident once), outputs are 5 bytes each.
+    m = 10
+    g = chain(m, nbytes=5.0, out_bytes=np.full(m, 5.0),
+              params=([300.0], [(i, 0) for i in range(m)]))
+    inp = machine(np.tile([1.0, 5.0], (m, 1)), latency=1.0, bandwidth=1.0,
+                  memory=[400.0, 1e6])
+    for method in METHODS[1:]:
+        res = optimize(g, inp, method=method)
+        if method != "m_topo":
+            np.testing.assert_array_equal(res.placement, np.zeros(m))
+        assert not res.oom
+
+
+# --------------------------------------------------------------------------- m-SCT
+def fork():
+    """0 fans out to 1, 2, 3, which join in 4; the tensors 0->2 and 2->4 are large."""
+    src, dst = [0, 0, 0, 1, 2, 3], [1, 2, 3, 4, 4, 4]
+    nbytes = [1.0, 100.0, 1.0, 1.0, 100.0, 1.0]
+    return make_graph(src, dst, m=5, edge_bytes=nbytes)
+
+
+def test_m_sct_lp_favourite_children():
+    g = fork()
+    inp = machine(np.full((5, 2), 10.0), latency=0.0, bandwidth=1.0)
+    res = optimize(g, inp, method="m_sct")
+    assert res.info["favourite_children"] == "lp"
+    assert res.info["lp_status"] == 0
+    assert list(res.info["favourite_parent"]) == [-1, -1, 0, -1, 2]
+    # the favourite child runs on its parent's device
+    assert res.placement[2] == res.placement[0] and res.placement[4] == res.placement[2]
+    check_result(res, g, inp)
+
+
+def test_m_sct_greedy_fallback():
+    g = fork()
+    inp = machine(np.full((5, 2), 10.0), latency=0.0, bandwidth=1.0)
+    res = optimize(g, inp, method="m_sct", lp_max_edges=3)
+    assert res.info["favourite_children"] == "greedy"
+    assert "lp_max_edges=3" in res.info["note_lp"]
+    assert list(res.info["favourite_parent"]) == [-1, -1, 0, -1, 2]
+
+
+def test_m_sct_lp_on_random_graph():
+    rng = np.random.default_rng(2)
+    g = random_graph(rng, "layered", 60)
+    cm = CostModel.synthetic(3, seed=1)
+    res = optimize(g, cm, method="m_sct")
+    assert res.info["favourite_children"] == "lp" and res.info["lp_status"] == 0
+    fav = np.asarray(res.info["favourite_parent"])
+    parents = fav[fav >= 0]
+    assert len(parents) == len(np.unique(parents))  # at most one favourite child per op
+    pairs = set(zip(g.src.tolist(), g.dst.tolist(), strict=True))
+    assert all((int(q), j) in pairs for j, q in enumerate(fav) if q >= 0)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_received_copies_count_against_memory(method):
+    # Op 0 belongs on device 1, op 1 on device 0 by speed; but device 0 (80 bytes) cannot
+    # hold op 1's output (30) plus the copy of op 0's output it would receive (60).
+    g = make_graph([0], [1], m=2, edge_bytes=[60.0], out_bytes=[60.0, 30.0])
+    inp = machine(np.array([[100.0, 1.0], [1.0, 100.0]]), memory=[80.0, 1e6])
+    assert simulate(g, inp, np.array([1, 0])).oom
+    res = optimize(g, inp, method=method)
+    assert not res.oom
+    if method != "m_topo":
+        np.testing.assert_array_equal(res.placement, [1, 1])
+
+
+def test_m_sct_keeps_favourite_child_with_its_parent():
+    # 0 -> 1 (0 bytes, 3 s) and 0 -> 2 (2 bytes, 1 s); 2 is 0's favourite (the LP saves
+    # its 2 s transfer). Op 1 (higher rank) takes device 0 first. m_etf then sends 2 to
+    # device 1 (finish 4 vs 5 on device 0); m_sct keeps it on its parent's device, since
+    # 5 <= 4 + the 2 s transfer it avoids.
+    g = make_graph([0, 0], [1, 2], m=3, edge_bytes=[0.0, 2.0])
+    inp = machine(np.array([[1.0, 1.0], [3.0, 3.0], [1.0, 1.0]]), bandwidth=1.0)
+    sct = optimize(g, inp, method="m_sct")
+    assert list(sct.info["favourite_parent"]) == [-1, -1, 0]
+    np.testing.assert_array_equal(sct.placement, [0, 0, 0])
+    etf = optimize(g, inp, method="m_etf")
+    np.testing.assert_array_equal(etf.placement, [0, 0, 1])
