@@ -77,9 +77,17 @@ class PlacerContext:
         self._progress = progress
 
     @functools.cached_property
+    def inputs(self):
+        """The simulator's arrays for this problem (``SimInputs``): op times, corrected
+        latency and bandwidth, memory, exclusive groups; works for a SimInputs too."""
+        from simplace.sim import sim_inputs
+
+        return sim_inputs(self.graph, self.cost_model)
+
+    @functools.cached_property
     def op_times(self) -> np.ndarray:
         """float64[M, D] seconds of each op on each device."""
-        return self.cost_model.op_times(self.graph)
+        return self.inputs.op_time_s
 
     @functools.cached_property
     def lower_bound_s(self) -> float:
@@ -194,7 +202,7 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
     wall_s = time.perf_counter() - t0
     from simplace.placement import check_placement
 
-    placement = check_placement(out.placement, graph.num_ops, cost_model.num_devices)
+    placement = check_placement(out.placement, graph.num_ops, ctx.inputs.num_devices)
     res = ctx.simulate(placement)
     return OptimizeResult(
         placement=placement, step_time_s=float(res.step_time_s), oom=bool(res.oom),

@@ -19,12 +19,12 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     for d in single_device_candidates(ctx):
         p = np.full(m, d, dtype=np.int32)
         res = ctx.simulate(p)
-        tried.append({"device": ctx.cost_model.device_names[d],
+        tried.append({"device": d,
                       "step_time_s": float(res.step_time_s), "oom": bool(res.oom)})
         if not res.oom:
             return PlacerOutput(p, history=tried, info={"device": d})
     # Nothing fits on one device: say so, and return the one with the most memory.
-    d = int(np.argmax(ctx.cost_model.memory_bytes))
+    d = int(np.argmax(ctx.inputs.memory_bytes))
     return PlacerOutput(np.full(m, d, dtype=np.int32), history=tried,
                         info={"device": d, "fits": False,
                               "note": "the model fits on no single device"})
