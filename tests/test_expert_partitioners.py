@@ -1,0 +1,229 @@
+"""The ``expert`` placer and the graph partitioners (``metis``, ``scotch``)."""
+
+import dataclasses
+import functools
+import re
+
+import numpy as np
+import pytest
+
+import simplace
+from simplace import zoo
+from simplace.cost_model import CostModel
+from simplace.graph import OpGraph, split_name_path
+from simplace.placers import methods, optimize
+from simplace.sim import simulate
+
+PARTITIONERS = [m for m in ("metis", "scotch") if m in methods()]
+
+
+@functools.cache
+def zoo_graph(name):
+    fn, args = zoo.get(name, training=True, small=True)
+    return simplace.trace(fn, *args, name=name)
+
+
+def check_result(graph, cost_model, res):
+    """Valid, and the reported step time is the reference simulator's."""
+    assert res.placement.shape == (graph.num_ops,)
+    assert res.placement.dtype == np.int32
+    assert res.placement.min() >= 0 and res.placement.max() < cost_model.num_devices
+    sim = simulate(graph, cost_model, res.placement)
+    assert sim.step_time_s == pytest.approx(res.step_time_s, rel=1e-12)
+    assert bool(sim.oom) == res.oom
+
+
+def with_memory(cost_model, memory_bytes):
+    devices = tuple(dataclasses.replace(d, memory_bytes=memory_bytes)
+                    for d in cost_model.devices)
+    return dataclasses.replace(cost_model, devices=devices)
+
+
+# ---------------------------------------------------------------------- expert, LSTMs
+def lstm_role(path):
+    """('layer', l) / 'head' (attention, softmax) / None, from the forward module path."""
+    _, parts = split_name_path(path)
+    for c in parts:
+        m = re.fullmatch(r"layer_(\d+)", c)
+        if m:
+            return ("layer", int(m.group(1)))
+    if "attention" in parts or "softmax" in parts:
+        return "head"
+    return None
+
+
+@pytest.mark.parametrize("model, machine, num_layers", [
+    ("nmt_4layer", "haswell_k40x4", 4),
+    ("nmt_2layer", "haswell_k40x4", 2),
+    ("rnnlm", "haswell_k40x4", 2),
+    ("nmt_4layer", "haswell_k40x2", 4),  # 4 layers on 2 GPUs: wraps around
+])
+def test_expert_lstm_one_layer_per_gpu(model, machine, num_layers):
+    g = zoo_graph(model)
+    cm = CostModel.load(machine)
+    gpus = [d for d, dev in enumerate(cm.devices) if dev.kind == "gpu"]
+    res = optimize(g, cm, "expert")
+    check_result(g, cm, res)
+    assert not res.oom
+    p = res.placement
+    roles = [lstm_role(x) for x in g.name_path.tolist()]
+    layer_device = {}
+    for layer in range(num_layers):
+        idx = [i for i, r in enumerate(roles) if r == ("layer", layer)]
+        backward = [i for i in idx if split_name_path(g.name_path[i])[0]]
+        assert idx and backward  # forward and backward ops of the layer exist
+        devs = set(p[idx].tolist())
+        assert len(devs) == 1, f"layer {layer} is split over {devs}"
+        layer_device[layer] = devs.pop()
+        assert layer_device[layer] == gpus[layer % len(gpus)]
+    # Different layers on different GPUs, as far as there are GPUs.
+    for a in range(num_layers):
+        for b in range(a + 1, num_layers):
+            same = layer_device[a] == layer_device[b]
+            assert same == (a % len(gpus) == b % len(gpus))
+    head = [i for i, r in enumerate(roles) if r == "head"]
+    assert head and set(p[head].tolist()) == {gpus[num_layers % len(gpus)]}
+    assert res.info["rule"] == "lstm_layer_per_gpu"
+
+
+def test_expert_lstm_embeddings_on_cpu_option():
+    g = zoo_graph("rnnlm")
+    cm = CostModel.load("haswell_k40x4")
+    res = optimize(g, cm, "expert", embed="cpu")
+    check_result(g, cm, res)
+    embed = [i for i, x in enumerate(g.name_path.tolist())
+             if "embed" in split_name_path(x)[1]]
+    assert set(res.placement[embed].tolist()) == {cm.index("cpu:0")}
+
+
+# ---------------------------------------------------------------------- expert, others
+def test_expert_cnn_single_fastest_device():
+    g = zoo_graph("resnet50")
+    cm = CostModel.load("haswell_k40x4")
+    res = optimize(g, cm, "expert")
+    single = optimize(g, cm, "single")
+    check_result(g, cm, res)
+    assert len(set(res.placement.tolist())) == 1
+    assert res.placement[0] == single.placement[0]
+    assert not res.oom
+
+
+def test_expert_cnn_split_when_nothing_fits_one_device():
+    g = zoo_graph("resnet50")
+    cm = CostModel.load("haswell_k40x4")
+    whole = simulate(g, cm, np.full(g.num_ops, 1, dtype=np.int32)).peak_memory_bytes.max()
+    small = with_memory(cm, 0.6 * whole)
+    res = optimize(g, small, "expert")
+    check_result(g, small, res)
+    gpus = {d for d, dev in enumerate(cm.devices) if dev.kind == "gpu"}
+    used = set(res.placement.tolist())
+    assert len(used) > 1 and used <= gpus
+    assert res.info["rule"] == "layer_split"
+    assert not res.oom
+
+
+def test_expert_nothing_fits_says_so():
+    g = zoo_graph("resnet50")
+    cm = with_memory(CostModel.load("haswell_k40x2"), 1.0)
+    res = optimize(g, cm, "expert")
+    check_result(g, cm, res)
+    assert res.oom and "note" in res.info
+
+
+# ---------------------------------------------------------------------- partitioners
+def grid_graph(n=16, flops=1e9, edge_bytes=1024.0):
+    """An n x n grid DAG of equal matmul ops: (i, j) -> (i+1, j), (i, j+1)."""
+    m = n * n
+    src, dst = [], []
+    for i in range(n):
+        for j in range(n):
+            k = i * n + j
+            if i + 1 < n:
+                src.append(k)
+                dst.append(k + n)
+            if j + 1 < n:
+                src.append(k)
+                dst.append(k + 1)
+    return OpGraph.from_unordered(
+        op=["dot_general"] * m, name_path=[f"grid/op{k}" for k in range(m)],
+        flops=[flops] * m, bytes_accessed=[1e4] * m, out_bytes=[edge_bytes] * m,
+        signature=["dot_general|grid"] * m, src=src, dst=dst,
+        edge_bytes=[edge_bytes] * len(src), name="grid")
+
+
+def cut_bytes(graph, placement):
+    return float(graph.edge_bytes[placement[graph.src] != placement[graph.dst]].sum())
+
+
+@pytest.fixture(scope="module")
+def four_gpus():
+    cm = CostModel.load("haswell_k40x4")
+    return cm.subset([d for d, dev in enumerate(cm.devices) if dev.kind == "gpu"])
+
+
+@pytest.mark.parametrize("method", PARTITIONERS)
+def test_partitioner_balanced_and_small_cut(method, four_gpus):
+    g = grid_graph()
+    res = optimize(g, four_gpus, method)
+    check_result(g, four_gpus, res)
+    assert not res.oom
+    used = np.unique(res.placement)
+    assert used.size > 1
+    load = np.bincount(res.placement, minlength=four_gpus.num_devices)[used]
+    assert load.max() <= 1.15 * load.mean(), load  # equal ops: counts are compute
+    rng = np.random.default_rng(0)
+    random_cuts = [cut_bytes(g, used[rng.integers(0, used.size, g.num_ops)])
+                   for _ in range(5)]
+    assert cut_bytes(g, res.placement) < min(random_cuts)
+
+
+@pytest.mark.parametrize("method", PARTITIONERS)
+def test_partitioner_on_a_real_model(method):
+    g = zoo_graph("resnet50")
+    cm = CostModel.load("cpu_h100x4_nvlink")
+    res = optimize(g, cm, method)
+    check_result(g, cm, res)
+    assert not res.oom
+    assert np.unique(res.placement).size > 1
+    again = optimize(g, cm, method)
+    np.testing.assert_array_equal(res.placement, again.placement)
+
+
+@pytest.mark.parametrize("method", PARTITIONERS)
+def test_partitioner_deterministic_per_seed(method, four_gpus):
+    g = grid_graph(12)
+    a = optimize(g, four_gpus, method, seed=3)
+    b = optimize(g, four_gpus, method, seed=3)
+    np.testing.assert_array_equal(a.placement, b.placement)
+
+
+@pytest.mark.parametrize("method", PARTITIONERS)
+def test_partitioner_memory_repair(method):
+    g = zoo_graph("rnnlm")
+    cm = CostModel.load("cpu_h100x4_nvlink")
+    res = optimize(g, cm, method)
+    peak = res.peak_memory_bytes.max()
+    # Memory a little below the peak the unconstrained answer reached: the answer must
+    # be repaired (or say it could not be).
+    tight = with_memory(cm, 0.8 * peak)
+    res2 = optimize(g, tight, method)
+    check_result(g, tight, res2)
+    assert not res2.oom or "note" in res2.info
+
+
+@pytest.mark.parametrize("method", ["expert", *PARTITIONERS])
+@pytest.mark.parametrize("case", ["one_op", "no_edges", "one_device"])
+def test_corner_cases(method, case):
+    cm = CostModel.load("haswell_k40x2")
+    if case == "one_op":
+        g = grid_graph(1)
+    elif case == "no_edges":
+        g = OpGraph(op=["dot_general"] * 5, name_path=["a"] * 5, flops=[1e9] * 5,
+                    bytes_accessed=[1e3] * 5, out_bytes=[1e3] * 5, signature=["s"] * 5,
+                    src=[], dst=[], edge_bytes=[])
+    else:
+        g = grid_graph(4)
+        cm = cm.subset([1])
+    res = optimize(g, cm, method)
+    check_result(g, cm, res)
+    assert not res.oom
