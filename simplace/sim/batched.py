@@ -161,12 +161,17 @@ class BatchedSimulator:
     def _impl(self, c, placements):
         self.num_traces += 1  # Python side effect: runs once per trace, not per call
         st = self._static
-        d, g, k_in, nt = st["D"], st["G"], st["K"], st["TM"]
+        d, g, k_in = st["D"], st["G"], st["K"]
         p = placements.T  # [M, B]: the batch is the minor axis throughout (int8 or int32)
         b = p.shape[1]
         dev_ids = jnp.arange(d, dtype=jnp.int32)
-        bits = _send_bits(c, p, d, nt)  # [M, TM, B]: bit k set = the tensor goes to device k
-        bit_t = bits.dtype.type
+        # ubits[i, b]: bit k set = op i sends something to device k. Ops with several
+        # tensors (split, unstack...) are few; the bytes they send to each device come
+        # from a small per-batch table, so that no per-op array is padded to the widest
+        # op (an unstack of 40 tensors would make every scan step 40 times wider).
+        ubits = _union_bits(c, p, d)  # [M, B]
+        bit_t = ubits.dtype.type
+        multi_bytes = _multi_bytes(c, p, d, st["Q"] + 1)  # [Q + 1, D, B]; row Q: zeros
 
         def pick(on, rows):
             """rows[dev] per placement, by a chain of selects (on[k]: dev == k)."""
@@ -176,9 +181,8 @@ class BatchedSimulator:
             return r
 
         def sends_of(bits_i):
-            """bool[TM, D, B] from the op's bit masks [TM, B]."""
-            return ((bits_i[:, None, :] >> dev_ids.astype(bits.dtype)[None, :, None])
-                    & bit_t(1)) > 0
+            """bool[D, B] from the op's send masks [B]."""
+            return ((bits_i[None, :] >> dev_ids.astype(ubits.dtype)[:, None]) & bit_t(1)) > 0
 
         lat = c["latency"][:, :, None]  # [from, to, 1]
 
@@ -188,7 +192,7 @@ class BatchedSimulator:
             The previous op's end comes through the scan carry, so that XLA materialises
             it once instead of recomputing it inside each [D, D, B] fusion."""
             ready, free, link, busy, held = state
-            end_p, dev_p, bits_p, slot_p, xf_p, t_p, mb_p = prev
+            end_p, dev_p, bits_p, slot_p, xf_p, t_p, act_p, tb_p, q_p, multi_p = prev
             on = dev_ids[:, None] == dev_p[None, :]  # [D, B]
             busy = busy + jnp.where(on, t_p[None], 0.0)  # in graph order, as the reference
             if st["G_ID"]:
@@ -198,26 +202,23 @@ class BatchedSimulator:
                            [c["group"][k] for k in range(d)])
                 free = jnp.where(jnp.arange(g, dtype=jnp.int32)[:, None] == g_p[None],
                                  end_p[None], free)
-            sends = sends_of(bits_p)
-            if bound:
-                # Bytes the device ever holds: the op's activation, its received copies.
-                held = held + jnp.where(on, mb_p[0], 0.0)
-                for t in range(nt):
-                    held = held + jnp.where(sends[t], mb_p[1 + t], 0.0)
-            if nt == 1:
-                # One tensor per op: bytes / bandwidth is static, xf_p is [from, to, 1].
-                xfer = xf_p
-                send = sends[0]
-            else:
-                # Several tensors: add the bytes sent to each device, then divide by
-                # the bandwidth of the op's row (the reference's operation order).
-                nbytes = jnp.zeros((d, b))
-                for t in range(nt):
-                    nbytes = nbytes + jnp.where(sends[t], xf_p[t], 0.0)
+            send = sends_of(bits_p)
+            if st["Q"]:
+                # Bytes sent to each device: the op's one tensor, or (several tensors)
+                # their sum from the table, then divided by the bandwidth of the op's row
+                # (the reference's operation order); single tensors use the static
+                # bytes / bandwidth.
+                nbytes = jax.lax.dynamic_index_in_dim(multi_bytes, q_p, 0, keepdims=False)
                 bw_row = pick([dev_p == k for k in range(d)],
                               [c["bandwidth"][k][:, None] for k in range(d)])
-                xfer = (nbytes / bw_row)[None]
-                send = jnp.any(sends, axis=0)
+                xfer = jnp.where(multi_p, (nbytes / bw_row)[None], xf_p)
+                received = jnp.where(multi_p, nbytes, jnp.where(send, tb_p, 0.0))
+            else:
+                xfer = xf_p  # [from, to, 1]
+                received = jnp.where(send, tb_p, 0.0)
+            if bound:
+                # Bytes the device ever holds: the op's activation, its received copies.
+                held = held + jnp.where(on, act_p, 0.0) + received
             upd = on[:, None, :] & send[None, :, :]
             link = jnp.where(upd, jnp.maximum(end_p[None, None], link) + lat + xfer, link)
             arrive = pick([dev_p == k for k in range(d)], [link[k] for k in range(d)])
@@ -229,7 +230,7 @@ class BatchedSimulator:
             state, prev = carry
             state, row_p = finish(state, prev)
             ready, free = state[:2]
-            dev, bits_i, t_row, src_slot, mask, slot, xf, mb = x
+            dev, bits_i, t_row, src_slot, mask, slot, xf, act, tb, q, multi = x
             dev = dev.astype(jnp.int32)
             ons = [dev == k for k in range(d)]
             t_i = jnp.broadcast_to(pick(ons, [t_row[k] for k in range(d)]), (b,))
@@ -244,33 +245,34 @@ class BatchedSimulator:
             start = ready_at
             end = start + t_i
             out = (start, row_p) if self.memory is True else None
-            return (state, (end, dev, bits_i, slot, xf, t_i, mb)), out
+            return (state, (end, dev, bits_i, slot, xf, t_i, act, tb, q, multi)), out
 
         bound = self.memory == "oom"
         state0 = (jnp.zeros((st["S"], d, b)), jnp.zeros((g, b)), jnp.zeros((d, d, b)),
                   jnp.zeros((d, b)), jnp.zeros((d, b) if bound else (0,)))
-        # Per op: activation bytes, then the bytes of each of its tensors.
-        mbytes = jnp.concatenate([c["out_bytes"][:, None], c["tensor_bytes_tm"]], axis=1)
-        xf0 = jnp.zeros((d, d, 1)) if nt == 1 else jnp.zeros((nt,))
-        prev0 = (jnp.zeros(b), jnp.full((b,), -1, jnp.int32), jnp.zeros((nt, b), bits.dtype),
-                 jnp.int32(st["S"] - 1), xf0, jnp.zeros(b), jnp.zeros(nt + 1))
-        xs = (p, bits, c["op_time_s"], c["in_slot"], c["in_mask"], c["out_slot"], c["xf"],
-              mbytes)
+        prev0 = (jnp.zeros(b), jnp.full((b,), -1, jnp.int32), jnp.zeros((b,), ubits.dtype),
+                 jnp.int32(st["S"] - 1), jnp.zeros((d, d, 1)), jnp.zeros(b), jnp.zeros(()),
+                 jnp.zeros(()), jnp.int32(st["Q"]), jnp.zeros((), bool))
+        xs = (p, ubits, c["op_time_s"], c["in_slot"], c["in_mask"], c["out_slot"], c["xf"],
+              c["out_bytes"], c["single_bytes"], c["multi_index"], c["is_multi"])
         (state, prev), ys = jax.lax.scan(step, (state0, prev0), xs)
         (_, free, link, busy, held), row_last = finish(state, prev)
         # Ends in a group and arrivals on a link are increasing: the last ones are the
         # largest, so the makespan is the largest group end or link arrival.
         step_time = jnp.maximum(jnp.max(free, axis=0), jnp.max(link, axis=(0, 1)))
         busy = busy.T  # [B, D]
-        counts = jax.lax.population_count(bits).astype(jnp.float64)  # [M, TM, B]
-        bytes_moved = jnp.sum(counts * c["tensor_bytes_tm"][:, :, None], axis=(0, 1))
+        counts = jax.lax.population_count(ubits).astype(jnp.float64)  # [M, B]
+        bytes_moved = jnp.sum(jnp.where(c["is_multi"][:, None], 0.0,
+                                        counts * c["single_bytes"][:, None]), axis=0)
+        bytes_moved = bytes_moved + jnp.sum(multi_bytes, axis=(0, 1))
         if self.memory is True:
+
             start, rows = ys
             p = p.astype(jnp.int32)
             ready = jnp.concatenate([rows[1:], row_last[None]])  # [M, D, B]
             end = start + jnp.take_along_axis(c["op_time_s"], p, axis=1)
-            events = jax.vmap(self._peak_memory, in_axes=(None, 1, 1, 1, 2, 2, 0))(
-                c, p, start, end, ready, bits, step_time)
+            events = jax.vmap(self._peak_memory, in_axes=(None, 1, 1, 1, 2, 1, 2, 0))(
+                c, p, start, end, ready, ubits, multi_bytes, step_time)
             return step_time, busy, bytes_moved, events
         if self.memory == "oom":
             return step_time, busy, bytes_moved, self._peak_bound(c, p, held)
@@ -288,16 +290,14 @@ class BatchedSimulator:
                                      for k in range(st["D"])])
         return held.T  # [B, D]
 
-    def _peak_memory(self, c, p, start, end, ready, bits, step_time):
+    def _peak_memory(self, c, p, start, end, ready, ubits, multi_bytes, step_time):
         """Peak memory of one placement: float64[D] (vmapped over the batch)."""
         st = self._static
-        m, d, nt = st["M"], st["D"], st["TM"]
-        sends = ((bits[:, :, None] >> jnp.arange(d, dtype=bits.dtype)[None, None, :])
-                 & bits.dtype.type(1)) > 0  # [M, TM, D]
-        need = jnp.any(sends, axis=1)
-        nbytes = jnp.zeros((m, d))
-        for t in range(nt):
-            nbytes = nbytes + jnp.where(sends[:, t], c["tensor_bytes_tm"][:, t:t + 1], 0.0)
+        m, d = st["M"], st["D"]
+        need = ((ubits[:, None] >> jnp.arange(d, dtype=ubits.dtype)[None, :])
+                & ubits.dtype.type(1)) > 0  # [M, D]
+        nbytes = jnp.where(c["is_multi"][:, None], multi_bytes[c["multi_index"]],
+                           jnp.where(need, c["single_bytes"][:, None], 0.0))
         # last_use[i, d]: latest end of a consumer of op i on device d (-inf: none).
         last_use = jnp.full((m, d), -jnp.inf).at[c["pair_src"], p[c["pair_dst"]]].max(
             end[c["pair_dst"]])
@@ -370,47 +370,44 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         tensor_op = np.zeros(0, np.int64)
         pairs = np.zeros((0, 2), np.int64)
     slots = _copy_slots(graph, d)
-    # Tensors of each op (in output order, as the reference adds their bytes) and the
-    # consumer ops of each tensor, padded: tm_cons[i, t, c], tm_mask.
-    tm_index = np.zeros(len(tensor_op), np.int64)  # a tensor's rank among its op's
-    if len(tensor_op):
-        first = np.searchsorted(tensor_op, tensor_op)  # tensors are sorted by (op, output)
-        tm_index = np.arange(len(tensor_op)) - first
-    tm = max(1, int(tm_index.max()) + 1 if len(tensor_op) else 1)
-    tensor_bytes_tm = np.zeros((m, tm))
-    tensor_bytes_tm[tensor_op, tm_index] = tensor_bytes
+    # (tensor, consumer op) pairs: a tensor goes once to each device that consumes it.
     if len(src):
         t_edges = np.unique(np.stack([edge_tensor, dst], axis=1), axis=0)
-        n_cons = np.bincount(t_edges[:, 0], minlength=len(tensor_op))
-        cmax = int(n_cons.max())
     else:
-        t_edges, cmax = np.zeros((0, 2), np.int64), 1
-    tm_cons = np.zeros((m, tm, cmax), np.int32)
-    tm_mask = np.zeros((m, tm, cmax), bool)
-    if len(t_edges):
-        rank = np.arange(len(t_edges)) - np.searchsorted(t_edges[:, 0], t_edges[:, 0])
-        tt = t_edges[:, 0]
-        tm_cons[tensor_op[tt], tm_index[tt], rank] = t_edges[:, 1]
-        tm_mask[tensor_op[tt], tm_index[tt], rank] = True
-    # Static bytes / bandwidth of each op's transfer on each link, when an op has one
-    # tensor at most (the transfer then carries exactly that tensor); else the bytes.
+        t_edges = np.zeros((0, 2), np.int64)
+    # Ops with one tensor: static bytes / bandwidth of their transfer on each link.
+    # Ops with several: indices into the per-batch table of _multi_bytes.
+    n_tensors = np.bincount(tensor_op, minlength=m) if m else np.zeros(0, np.int64)
+    is_multi = n_tensors > 1
+    single_bytes = np.zeros(m)
+    single_bytes[tensor_op] = tensor_bytes
+    single_bytes[is_multi] = 0.0
+    multi_ops = np.flatnonzero(is_multi)
+    multi_index = np.full(m, len(multi_ops), np.int32)  # the zero row for the others
+    multi_index[multi_ops] = np.arange(len(multi_ops))
     bw = inp.bandwidth_bytes_per_s
-    if tm == 1:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            xf = tensor_bytes_tm[:, 0, None, None] / bw[None]
-        xf = np.where(np.isfinite(xf), xf, 0.0)[..., None]  # [M, from, to, 1]
-    else:
-        xf = tensor_bytes_tm  # [M, TM]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        xf = single_bytes[:, None, None] / bw[None]
+    xf = np.where(np.isfinite(xf), xf, 0.0)[..., None]  # [M, from, to, 1]
+    # Edges of the tensors of multi-tensor ops: (tensor, consumer op).
+    mt = np.flatnonzero(is_multi[tensor_op]) if len(tensor_op) else np.zeros(0, np.int64)
+    mt_pos = np.full(len(tensor_op), -1, np.int64)
+    mt_pos[mt] = np.arange(len(mt))
+    me = t_edges[mt_pos[t_edges[:, 0]] >= 0] if len(t_edges) else t_edges
     out_slot, n_slots = _ready_slots(m, src, dst)
     group = inp.exclusive_group
     static = dict(M=m, D=d, G=inp.num_groups, K=k, T=len(tensor_op), P=graph.num_params,
-                  TM=tm, S=n_slots, G_ID=bool(np.array_equal(group, np.arange(d))))
+                  S=n_slots, G_ID=bool(np.array_equal(group, np.arange(d))),
+                  Q=len(multi_ops))
     consts = dict(
         op_time_s=inp.op_time_s, latency=inp.latency_s, bandwidth=bw,
         memory_bytes=inp.memory_bytes, group=group,
         in_src=in_src, in_mask=in_mask, in_slot=out_slot[in_src].astype(np.int32),
-        out_slot=out_slot, xf=xf, tm_cons=tm_cons, tm_mask=tm_mask,
-        tensor_bytes_tm=tensor_bytes_tm,
+        out_slot=out_slot, xf=xf,
+        single_bytes=single_bytes, is_multi=is_multi, multi_index=multi_index,
+        mt_op=multi_index[tensor_op[mt]].astype(np.int32), mt_owner=tensor_op[mt].astype(np.int32),
+        mt_bytes=tensor_bytes[mt], me_tensor=mt_pos[me[:, 0]].astype(np.int32),
+        me_dst=me[:, 1].astype(np.int32),
         tensor_op=tensor_op.astype(np.int32), tensor_bytes=tensor_bytes,
         pair_src=pairs[:, 0].astype(np.int32), pair_dst=pairs[:, 1].astype(np.int32),
         **slots,
@@ -481,16 +478,40 @@ def _ready_slots(m: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, 
     return slot, n + 1
 
 
-def _send_bits(c, p, d: int, tm: int):
-    """bits[i, t, b]: bit k set when tensor t of op i goes to device k != p[i, b]."""
-    dt = jnp.uint8 if d <= 8 else jnp.uint16 if d <= 16 else jnp.uint32 if d <= 32 else jnp.uint64
-    one = dt(1)
+def _bits_dtype(d: int):
+    return jnp.uint8 if d <= 8 else jnp.uint16 if d <= 16 else jnp.uint32 if d <= 32 \
+        else jnp.uint64
+
+
+def _union_bits(c, p, d: int):
+    """ubits[i, b]: bit k set when op i sends at least one tensor to device k != p[i, b]."""
+    dt = _bits_dtype(d)
     pu = p.astype(dt)
-    bits = jnp.zeros((p.shape[0], tm, p.shape[1]), dt)
-    for k in range(c["tm_cons"].shape[2]):
-        cons = c["tm_cons"][:, :, k]  # [M, TM]
-        bits = bits | jnp.where(c["tm_mask"][:, :, k, None], one << pu[cons], dt(0))
-    return bits & ~(one << pu)[:, None, :]
+    m = p.shape[0]
+    bits = jnp.zeros(p.shape, dt)
+    cons_dev = p[c["pair_dst"]]  # [pairs, B]
+    for k in range(d):
+        has = jnp.zeros(p.shape, jnp.uint8).at[c["pair_src"]].max(
+            (cons_dev == k).astype(jnp.uint8)) if m else jnp.zeros(p.shape, jnp.uint8)
+        bits = bits | (has.astype(dt) << dt(k))
+    return bits & ~(dt(1) << pu)
+
+
+def _multi_bytes(c, p, d: int, rows: int):
+    """float64[rows, D, B]: bytes each multi-tensor op sends to each device (the sum of
+    its distinct tensors consumed there, none to its own device); the last row is zeros.
+    Byte counts are whole numbers, so the sums are exact in any order."""
+    b = p.shape[1]
+    owner_dev = p[c["mt_owner"]]  # [Tq, B]
+    cons_dev = p[c["me_dst"]]  # [Eq, B]
+    out = []
+    for k in range(d):
+        present = jnp.zeros((c["mt_owner"].shape[0], b), jnp.uint8).at[c["me_tensor"]].max(
+            (cons_dev == k).astype(jnp.uint8))
+        sent = (present > 0) & (owner_dev != k)
+        out.append(jnp.zeros((rows, b)).at[c["mt_op"]].add(
+            jnp.where(sent, c["mt_bytes"][:, None], 0.0)))
+    return jnp.stack(out, axis=1)
 
 
 def _copy_slots(graph, d: int) -> dict:
