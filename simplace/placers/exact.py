@@ -1,0 +1,88 @@
+"""``exact``: brute force over every placement, for tiny graphs (the placers' test oracle).
+
+Enumerates all ``D**M`` placements (or ``D**G`` placements of the groups of a grouping
+given as option ``groups=``) in a fixed order and scores them with the batched
+simulator, a fixed batch size at a time. Enumeration order: placement number ``k`` puts
+op (or group) ``i`` on digit ``i`` of ``k`` written in base ``D``, the first op being the
+most significant digit, so ``k = 0`` is everything on device 0 and the last op changes
+fastest. Of the placements with the lowest score the one with the lowest ``k`` wins.
+Placements that run out of memory lose to every placement that fits (``ctx.score``).
+
+Options:
+  groups: int[M] group id per op (optional); ops of a group share a device.
+  max_placements: refuse (``SimplaceError``) when the space is larger (default 2**20).
+  batch: placements per simulator call (default 1024; smaller for small spaces).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from simplace.errors import SimplaceError
+from simplace.groups import check_groups, expand, normalize
+from simplace.placers import OOM_PENALTY, PlacerContext, PlacerOutput, register
+
+DEFAULT_MAX_PLACEMENTS = 2**20
+
+
+def _space(ctx: PlacerContext):
+    """(grouping int32[M] or None, number of placed units, D)."""
+    groups = ctx.options.get("groups")
+    d = int(ctx.cost_model.num_devices)
+    if groups is None:
+        return None, int(ctx.graph.num_ops), d
+    groups = normalize(check_groups(ctx.graph, groups))
+    return groups, (int(groups.max()) + 1 if groups.size else 0), d
+
+
+def placements_of(indices, num_units: int, num_devices: int) -> np.ndarray:
+    """int32[len(indices), num_units]: the placements with these enumeration numbers."""
+    idx = np.asarray(indices, dtype=np.int64)
+    powers = num_devices ** np.arange(num_units - 1, -1, -1, dtype=np.int64)
+    return ((idx[:, None] // powers[None, :]) % num_devices).astype(np.int32)
+
+
+@register("exact")
+def place(ctx: PlacerContext) -> PlacerOutput:
+    groups, n, d = _space(ctx)
+    limit = int(ctx.options.get("max_placements", DEFAULT_MAX_PLACEMENTS))
+    total = d ** n  # a Python int: exact however large
+    what = "groups" if groups is not None else "ops"
+    if total > limit:
+        raise SimplaceError(
+            f"exact: {d} devices ** {n} {what} = {total:.4g} placements, more than "
+            f"max_placements={limit}. Brute force is for tiny graphs: group the ops "
+            "(groups=...), raise max_placements, or use a search method such as 'local'.")
+    batch = int(ctx.options.get("batch", 1024))
+    if batch < 1:
+        raise SimplaceError(f"exact: batch must be >= 1, got {batch}.")
+    batch = min(batch, total)
+    t0 = time.perf_counter()
+    best_k, best_score = 0, np.inf
+    history = []
+    last_progress = t0
+    for start in range(0, total, batch):
+        k = np.arange(start, start + batch, dtype=np.int64)
+        k = np.minimum(k, total - 1)  # pad the last batch (same size: no recompile)
+        units = placements_of(k, n, d)
+        p = units if groups is None else units[:, groups]
+        scores = ctx.score(p)
+        j = int(np.argmin(scores))  # first of the lowest: lowest enumeration number
+        if scores[j] < best_score:
+            best_k, best_score = int(k[j]), float(scores[j])
+        done = min(start + batch, total)
+        now = time.perf_counter()
+        if now - last_progress > 2.0:
+            last_progress = now
+            ctx.progress(f"exact: {done}/{total} placements, best {best_score:.6g} s")
+        history.append({"wall_s": now - t0, "evaluations": done,
+                        "best_step_time_s": best_score})
+    units = placements_of([best_k], n, d)[0]
+    placement = units if groups is None else expand(groups, units)
+    info = {"placements": total, "best_index": best_k, "score": best_score,
+            "fits": bool(best_score < OOM_PENALTY)}
+    if groups is not None:
+        info["num_groups"] = n
+    return PlacerOutput(placement.astype(np.int32), history=history, info=info)

@@ -1,0 +1,483 @@
+"""``local``: simulated annealing over the batched simulator, from the best heuristic.
+
+Start: the best (lowest score, see below) of the placements given by the methods named in
+option ``starts`` (default: every registered method but ``local``, ``exact`` and
+``all``; methods that fail are skipped and reported in ``info["starts"]``) and of
+``single``. ``starts`` may also hold placements (int[M] arrays) to start from.
+
+Each round proposes a batch of ``batch`` neighbours of the current placement and scores
+them in one call of the batched simulator (``ctx.batched``, the call behind
+``ctx.score``). The score is ``ctx.score``'s (step time; OOM placements behind every
+placement that fits) plus, for OOM placements, ``OOM_PENALTY`` times their relative memory
+excess, so that from an OOM start the search is led to placements that fit. A neighbour
+is one move, or (40%) a few moves in a row (2, or a kick of 3-6):
+  * op: one op to another device, either a random op to a random device or an op at a
+    cut (an edge between two devices) to the device of the op across the cut;
+  * group: every op of one group to one device; groupings are
+    ``chain_collapse(colocate_free_ops(g))``, ``target_count`` of it (a few sizes) and
+    ``by_module`` at depths 1..4;
+  * swap: two groups of one grouping that sit on different devices exchange devices;
+  * subtree: every op whose module path starts with a prefix (forward ops, backward ops,
+    or both) to one device.
+Screening (option ``screen``, default "auto": on when most starts needed the
+simulator's exact memory check, i.e. its cheap memory bound says little on this graph and
+machine, as for big training graphs on GPUs): the batch is scored by a batched simulator
+without memory (``memory=False``, far cheaper there), and only the ``screen_checks``
+(default 2) fastest neighbours are checked for memory, and only in rounds where the
+fastest would be accepted (neighbours whose parameters alone overflow a device are
+left out); if all of them are OOM, the next ``screen_checks`` (up to 4 times); the best
+of those that fit is the batch's best. While the
+current placement is OOM, the ``REPAIR_CHECKS`` neighbours with the least parameter
+memory excess (then the fastest) are checked instead, every round.
+
+Acceptance is simulated annealing on the batch's best neighbour: it becomes the current
+placement if it is no worse, else with probability ``exp(-delta / T)``. The temperature
+falls geometrically from ``t0`` to ``t1`` (fractions of the step time of the start, or
+of the first placement found that fits; while none fits the search is greedy) over the
+budget (the fraction of ``max_evaluations`` used, or of the time budget, whichever is
+further along). After ``patience // 4`` rounds without a new best the search returns to
+the best placement; after ``patience`` rounds it stops. The best placement ever scored
+is returned, so an OOM placement is returned only if every placement scored was OOM.
+
+Stopping and determinism: option ``max_evaluations`` caps the number of placements
+scored; with it and no ``budget_s`` the search is deterministic for a fixed seed (the
+same placement on any machine). With a time budget (``budget_s``, default 30 s when no
+``max_evaluations`` is given; the start heuristics and compilation count against it) the
+number of rounds, hence the result, depends on the machine's speed.
+
+Options: starts, max_evaluations, patience (default 200 rounds), batch (placements per
+round; default 256, less on graphs of many thousand ops when not screening), screen,
+screen_checks, t0 (default 0.01), t1 (default 1e-4), module_depths (default
+(1, 2, 3, 4)).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from simplace.errors import SimplaceError
+from simplace.graph import split_name_path
+from simplace.groups import by_module, chain_collapse, colocate_free_ops, target_count
+from simplace.placers import OOM_PENALTY, PlacerContext, PlacerOutput, penalised, register
+
+DEFAULT_BUDGET_S = 30.0
+SCREEN_ROUNDS = 4  # screened rounds: at most this many calls of screen_checks checks
+REPAIR_CHECKS = 16  # screened rounds from an OOM placement: exact memory checks per round
+_NOT_STARTS = ("local", "exact", "all")
+
+
+# ---------------------------------------------------------------- scoring
+def _objective(ctx: PlacerContext, placements: np.ndarray):
+    """(float64[B], bool[B]): ``ctx.score`` (the penalised step time) plus, for OOM
+    placements, ``OOM_PENALTY`` times their memory excess (sum over devices of
+    (peak - capacity) / capacity), so that among OOM placements the search heads for
+    ones that fit; and which placements the simulator had to check exactly for memory.
+
+    Same simulator call as ``ctx.score``: in ``memory="oom"`` mode the peaks of
+    placements that may be OOM are exact, the others' are NaN (and they fit)."""
+    res = ctx.batched(placements)
+    score = penalised(res.step_time_s, res.oom)
+    suspect = ~np.all(np.isnan(res.peak_memory_bytes), axis=1)
+    if res.oom.any():
+        cap = np.maximum(np.asarray(ctx.cost_model.memory_bytes, dtype=np.float64), 1.0)
+        over = np.nan_to_num(res.peak_memory_bytes - cap[None, :], nan=0.0)
+        excess = np.sum(np.maximum(over, 0.0) / cap[None, :], axis=1)
+        score = np.where(res.oom, score + OOM_PENALTY * excess, score)
+    return score, suspect
+
+
+def _param_excess(ctx: PlacerContext, placements: np.ndarray) -> np.ndarray:
+    """float64[B]: a lower bound of each placement's memory excess (as in
+    ``_objective``) from the parameters alone, which stay resident all step."""
+    g = ctx.graph
+    b, d = len(placements), int(ctx.cost_model.num_devices)
+    if g.num_params == 0 or len(g.param_op) == 0:
+        return np.zeros(b)
+    held = np.zeros((b, g.num_params, d), dtype=bool)
+    rows = np.repeat(np.arange(b), len(g.param_op))
+    held[rows, np.tile(g.param_index, b), placements[:, g.param_op].reshape(-1)] = True
+    resident = np.einsum("bpd,p->bd", held, np.asarray(g.param_sizes, dtype=np.float64))
+    cap = np.maximum(np.asarray(ctx.cost_model.memory_bytes, dtype=np.float64), 1.0)
+    return np.sum(np.maximum(resident - cap[None, :], 0.0) / cap[None, :], axis=1)
+
+
+def _pad(placements: np.ndarray, batch: int) -> np.ndarray:
+    k = len(placements)
+    if k >= batch:
+        return placements
+    return np.concatenate([placements, np.repeat(placements[:1], batch - k, axis=0)])
+
+
+def _score_fixed(ctx: PlacerContext, placements: np.ndarray, batch: int):
+    """``_objective`` of any number of placements, always in calls of exactly ``batch``
+    rows (the last chunk padded with copies), so the simulator compiles one batch size."""
+    n = len(placements)
+    out, suspect = np.empty(n), np.zeros(n, dtype=bool)
+    for s in range(0, n, batch):
+        chunk = placements[s:s + batch]
+        k = len(chunk)
+        o, sus = _objective(ctx, _pad(chunk, batch))
+        out[s:s + k], suspect[s:s + k] = o[:k], sus[:k]
+    return out, suspect
+
+
+# ---------------------------------------------------------------- starts
+def _start_list(ctx: PlacerContext) -> list:
+    starts = ctx.options.get("starts")
+    if starts is None:
+        from simplace.placers import methods
+
+        starts = [m for m in methods() if m not in _NOT_STARTS]
+    elif isinstance(starts, str):
+        starts = [starts]
+    elif isinstance(starts, np.ndarray):
+        starts = [starts] if starts.ndim == 1 else list(starts)
+    else:
+        starts = list(starts)
+        if starts and all(isinstance(x, int | np.integer) for x in starts):
+            starts = [np.asarray(starts)]  # one placement given as a list of ints
+    if not any(isinstance(x, str) and x == "single" for x in starts):
+        starts.append("single")
+    return starts
+
+
+def _run_starts(ctx: PlacerContext, deadline: float, sub_budget: float | None):
+    """[(label, placement)] and a report row per start."""
+    from simplace.placement import check_placement
+    from simplace.placers import optimize
+
+    m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
+    found, report = [], []
+    for i, s in enumerate(_start_list(ctx)):
+        if isinstance(s, str):
+            if s in _NOT_STARTS:
+                report.append({"start": s, "error": "not usable as a start"})
+                continue
+            if time.perf_counter() > deadline and s != "single":
+                report.append({"start": s, "error": "skipped: time budget spent"})
+                continue
+            t = time.perf_counter()
+            try:
+                res = optimize(ctx.graph, ctx.cost_model, method=s, seed=ctx.seed,
+                               budget_s=sub_budget)
+            except Exception as err:  # a failing heuristic must not sink the search
+                report.append({"start": s, "error": f"{type(err).__name__}: {err}"})
+                continue
+            found.append((s, res.placement))
+            report.append({"start": s, "wall_s": time.perf_counter() - t})
+        else:
+            try:
+                p = check_placement(s, m, d)
+            except SimplaceError as err:
+                raise SimplaceError(f"local: start placement {i} is invalid: {err}") from None
+            found.append((f"placement[{i}]", p))
+            report.append({"start": f"placement[{i}]"})
+    return found, report
+
+
+# ---------------------------------------------------------------- move structures
+def _csr(labels: np.ndarray):
+    """(order, ptr): members of group g are order[ptr[g]:ptr[g+1]]."""
+    order = np.argsort(labels, kind="stable")
+    ptr = np.zeros(int(labels.max()) + 2, dtype=np.int64)
+    np.cumsum(np.bincount(labels), out=ptr[1:])
+    return order.astype(np.int64), ptr
+
+
+def _groupings(ctx: PlacerContext) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """[(name, order, ptr)] of the groupings whose groups are moved and swapped."""
+    g = ctx.graph
+    m, d = g.num_ops, ctx.cost_model.num_devices
+    cands = []
+    chains = chain_collapse(g, colocate_free_ops(g))
+    cands.append(("chains", chains))
+    n_chains = int(chains.max()) + 1
+    for k in (4 * d, 16 * d, 64 * d):
+        if k < n_chains:
+            cands.append((f"ranges{k}", target_count(g, k, chains)))
+    for depth in ctx.options.get("module_depths", (1, 2, 3, 4)):
+        cands.append((f"module{depth}", by_module(g, int(depth))))
+    out, seen = [], set()
+    for name, labels in cands:
+        labels = np.asarray(labels, dtype=np.int64)
+        n = int(labels.max()) + 1
+        key = labels.tobytes()
+        if n < 2 or n >= m or key in seen:  # one group, or no coarser than single ops
+            continue
+        seen.add(key)
+        order, ptr = _csr(labels)
+        out.append((name, order, ptr))
+    return out
+
+
+def _subtrees(ctx: PlacerContext) -> list[np.ndarray]:
+    """Op sets of module subtrees: every op whose path starts with a prefix, for forward
+    ops, backward ops and both; sets of all ops or of one op are left out."""
+    m = ctx.graph.num_ops
+    sets: dict[tuple, list[int]] = {}
+    for i, path in enumerate(ctx.graph.name_path.tolist()):
+        backward, parts = split_name_path(path)
+        for k in range(1, len(parts) + 1):
+            sets.setdefault(("bwd" if backward else "fwd", parts[:k]), []).append(i)
+            sets.setdefault(("any", parts[:k]), []).append(i)
+    out, seen = [], set()
+    for key in sorted(sets):
+        ops = np.asarray(sets[key], dtype=np.int64)
+        if 1 < len(ops) < m and ops.tobytes() not in seen:
+            seen.add(ops.tobytes())
+            out.append(ops)
+    return out
+
+
+class _Mover:
+    """Proposes neighbours of a placement (see the module docstring)."""
+
+    KINDS = ("op", "cut", "group", "swap", "subtree")
+
+    def __init__(self, ctx: PlacerContext):
+        g = ctx.graph
+        self.m, self.d = g.num_ops, int(ctx.cost_model.num_devices)
+        self.src, self.dst = np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64)
+        self.groupings = _groupings(ctx)
+        self.subtrees = _subtrees(ctx)
+        w = np.array([0.2, 0.2 if len(self.src) else 0.0, 0.3 if self.groupings else 0.0,
+                      0.15 if self.groupings else 0.0, 0.15 if self.subtrees else 0.0])
+        self.kind_p = w / w.sum()
+
+    def _other_device(self, rng, dev: int) -> int:
+        return int((dev + 1 + rng.integers(self.d - 1)) % self.d)
+
+    def _set(self, rng, p: np.ndarray, ops: np.ndarray) -> None:
+        """Put ``ops`` on one random device, one where not all of them are already."""
+        dev = int(rng.integers(self.d))
+        if np.all(p[ops] == dev):
+            dev = self._other_device(rng, dev)
+        p[ops] = dev
+
+    def _group(self, rng):
+        order, ptr = self.groupings[int(rng.integers(len(self.groupings)))][1:]
+        k = int(rng.integers(len(ptr) - 1))
+        return order, ptr, k
+
+    def move(self, rng, p: np.ndarray, cut: np.ndarray) -> None:
+        """Apply one random move to ``p`` in place; ``cut``: edges across devices of the
+        current placement."""
+        kind = self.KINDS[int(rng.choice(len(self.KINDS), p=self.kind_p))]
+        if kind == "cut" and len(cut):
+            e = int(cut[int(rng.integers(len(cut)))])
+            a, b = int(self.src[e]), int(self.dst[e])
+            if rng.random() < 0.5:
+                a, b = b, a
+            if p[a] != p[b]:
+                p[a] = p[b]
+                return
+            kind = "op"
+        if kind in ("op", "cut"):
+            i = int(rng.integers(self.m))
+            p[i] = self._other_device(rng, int(p[i]))
+        elif kind == "group":
+            order, ptr, k = self._group(rng)
+            self._set(rng, p, order[ptr[k]:ptr[k + 1]])
+        elif kind == "swap":
+            order, ptr, k = self._group(rng)
+            a = order[ptr[k]:ptr[k + 1]]
+            k2 = int(rng.integers(len(ptr) - 1))
+            b = order[ptr[k2]:ptr[k2 + 1]]
+            da = int(np.bincount(p[a], minlength=self.d).argmax())
+            db = int(np.bincount(p[b], minlength=self.d).argmax())
+            if da == db or k == k2:
+                self._set(rng, p, a)
+            else:
+                p[a], p[b] = db, da
+        else:
+            self._set(rng, p, self.subtrees[int(rng.integers(len(self.subtrees)))])
+
+    def propose(self, rng, current: np.ndarray, batch: int) -> np.ndarray:
+        cut = np.flatnonzero(current[self.src] != current[self.dst])
+        out = np.repeat(current[None], batch, axis=0)
+        # Most neighbours are one move away; some two, some a kick of 3-6 moves, so that
+        # every batch also samples a wider ring around the current placement.
+        n_moves = rng.choice([1, 2, 3, 4, 5, 6], size=batch,
+                             p=[0.6, 0.2, 0.05, 0.05, 0.05, 0.05])
+        for b in range(batch):
+            p = out[b]
+            for _ in range(int(n_moves[b])):
+                self.move(rng, p, cut)
+        return out
+
+
+# ---------------------------------------------------------------- the search
+def _default_batch(m: int, screen: bool) -> int:
+    # The simulator's cost per call grows with B * M. Without screening many
+    # placements go through the exact memory simulation, which is slow and needs much
+    # memory on big graphs: keep B * M near a million there.
+    if screen or m <= 4000:
+        return 256
+    return int(max(32, 2 ** int(math.log2(max(1.0, 1e6 / m)))))
+
+
+def _accepts(delta: float, u: float, temp: float) -> bool:
+    return delta <= 0 or u < math.exp(-delta / temp)
+
+
+@register("local")
+def place(ctx: PlacerContext) -> PlacerOutput:
+    t_begin = time.perf_counter()
+    g, opts = ctx.graph, ctx.options
+    m, d = g.num_ops, int(ctx.cost_model.num_devices)
+    max_evals = opts.get("max_evaluations")
+    max_evals = None if max_evals is None else int(max_evals)
+    budget = ctx.budget_s
+    if budget is None and max_evals is None:
+        budget = DEFAULT_BUDGET_S
+    deadline = math.inf if budget is None else t_begin + float(budget)
+    patience = int(opts.get("patience", 200))
+    checks = int(opts.get("screen_checks", 2))
+    t0_rel, t1_rel = float(opts.get("t0", 0.01)), float(opts.get("t1", 1e-4))
+    screen = opts.get("screen", "auto")
+    if screen not in ("auto", True, False):
+        raise SimplaceError(f"local: screen must be 'auto', True or False, got {screen!r}.")
+    if patience < 1 or checks < 1 or not (t0_rel > 0 and t1_rel > 0):
+        raise SimplaceError("local: patience and screen_checks must be >= 1, t0 and t1 > 0.")
+
+    found, start_report = _run_starts(ctx, deadline,
+                                      None if budget is None else 0.25 * float(budget))
+    if m == 0 or d == 1 or not found:
+        p = found[0][1] if found else np.zeros(m, dtype=np.int32)
+        return PlacerOutput(p.astype(np.int32), info={"starts": start_report,
+                                                      "note": "nothing to search"})
+    start_p = np.stack([p for _, p in found]).astype(np.int32)
+    # Starts are scored in the same small fixed batch as the screened rounds' checks.
+    start_s, suspect = _score_fixed(ctx, start_p, checks)
+    if screen == "auto":
+        screen = bool(suspect.mean() >= 0.5)
+    batch = int(opts.get("batch", _default_batch(m, screen)))
+    if batch < 1:
+        raise SimplaceError(f"local: batch must be >= 1, got {batch}.")
+    fast = None
+    if screen:
+        from simplace.sim import batched_simulator
+
+        fast = batched_simulator(g, ctx.cost_model, memory=False)
+    for row, s in zip((r for r in start_report if "error" not in r), start_s, strict=True):
+        row["score"] = float(s)
+    j = int(np.argmin(start_s))
+    best, best_s = start_p[j].copy(), float(start_s[j])
+    cur, cur_s = best.copy(), best_s
+    evals, memory_checks = len(start_p), len(start_p)
+    # Temperatures are fractions of the first fitting best's step time; while nothing
+    # fits the search is greedy (uphill steps would only add memory excess).
+    ref = best_s if best_s < OOM_PENALTY else None
+    mover = _Mover(ctx)
+    rng = ctx.rng
+
+    t_search = time.perf_counter()
+    history = [{"wall_s": t_search - t_begin, "evaluations": evals,
+                "best_step_time_s": best_s, "current_step_time_s": cur_s}]
+    rounds = stale = accepted = 0
+    last_note = t_search
+    stop = "budget"
+    while True:
+        now = time.perf_counter()
+        if max_evals is not None and evals >= max_evals:
+            stop = "max_evaluations"
+            break
+        if now >= deadline:
+            stop = "time budget"
+            break
+        if stale >= patience:
+            stop = "patience"
+            break
+        frac = 0.0
+        if max_evals is not None:
+            frac = evals / max_evals
+        if budget is not None and deadline > t_search:
+            frac = max(frac, (now - t_search) / (deadline - t_search))
+        if ref is None and best_s < OOM_PENALTY:
+            ref = best_s
+        temp = 1e-300 if ref is None else max(
+            t0_rel * ref * (t1_rel / t0_rel) ** min(1.0, frac), 1e-300)
+
+        cand = mover.propose(rng, cur, batch)
+        # A neighbour whose moves cancelled out is the current placement: never pick it,
+        # or the search could not take an uphill step.
+        same = np.all(cand == cur[None], axis=1)
+        evals += batch
+        rounds += 1
+        pick = None
+        if screen and cur_s >= OOM_PENALTY:
+            # Repair: the current placement is OOM, and the fastest neighbours tend to be
+            # too. Rank by the parameters' memory excess (a lower bound of the excess),
+            # then step time, and check the first few exactly.
+            steps = np.where(same, np.inf, fast(cand).step_time_s)
+            u = rng.random()
+            top = np.lexsort((steps, _param_excess(ctx, cand)))[:REPAIR_CHECKS]
+            obj, _ = _objective(ctx, _pad(cand[top], REPAIR_CHECKS))
+            obj = obj[:len(top)]
+            memory_checks += len(top)
+            pick = int(top[int(np.argmin(obj))]), float(obj.min())
+        elif screen:
+            # Step times of the whole batch without memory; the exact memory check only
+            # for the few fastest, and only when the fastest would be accepted.
+            steps = np.where(same, np.inf, fast(cand).step_time_s)
+            # Neighbours whose parameters alone overflow a device are surely OOM.
+            steps = np.where(_param_excess(ctx, cand) > 0, np.inf, steps)
+            u = rng.random()
+            ranked = np.argsort(steps, kind="stable")
+            ranked = ranked[np.isfinite(steps[ranked])][:checks * SCREEN_ROUNDS]
+            if len(ranked) and _accepts(float(steps[ranked[0]]) - cur_s, u, temp):
+                # Check the fastest few; if all are OOM, the next few (at a memory
+                # frontier the fastest neighbours are often the ones that overflow).
+                for c in range(0, len(ranked), checks):
+                    top = ranked[c:c + checks]
+                    obj, _ = _objective(ctx, _pad(cand[top], checks))
+                    obj = obj[:len(top)]
+                    memory_checks += len(top)
+                    k = int(np.argmin(obj))
+                    if pick is None or obj[k] < pick[1]:
+                        pick = int(top[k]), float(obj[k])
+                    if pick[1] < OOM_PENALTY:
+                        break
+        else:
+            obj, _ = _objective(ctx, cand)
+            obj = np.where(same, np.inf, obj)
+            u = rng.random()
+            k = int(np.argmin(obj))
+            pick = k, float(obj[k])
+        if pick is not None and _accepts(pick[1] - cur_s, u, temp):
+            cur, cur_s = cand[pick[0]].copy(), pick[1]
+            accepted += 1
+        improved = cur_s < best_s
+        if improved:
+            best, best_s = cur.copy(), cur_s
+            stale = 0
+        else:
+            stale += 1
+            if stale % max(1, patience // 4) == 0:
+                cur, cur_s = best.copy(), best_s  # back to the best, from a new angle
+        now = time.perf_counter()
+        if improved or rounds % 10 == 0:  # rows by round count: deterministic
+            history.append({"wall_s": now - t_begin, "evaluations": evals,
+                            "best_step_time_s": best_s, "current_step_time_s": cur_s})
+        if now - last_note > 3.0:
+            last_note = now
+            ctx.progress(f"local: {evals} evaluations, best {best_s:.6g} s, "
+                         f"current {cur_s:.6g} s, T {temp:.3g}")
+    t_end = time.perf_counter()
+    history.append({"wall_s": t_end - t_begin, "evaluations": evals,
+                    "best_step_time_s": best_s, "current_step_time_s": cur_s})
+    search_s = t_end - t_search
+    info = {
+        "starts": start_report, "start": found[j][0], "start_score": float(start_s[j]),
+        "score": best_s, "fits": bool(best_s < OOM_PENALTY), "evaluations": evals,
+        "memory_checks": memory_checks if screen else evals, "screen": screen,
+        "rounds": rounds, "accepted": accepted, "stop": stop, "batch": batch,
+        "search_s": search_s,
+        "evaluations_per_s": (evals - len(start_p)) / search_s if search_s > 0 else None,
+        "groupings": {name: len(ptr) - 1 for name, _, ptr in mover.groupings},
+        "subtrees": len(mover.subtrees),
+    }
+    return PlacerOutput(best.astype(np.int32), history=history, info=info)

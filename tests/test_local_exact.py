@@ -1,0 +1,205 @@
+"""``exact`` (brute force, the placers' oracle) and ``local`` (simulated annealing)."""
+
+import itertools
+import types
+
+import numpy as np
+import pytest
+
+from simplace.errors import SimplaceError
+from simplace.placers import OOM_PENALTY, optimize
+from simplace.sim import make_sim_inputs, simulate
+from tests import sim_cases
+
+
+def machine(inp, name="test"):
+    """A duck-typed cost model around SimInputs (what placers and simulators read)."""
+    d = inp.num_devices
+    return types.SimpleNamespace(
+        name=name, num_devices=d, device_names=[f"dev{k}" for k in range(d)],
+        op_times=lambda graph: inp.op_time_s, latency_s=inp.latency_s,
+        bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s, memory_bytes=inp.memory_bytes,
+        exclusive_group_ids=inp.exclusive_group)
+
+
+def tiny_case(seed, m=None, d=None):
+    rng = np.random.default_rng(seed)
+    shape = sim_cases.SHAPES[seed % len(sim_cases.SHAPES)]
+    m = m or int(rng.integers(6, 9))
+    d = d or int(rng.integers(2, 4))
+    g = sim_cases.random_graph(rng, shape, m)
+    inp = sim_cases.random_inputs(rng, m, d, exclusive=bool(seed % 3 == 0),
+                                  integer_times=bool(seed % 4 == 1))
+    return g, machine(inp)
+
+
+def reference_optimum(g, cm):
+    """(best score, all scores) over every placement, with the reference simulator;
+    OOM placements rank behind every placement that fits."""
+    scores = []
+    for p in itertools.product(range(cm.num_devices), repeat=g.num_ops):
+        r = simulate(g, cm, np.array(p))
+        scores.append(r.step_time_s + (OOM_PENALTY if r.oom else 0.0))
+    scores = np.array(scores)
+    return scores.min(), scores
+
+
+def ref_score(g, cm, p):
+    r = simulate(g, cm, p)
+    return r.step_time_s + (OOM_PENALTY if r.oom else 0.0)
+
+
+# ---------------------------------------------------------------- exact
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_matches_reference_enumeration(seed):
+    g, cm = tiny_case(seed)
+    res = optimize(g, cm, method="exact")
+    best, scores = reference_optimum(g, cm)
+    got = res.step_time_s + (OOM_PENALTY if res.oom else 0.0)
+    assert got == pytest.approx(best, rel=1e-9, abs=1e-12)
+    assert res.info["placements"] == cm.num_devices ** g.num_ops
+    # The reported score is the batched simulator's; the front end re-simulated it.
+    assert res.info["score"] == pytest.approx(got, rel=1e-9, abs=1e-12)
+
+
+def test_exact_ties_go_to_lowest_index():
+    g = sim_cases.make_graph([], [], m=2)  # two independent ops, equal times
+    cm = machine(make_sim_inputs(np.ones((2, 2)), np.zeros((2, 2)), np.ones((2, 2)),
+                                 np.full(2, 1e12)))
+    res = optimize(g, cm, method="exact")
+    assert res.placement.tolist() == [0, 1]  # [0, 1] and [1, 0] tie; [0, 1] is first
+    assert res.step_time_s == 1.0
+
+
+def test_exact_with_groups_and_corner_cases():
+    g, cm = tiny_case(1, m=8, d=2)
+    groups = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    res = optimize(g, cm, method="exact", groups=groups)
+    assert res.info["placements"] == 2 ** 4
+    p = res.placement
+    assert np.all(p[0::2] == p[1::2])
+    best = min(ref_score(g, cm, np.repeat(np.array(q), 2))
+               for q in itertools.product(range(2), repeat=4))
+    assert res.step_time_s + (OOM_PENALTY if res.oom else 0) == pytest.approx(best, rel=1e-9)
+    # One device; one op.
+    g1, cm1 = tiny_case(2, m=1, d=1)
+    assert optimize(g1, cm1, method="exact").placement.tolist() == [0]
+
+
+def test_exact_refuses_large_spaces():
+    g, cm = tiny_case(3, m=8, d=3)
+    with pytest.raises(SimplaceError, match=r"3 devices \*\* 8 ops = 6561 placements.*"
+                                            r"max_placements=1000"):
+        optimize(g, cm, method="exact", max_placements=1000)
+    big = sim_cases.random_graph(np.random.default_rng(0), "chain", 40)
+    cm_big = machine(sim_cases.random_inputs(np.random.default_rng(0), 40, 4))
+    with pytest.raises(SimplaceError, match=r"4 devices \*\* 40 ops = 1\.209e\+24"):
+        optimize(big, cm_big, method="exact")
+
+
+def test_exact_prefers_fitting_placements():
+    g, cm = oom_case()
+    res = optimize(g, cm, method="exact")
+    assert not res.oom
+
+
+# ---------------------------------------------------------------- local
+@pytest.mark.parametrize("seed", range(5))
+def test_local_finds_brute_force_optimum(seed):
+    g, cm = tiny_case(seed + 10)
+    ex = optimize(g, cm, method="exact")
+    res = optimize(g, cm, method="local", seed=seed, starts=[], max_evaluations=20_000)
+    assert res.step_time_s == pytest.approx(ex.step_time_s, rel=1e-9, abs=1e-12)
+    assert res.oom == ex.oom
+    # The front end's reference step time equals the score the search reported.
+    got = res.step_time_s + (OOM_PENALTY if res.oom else 0.0)
+    assert res.info["score"] == pytest.approx(got, rel=1e-9, abs=1e-12)
+    h = res.history
+    assert h and set(h[0]) >= {"wall_s", "evaluations", "best_step_time_s",
+                               "current_step_time_s"}
+    best = [row["best_step_time_s"] for row in h]
+    assert best == sorted(best, reverse=True)
+    assert res.info["evaluations"] <= 20_000 + res.info["batch"]
+
+
+def test_local_never_worse_than_its_start():
+    rng = np.random.default_rng(7)
+    g = sim_cases.random_graph(rng, "layered", 40)
+    cm = machine(sim_cases.random_inputs(rng, 40, 4))
+    ex_start = optimize(g, cm, method="single").placement.copy()
+    ex_start[::3] = 2  # a deliberate, fitting start
+    start_score = ref_score(g, cm, ex_start)
+    res = optimize(g, cm, method="local", seed=1, starts=[ex_start], max_evaluations=2048,
+                   batch=128)
+    assert res.step_time_s <= start_score * (1 + 1e-9)
+    assert res.step_time_s <= optimize(g, cm, method="single").step_time_s * (1 + 1e-9)
+    assert res.info["start"] in ("placement[0]", "single")
+
+
+def oom_case():
+    """Eight ops each holding a 100-byte parameter, two devices of 500 bytes: nothing fits
+    on one device, half and half does."""
+    m = 8
+    g = sim_cases.make_graph(list(range(m - 1)), list(range(1, m)), m=m,
+                             edge_bytes=np.ones(m - 1), out_bytes=np.ones(m),
+                             params=(np.full(m, 100.0), [(i, i) for i in range(m)]))
+    t = np.tile([1.0, 2.0], (m, 1))  # device 0 faster
+    inp = make_sim_inputs(t, np.full((2, 2), 0.1), np.full((2, 2), 1e6), np.full(2, 500.0))
+    return g, machine(inp)
+
+
+@pytest.mark.parametrize("screen", ["auto", False])
+def test_local_returns_fitting_placement_on_tight_memory(screen):
+    g, cm = oom_case()
+    single = optimize(g, cm, method="single")
+    assert single.oom  # the start is OOM
+    res = optimize(g, cm, method="local", seed=0, starts=[], max_evaluations=4096,
+                   screen=screen)
+    assert res.info["screen"] is (screen == "auto")  # every placement here is a suspect
+    assert not res.oom
+    assert res.info["fits"]
+    if screen is False:  # every neighbour checked for memory: finds the optimum
+        ex = optimize(g, cm, method="exact")
+        assert res.step_time_s == pytest.approx(ex.step_time_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", [20, 21])
+def test_local_screened_finds_brute_force_optimum(seed):
+    g, cm = tiny_case(seed)
+    ex = optimize(g, cm, method="exact")
+    res = optimize(g, cm, method="local", seed=seed, starts=[], max_evaluations=20_000,
+                   screen=True)
+    assert res.info["screen"] is True
+    assert res.step_time_s == pytest.approx(ex.step_time_s, rel=1e-9, abs=1e-12)
+
+
+def test_local_is_deterministic_for_seed_and_evaluations():
+    rng = np.random.default_rng(11)
+    g = sim_cases.random_graph(rng, "random", 30)
+    cm = machine(sim_cases.random_inputs(rng, 30, 3))
+    kw = dict(method="local", starts=[], max_evaluations=1024, batch=64, patience=10_000)
+    a = optimize(g, cm, seed=5, **kw)
+    b = optimize(g, cm, seed=5, **kw)
+    assert np.array_equal(a.placement, b.placement)
+    assert a.info["evaluations"] == b.info["evaluations"]
+    assert [r["best_step_time_s"] for r in a.history] == \
+        [r["best_step_time_s"] for r in b.history]
+
+
+def test_local_default_starts_and_failures_are_reported():
+    g, cm = tiny_case(4)
+    res = optimize(g, cm, method="local", seed=0, starts=["single", "no_such_method"],
+                   max_evaluations=512)
+    rows = {r["start"]: r for r in res.info["starts"]}
+    assert "error" in rows["no_such_method"]
+    assert "score" in rows["single"]
+    with pytest.raises(SimplaceError, match="start placement 0 is invalid"):
+        optimize(g, cm, method="local", starts=[np.zeros(3, dtype=int)], max_evaluations=64)
+
+
+def test_local_time_budget_and_trivial_cases():
+    g, cm = tiny_case(5)
+    res = optimize(g, cm, method="local", seed=0, starts=[], budget_s=1.0)
+    assert res.info["stop"] in ("time budget", "patience")
+    g1, cm1 = tiny_case(2, m=3, d=1)
+    assert optimize(g1, cm1, method="local", max_evaluations=64).placement.tolist() == [0] * 3
