@@ -60,9 +60,15 @@ def test_graph_on_file_factory_with_batch_and_inference(capsys, factory_file):
     assert code == 0 and "tanh" in out
 
 
-def test_graph_on_module_factory(capsys):
-    code, out, _ = run(capsys, "graph", "simplace.zoo:get")  # get() needs a name: fails
-    assert code == 2
+def test_graph_on_module_factory(capsys, tmp_path, monkeypatch):
+    (tmp_path / "user_models_pkg").mkdir()
+    (tmp_path / "user_models_pkg" / "__init__.py").write_text("")
+    (tmp_path / "user_models_pkg" / "nets.py").write_text(FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, _ = run(capsys, "graph", "user_models_pkg.nets:factory", "--batch", "2")
+    assert code == 0 and "dot_general" in out
+    code, _, err = run(capsys, "graph", "user_models_pkg.nope:factory")
+    assert code == 2 and "Cannot import module 'user_models_pkg.nope'" in err
 
 
 def test_unknown_model_lists_the_zoo(capsys):
