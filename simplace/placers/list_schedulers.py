@@ -609,25 +609,18 @@ def favourite_children_lp(pb: _Problem) -> tuple[list[int], dict]:
     vals += [np.ones(k), -np.ones(k)]
     rhs.append(-w[sinks])
     r += k
-    # -sum_j x_ij <= 1 - outdeg(i), for ops with >= 2 children
-    multi = outdeg >= 2
-    sel = np.flatnonzero(multi[ps])
-    row_of = np.full(m, -1)
-    row_of[multi] = r + np.arange(int(multi.sum()))
-    rows.append(row_of[ps[sel]])
-    cols.append(sel)
-    vals.append(-np.ones(len(sel)))
-    rhs.append(1.0 - outdeg[multi])
-    r += int(multi.sum())
-    multi = indeg >= 2
-    sel = np.flatnonzero(multi[pd])
-    row_of = np.full(m, -1)
-    row_of[multi] = r + np.arange(int(multi.sum()))
-    rows.append(row_of[pd[sel]])
-    cols.append(sel)
-    vals.append(-np.ones(len(sel)))
-    rhs.append(1.0 - indeg[multi])
-    r += int(multi.sum())
+    # -sum_j x_ij <= 1 - outdeg(i) for ops with >= 2 children, and
+    # -sum_i x_ij <= 1 - indeg(j) for ops with >= 2 parents.
+    for deg, end in ((outdeg, ps), (indeg, pd)):
+        multi = deg >= 2
+        sel = np.flatnonzero(multi[end])
+        row_of = np.full(m, -1)
+        row_of[multi] = r + np.arange(int(multi.sum()))
+        rows.append(row_of[end[sel]])
+        cols.append(sel)
+        vals.append(-np.ones(len(sel)))
+        rhs.append(1.0 - deg[multi])
+        r += int(multi.sum())
     a_ub = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
                       shape=(r, n)).tocsr()
     b_ub = np.concatenate(rhs)
