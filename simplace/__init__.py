@@ -17,6 +17,7 @@ from simplace.errors import (
 from simplace.graph import OpGraph
 from simplace.groups import coarsen
 from simplace.placement import Placement
+from simplace.placers import optimize
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
 
@@ -38,6 +39,7 @@ __all__ = [
     "TraceError",
     "batched_simulator",
     "lower_bound",
+    "optimize",
     "simulate",
     "coarsen",
     "trace",

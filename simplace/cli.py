@@ -165,7 +165,7 @@ def cmd_optimize(args) -> int:
     from simplace.cost_model import CostModel
     from simplace.models import load_graph
     from simplace.placement import Placement
-    from simplace.placers import compare, optimize
+    from simplace.placers import best_of, compare, optimize
     from simplace.sim import lower_bound
 
     cost_model = CostModel.load(args.cost_model)
@@ -184,8 +184,7 @@ def cmd_optimize(args) -> int:
                           progress=progress)
         print()
         print(results_table(results, bound_s))
-        fitting = [r for r in results if not r.oom] or results
-        best = min(fitting, key=lambda r: r.step_time_s)
+        best = best_of(results)
     else:
         best = optimize(graph, cost_model, args.method, seed=args.seed,
                         budget_s=args.budget_s, progress=progress)

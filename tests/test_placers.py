@@ -60,3 +60,12 @@ def test_compare_runs_each_method_once(nmt, k40x4):
     assert [r.method for r in results][0] == "single"
     for r in results:
         check_result(nmt, k40x4, r)
+
+
+def test_all_returns_the_best_fitting_result(nmt, k40x4):
+    best = simplace.optimize(nmt, k40x4, "all", budget_s=2.0)
+    check_result(nmt, k40x4, best, expect_fit=True)
+    compared = best.info["compared"]
+    assert {row["method"] for row in compared} >= {"single", "expert", "heft"}
+    fitting = [row["step_time_s"] for row in compared if not row["oom"]]
+    assert best.step_time_s == min(fitting)

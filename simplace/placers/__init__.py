@@ -181,7 +181,8 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
     Args:
       graph: an OpGraph.
       cost_model: a CostModel.
-      method: one of ``methods()``.
+      method: one of ``methods()``, or ``"all"``: run them all (``compare``) and return
+        the best, with every method's figures in ``info["compared"]``.
       seed: seeds every random choice; the same seed gives the same placement.
       budget_s: wall-time budget for search methods (None: the method's default).
       progress: called with short progress messages (the CLI prints them).
@@ -192,6 +193,9 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
       simulator.
     """
     _load_methods()
+    if method == "all":
+        return best_of(compare(graph, cost_model, seed=seed, budget_s=budget_s,
+                               progress=progress))
     if method not in _METHODS:
         raise SimplaceError(f"Unknown placement method {method!r}. Available: "
                             f"{', '.join(sorted(_METHODS))} (or 'all').")
@@ -234,3 +238,15 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
             if progress:
                 progress(f"{m} failed: {err}")
     return results
+
+
+def best_of(results: list[OptimizeResult]) -> OptimizeResult:
+    """The fastest result that fits in memory (the fastest of all if none fits), with a
+    summary of every result in ``info["compared"]``."""
+    if not results:
+        raise SimplaceError("No placement method succeeded; see the progress messages.")
+    fitting = [r for r in results if not r.oom] or results
+    best = min(fitting, key=lambda r: r.step_time_s)
+    compared = [{"method": r.method, "step_time_s": r.step_time_s, "oom": r.oom,
+                 "wall_s": r.wall_s} for r in results]
+    return dataclasses.replace(best, info={**best.info, "compared": compared})
