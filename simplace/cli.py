@@ -7,12 +7,7 @@ import sys
 import time
 
 from simplace.errors import SimplaceError
-
-
-def _fmt_bytes(n: float) -> str:
-    from simplace.graph import _fmt_bytes as fmt
-
-    return fmt(n)
+from simplace.graph import _fmt_bytes
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -70,18 +65,14 @@ def cmd_graph(args) -> int:
 # ---------------------------------------------------------------------------- simulate
 def _single_device(spec: str, graph, cost_model) -> int:
     """Device index for ``--single``: a name, an index, or ``fastest``."""
-    import numpy as np
-
     from simplace.errors import PlacementError
 
     names = list(cost_model.device_names)
     if spec == "fastest":
-        # Fastest device by total op time among those the parameters fit on.
-        total_s = cost_model.op_times(graph).sum(axis=0)
-        fits = graph.param_sizes.sum() <= cost_model.memory_bytes
-        total_s = np.where(fits, total_s, np.inf)
-        return int(np.argmin(total_s)) if np.isfinite(total_s).any() else int(
-            np.argmax(cost_model.memory_bytes))
+        # The `single` placer: the fastest device whose simulated peak memory fits.
+        from simplace.placers import optimize
+
+        return int(optimize(graph, cost_model, "single").placement[0]) if graph.num_ops else 0
     if spec in names:
         return names.index(spec)
     if spec.isdigit() and int(spec) < len(names):

@@ -312,30 +312,40 @@ def _best_mapping(ctx: PlacerContext, groups, parts, devices: list[int],
     return placement(perm), best, tried
 
 
-@register("metis")
-def place_metis(ctx: PlacerContext) -> PlacerOutput:
+def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> PlacerOutput:
+    """The partitioners' common driver: for each candidate set of devices,
+    ``partition(ug, devices) -> (placement, score, parts, extra history fields)``; the
+    best-scoring placement wins (then the memory repair of ``_finish``)."""
     g, cm = ctx.graph, ctx.cost_model
     if g.num_ops == 0 or cm.num_devices == 1:
         return PlacerOutput(np.zeros(g.num_ops, dtype=np.int32), info={"parts": 1})
     t0 = time.perf_counter()
     ug = _Undirected(ctx)
-    speed = device_speed(ctx)
-    classes = device_classes(ctx)
-    best, best_score, best_info = None, np.inf, {}
-    history = []
-    for devices in _candidate_sets(ctx):
-        parts = _metis_parts(ug, speed[devices], ctx.seed)
-        p, score, tried = _best_mapping(ctx, ug.groups, parts, devices, classes)
+    best, best_score, best_info, history = None, np.inf, {}, []
+    for devices in device_sets:
+        p, score, parts, extra = partition(ug, devices)
+        names = [cm.device_names[d] for d in devices]
         history.append({"wall_s": time.perf_counter() - t0, "step_time_s": score,
-                        "devices": [cm.device_names[d] for d in devices],
-                        "mappings_tried": tried, "cut_bytes": ug.cut_bytes(parts)})
+                        "devices": names, **extra, "cut_bytes": ug.cut_bytes(parts)})
         if score < best_score:
             best, best_score = p, score
-            best_info = {"devices": [cm.device_names[d] for d in devices],
-                         "cut_bytes": ug.cut_bytes(parts)}
+            best_info = {"devices": names, "cut_bytes": ug.cut_bytes(parts)}
     info = {"groups": ug.n, "reference_device": cm.device_names[ug.reference_device],
             **best_info}
     return _finish(ctx, best, ug.groups, info, history)
+
+
+@register("metis")
+def place_metis(ctx: PlacerContext) -> PlacerOutput:
+    speed = device_speed(ctx)
+    classes = device_classes(ctx)
+
+    def partition(ug, devices):
+        parts = _metis_parts(ug, speed[devices], ctx.seed)
+        p, score, tried = _best_mapping(ctx, ug.groups, parts, devices, classes)
+        return p, score, parts, {"mappings_tried": tried}
+
+    return _best_over_device_sets(ctx, _candidate_sets(ctx), partition)
 
 
 # ---------------------------------------------------------------------- scotch
@@ -439,27 +449,13 @@ def _scotch_parts(ctx: PlacerContext, ug: _Undirected, devices: list[int]) -> np
 
 @register("scotch")
 def place_scotch(ctx: PlacerContext) -> PlacerOutput:
-    g, cm = ctx.graph, ctx.cost_model
-    if g.num_ops == 0 or cm.num_devices == 1:
-        return PlacerOutput(np.zeros(g.num_ops, dtype=np.int32), info={"parts": 1})
-    t0 = time.perf_counter()
-    ug = _Undirected(ctx)
-    sets = [list(range(cm.num_devices))]
-    gpus = gpu_devices(cm)
-    if len(gpus) > 1 and gpus != sets[0]:
-        sets.append(gpus)
-    best, best_score, best_info, history = None, np.inf, {}, []
-    for devices in sets:
+    everything = list(range(ctx.cost_model.num_devices))
+    gpus = gpu_devices(ctx.cost_model)
+    sets = [everything] + ([gpus] if len(gpus) > 1 and gpus != everything else [])
+
+    def partition(ug, devices):
         parts = _scotch_parts(ctx, ug, devices)
         p = np.asarray(devices, dtype=np.int32)[parts][ug.groups]
-        score = float(evaluate(ctx, [p])[0])
-        history.append({"wall_s": time.perf_counter() - t0, "step_time_s": score,
-                        "devices": [cm.device_names[d] for d in devices],
-                        "cut_bytes": ug.cut_bytes(parts)})
-        if score < best_score:
-            best, best_score = p, score
-            best_info = {"devices": [cm.device_names[d] for d in devices],
-                         "cut_bytes": ug.cut_bytes(parts)}
-    info = {"groups": ug.n, "reference_device": cm.device_names[ug.reference_device],
-            **best_info}
-    return _finish(ctx, best, ug.groups, info, history)
+        return p, float(evaluate(ctx, [p])[0]), parts, {}
+
+    return _best_over_device_sets(ctx, sets, partition)

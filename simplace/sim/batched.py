@@ -396,19 +396,17 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
     me = t_edges[mt_pos[t_edges[:, 0]] >= 0] if len(t_edges) else t_edges
     out_slot, n_slots = _ready_slots(m, src, dst)
     group = inp.exclusive_group
-    static = dict(M=m, D=d, G=inp.num_groups, K=k, T=len(tensor_op), P=graph.num_params,
+    static = dict(M=m, D=d, G=inp.num_groups, K=k, P=graph.num_params,
                   S=n_slots, G_ID=bool(np.array_equal(group, np.arange(d))),
                   Q=len(multi_ops))
     consts = dict(
         op_time_s=inp.op_time_s, latency=inp.latency_s, bandwidth=bw,
-        memory_bytes=inp.memory_bytes, group=group,
-        in_src=in_src, in_mask=in_mask, in_slot=out_slot[in_src].astype(np.int32),
+        group=group, in_mask=in_mask, in_slot=out_slot[in_src].astype(np.int32),
         out_slot=out_slot, xf=xf,
         single_bytes=single_bytes, is_multi=is_multi, multi_index=multi_index,
         mt_op=multi_index[tensor_op[mt]].astype(np.int32), mt_owner=tensor_op[mt].astype(np.int32),
         mt_bytes=tensor_bytes[mt], me_tensor=mt_pos[me[:, 0]].astype(np.int32),
         me_dst=me[:, 1].astype(np.int32),
-        tensor_op=tensor_op.astype(np.int32), tensor_bytes=tensor_bytes,
         pair_src=pairs[:, 0].astype(np.int32), pair_dst=pairs[:, 1].astype(np.int32),
         **slots,
         out_bytes=graph.out_bytes, is_output=graph.is_output,
