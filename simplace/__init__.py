@@ -16,6 +16,7 @@ from simplace.errors import (
 )
 from simplace.graph import OpGraph
 from simplace.groups import coarsen
+from simplace.parallel import Strategy, parallelize
 from simplace.placement import Placement
 from simplace.placers import optimize
 from simplace.sim import batched_simulator, lower_bound, simulate
@@ -36,10 +37,12 @@ __all__ = [
     "PlacementError",
     "Provenance",
     "SimplaceError",
+    "Strategy",
     "TraceError",
     "batched_simulator",
     "lower_bound",
     "optimize",
+    "parallelize",
     "simulate",
     "coarsen",
     "trace",

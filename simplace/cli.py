@@ -268,6 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("methods", help="list the placement methods")
     sp.set_defaults(func=cmd_methods)
+
+    # Subcommands that live with their stage of the loop; each module adds its own parser.
+    from simplace.parallel import cli as parallel_cli
+
+    parallel_cli.add_parser(sub)
     return p
 
 
