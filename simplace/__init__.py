@@ -6,6 +6,7 @@ when a function that needs it is called.
 
 from simplace.cost_model import Corrections, CostModel, Device, Provenance
 from simplace.errors import (
+    CalibrationError,
     CostModelError,
     GraphError,
     GroupingError,
@@ -25,6 +26,7 @@ from simplace.trace import trace
 __version__ = "0.1.0"
 
 __all__ = [
+    "CalibrationError",
     "CostModel",
     "CostModelError",
     "Corrections",

@@ -270,8 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_methods)
 
     # Subcommands that live with their stage of the loop; each module adds its own parser.
+    from simplace.calibrate import cli as calibrate_cli
     from simplace.parallel import cli as parallel_cli
 
+    calibrate_cli.add_parser(sub)
     parallel_cli.add_parser(sub)
     return p
 

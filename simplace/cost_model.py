@@ -229,7 +229,7 @@ def _check_keys(d: Mapping, where: str, required: Iterable[str], optional: Itera
 # --------------------------------------------------------------------------- Device
 _DEVICE_REQUIRED = ("name", "kind", "memory_bytes", "peak_flops_per_s",
                     "memory_bandwidth_bytes_per_s", "overhead_s")
-_DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s")
+_DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s", "class_overhead_s")
 
 
 def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -278,6 +278,22 @@ def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
                                  f"strings, got {sig!r}.")
         clean[sig] = _number(t, f"{_where(where, 'op_times_s')}[{sig!r}]", min_value=0)
     out["op_times_s"] = types.MappingProxyType(clean)
+
+    # Per-class launch costs where they differ from overhead_s (measured CPU models: a
+    # small matmul calls into a BLAS thread pool and costs ~5x an elementwise loop).
+    cov = fields.get("class_overhead_s")
+    cov = {} if cov is None else cov
+    if not isinstance(cov, Mapping):
+        raise CostModelError(f"{_where(where, 'class_overhead_s')} must be an object mapping "
+                             f"op classes to seconds, got {type(cov).__name__}.")
+    for c in cov:
+        if c not in WORK_CLASSES:
+            raise CostModelError(
+                f"{_where(where, 'class_overhead_s')} has unknown op class {c!r}; the classes "
+                f"are {', '.join(WORK_CLASSES)}.")
+    out["class_overhead_s"] = types.MappingProxyType(
+        {c: _number(cov[c], _where(where, f"class_overhead_s.{c}"), min_value=0)
+         for c in WORK_CLASSES if c in cov})
     return out
 
 
@@ -298,6 +314,8 @@ class Device:
       op_times_s: measured seconds per op signature; overrides the roofline.
       exclusive_group: devices with the same group share compute and run one op at a
         time between them (virtual CPU devices of one socket); defaults to ``name``.
+      class_overhead_s: optional per op class (of ``WORK_CLASSES``) launch cost that
+        replaces ``overhead_s`` for that class; ``free`` ops use data_movement's.
     """
 
     name: str
@@ -309,6 +327,7 @@ class Device:
     efficiency: Mapping[str, float] = dataclasses.field(default_factory=dict)
     op_times_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
     exclusive_group: str = ""
+    class_overhead_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         where = f"Device({self.name!r})" if isinstance(self.name, str) else "Device"
@@ -317,6 +336,13 @@ class Device:
             object.__setattr__(self, f, v)
 
     __hash__ = None  # mappings inside; compare with ==
+
+    @functools.cached_property
+    def _overhead_by_class(self) -> np.ndarray:
+        cov = self.class_overhead_s
+        dm = cov.get("data_movement", self.overhead_s)
+        return np.array([dm if c == "free" else cov.get(c, self.overhead_s)
+                         for c in OP_CLASSES], dtype=np.float64)
 
     @functools.cached_property
     def _efficiency_by_class(self) -> np.ndarray:
@@ -333,7 +359,8 @@ class Device:
             "efficiency": {c: self.efficiency[c] for c in WORK_CLASSES},
             "exclusive_group": self.exclusive_group,
             "op_times_s": dict(self.op_times_s),
-        }
+        } | ({"class_overhead_s": dict(self.class_overhead_s)} if self.class_overhead_s
+             else {})
 
     @classmethod
     def from_dict(cls, d: Mapping, *, where: str = "device") -> Device:
@@ -618,7 +645,8 @@ class CostModel:
 
         A measured time when the op's signature is in the device's ``op_times_s``; else
         the roofline ``overhead_s + max(flops / peak_flops_per_s, bytes_accessed /
-        memory_bandwidth_bytes_per_s) / efficiency[class]``. Ops of class ``free`` with
+        memory_bandwidth_bytes_per_s) / efficiency[class]`` (``class_overhead_s[class]``
+        in place of ``overhead_s`` where the device gives one). Ops of class ``free`` with
         no flops and no bytes cost 0: XLA turns them into views or fuses them into a
         neighbour, and charging a launch overhead per reshape would dominate a step time.
         ``free`` ops that do touch bytes are charged like data_movement. Then the drift
@@ -633,7 +661,7 @@ class CostModel:
         corr = self.corrections
         for k, dev in enumerate(self.devices):
             eff = dev._efficiency_by_class[cls]
-            t = dev.overhead_s + np.maximum(flops / dev.peak_flops_per_s,
+            t = dev._overhead_by_class[cls] + np.maximum(flops / dev.peak_flops_per_s,
                                             nbytes / dev.memory_bandwidth_bytes_per_s) / eff
             t[no_work] = 0.0
             if dev.op_times_s:

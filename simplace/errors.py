@@ -30,3 +30,7 @@ class PlacementError(SimplaceError):
 
 class GroupingError(SimplaceError):
     """A grouping that cannot be used (wrong length, or a quotient graph with a cycle)."""
+
+
+class CalibrationError(SimplaceError):
+    """Bad calibration input: timing arguments, a malformed records file, a failed fit."""

@@ -25,7 +25,10 @@ from simplace.errors import CostModelError
 from simplace.graph import OpGraph
 
 REPO = Path(__file__).resolve().parents[1]
-DATASHEETS = sorted((REPO / "cost_models").glob("*.json"))
+# Measured models (written by `simplace calibrate`) have no generator to match.
+DATASHEETS = sorted(p for p in (REPO / "cost_models").glob("*.json")
+                    if json.loads(p.read_text())["provenance"]["source"] == "datasheet")
+MEASURED = sorted(p for p in (REPO / "cost_models").glob("*.json") if p not in DATASHEETS)
 
 CPU_EFF = {"matmul": 0.5, "conv": 0.4, "elementwise": 0.25, "reduction": 0.2,
            "data_movement": 0.5, "control": 0.1}
@@ -315,6 +318,18 @@ def test_committed_datasheets_load_and_validate(path):
     # sanity of units: every GPU here streams at least 50 GB/s (an iGPU's DDR5)
     assert all(g.memory_bandwidth_bytes_per_s >= 50e9 for g in gpus)
     assert np.all(cm.op_times(tiny_graph()) >= 0)
+
+
+@pytest.mark.parametrize("path", MEASURED, ids=[p.stem for p in MEASURED])
+def test_committed_measured_models_load_and_say_where_they_come_from(path):
+    cm = CostModel.load(path)
+    assert cm.name == path.stem
+    assert cm.provenance.source == "measured"
+    assert cm.provenance.host and cm.provenance.date and cm.provenance.jax_version
+    # the raw records it was fitted from are committed beside it
+    assert (REPO / "calibration" / path.stem / "records.jsonl").is_file()
+    times = cm.op_times(tiny_graph())
+    assert np.all(np.isfinite(times)) and np.all(times >= 0) and times.max() > 0
 
 
 def test_expected_datasheets_exist():

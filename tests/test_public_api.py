@@ -20,6 +20,6 @@ def test_import_starts_no_jax_backend():
 
 def test_errors_are_value_errors():
     for name in ("GraphError", "TraceError", "ModelError", "CostModelError",
-                 "PlacementError", "GroupingError"):
+                 "PlacementError", "GroupingError", "CalibrationError"):
         err = getattr(simplace, name)
         assert issubclass(err, simplace.SimplaceError) and issubclass(err, ValueError)

@@ -1,0 +1,29 @@
+"""Calibrate a machine: time its ops and links, fit a cost model (issue 4).
+
+``calibrate(name)`` measures every device JAX sees and writes the raw records
+(``calibration/NAME/records.jsonl``) and the fitted model (``cost_models/NAME.json``);
+``refit(name)`` rebuilds the model from the records alone. The timing harness
+(``time_fn``, ``robust_stats``, ``Timing``) is shared with validation.
+"""
+
+from simplace.calibrate.build import build_cost_model
+from simplace.calibrate.core import Settings, calibrate, refit
+from simplace.calibrate.fit import LinkFit, RooflineFit, fit_link, fit_roofline
+from simplace.calibrate.harness import Timing, robust_stats, time_fn
+from simplace.calibrate.records import read_records, write_records
+
+__all__ = [
+    "LinkFit",
+    "RooflineFit",
+    "Settings",
+    "Timing",
+    "build_cost_model",
+    "calibrate",
+    "fit_link",
+    "fit_roofline",
+    "read_records",
+    "refit",
+    "robust_stats",
+    "time_fn",
+    "write_records",
+]

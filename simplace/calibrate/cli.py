@@ -1,0 +1,152 @@
+"""``simplace calibrate``: the command line of calibration (wired into ``simplace.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from simplace.errors import CalibrationError
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``calibrate`` command to ``subparsers`` (from ``add_subparsers``); its
+    ``func`` default is ``run``."""
+    sp = subparsers.add_parser(
+        "calibrate", help="time this machine's ops and links and fit a cost model",
+        description="Time the ops and links of the JAX devices this machine has and fit a "
+                    "cost model: raw records to calibration/NAME/records.jsonl, the model "
+                    "to cost_models/NAME.json.")
+    sp.add_argument("--name", default=None,
+                    help="machine name (default: the host name, or the records' name with "
+                         "--refit/--resume)")
+    sp.add_argument("--models", default=None,
+                    help="comma-separated zoo names (small sizes) or file.py:factory whose "
+                         "op signatures are timed (default: the whole zoo; --quick: "
+                         "tiny_cnn,mlp)")
+    sp.add_argument("--devices", default=None,
+                    help="comma-separated device names to calibrate, e.g. cpu:0,cpu:1 "
+                         "(default: all devices JAX sees)")
+    sp.add_argument("--cpu-devices", type=int, default=None, metavar="N",
+                    help="split the host CPU into N virtual JAX devices (sets "
+                         "jax_num_cpu_devices before JAX starts)")
+    sp.add_argument("--quick", action="store_true",
+                    help="fewer sizes and repeats: about a minute on a 2-core machine")
+    sp.add_argument("--budget-s", type=float, default=None,
+                    help="wall-time budget, seconds: model signatures, then link sizes, "
+                         "left unmeasured past it are costed by the fits")
+    sp.add_argument("--refit", action="store_true",
+                    help="refit cost_models/NAME.json from the records; no hardware touched")
+    sp.add_argument("--resume", action="store_true",
+                    help="continue an interrupted calibration of NAME")
+    sp.add_argument("--overwrite", action="store_true",
+                    help="measure NAME again, replacing its records")
+    sp.add_argument("--records-dir", default=None, help=argparse.SUPPRESS)
+    sp.add_argument("--cost-model-dir", default=None, help=argparse.SUPPRESS)
+    sp.add_argument("--no-progress", action="store_true", help="no progress line")
+    sp.set_defaults(func=run)
+    return sp
+
+
+def _split(s: str | None) -> list[str] | None:
+    if s is None:
+        return None
+    out = [x.strip() for x in s.split(",") if x.strip()]
+    return out or None
+
+
+def _set_cpu_devices(n: int) -> None:
+    import jax
+
+    if n < 1:
+        raise CalibrationError(f"--cpu-devices must be >= 1, got {n}.")
+    try:
+        jax.config.update("jax_num_cpu_devices", n)
+    except Exception as err:  # noqa: BLE001 - JAX refuses once its backend started
+        raise CalibrationError(f"Cannot split the CPU into {n} devices now ({err}); start a "
+                               "fresh process, or set XLA_FLAGS="
+                               f"--xla_force_host_platform_device_count={n}.") from None
+    have = len(jax.devices("cpu"))
+    if have != n:
+        raise CalibrationError(
+            f"--cpu-devices {n} asked for {n} CPU devices but JAX has {have} (its backend "
+            "started before, or XLA_FLAGS sets another count). Run in a fresh process with "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={n}.")
+
+
+def format_report(model, report: dict) -> str:
+    """A short human-readable summary of a calibration report."""
+    lines = [model.summary(), "", "op-time fit (relative error of the roofline):",
+             f"  {'device':<8} {'ops':>5} {'held-out n':>10} {'median':>7} {'p90':>7} "
+             f"{'micro median':>12}"]
+    for name, r in report["devices"].items():
+        h, m = r["held_out"], r["micro"]
+
+        def pct(x):
+            return "   -" if x is None else f"{100 * x:6.1f}%"
+        lines.append(f"  {name:<8} {r['ops_measured']:>5} {h['n']:>10} "
+                     f"{pct(h['median_rel_error'])} {pct(h['p90_rel_error'])} "
+                     f"{pct(m['median_rel_error']):>12}")
+    lines.append("links (latency, bandwidth, median fit error):")
+    for key, r in report["links"].items():
+        if r.get("measured"):
+            lines.append(f"  {key:<14} {r['latency_s'] * 1e6:8.1f} us "
+                         f"{r['bandwidth_bytes_per_s'] / 1e9:8.2f} GB/s "
+                         f"{100 * r['median_rel_error']:6.1f}%")
+        else:
+            lines.append(f"  {key:<14} not measured (median of the others)")
+    groups: dict[str, list[str]] = {}
+    for dev in model.devices:
+        groups.setdefault(dev.exclusive_group, []).append(dev.name)
+    shared = [f"{g}: {', '.join(m)}" for g, m in groups.items() if len(m) > 1]
+    lines.append("exclusive groups: " + ("; ".join(shared) if shared else "none (all "
+                                          "devices run in parallel)"))
+    lines.append(f"calibration wall time: {report['wall_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    """Run ``simplace calibrate`` with parsed ``args``; returns the exit status."""
+    from simplace.calibrate import core
+
+    if args.refit and (args.resume or args.overwrite or args.quick):
+        raise CalibrationError("--refit only refits the records: it takes no --resume, "
+                               "--overwrite or --quick.")
+    name = args.name
+    if name is None:
+        if args.refit or args.resume:
+            raise CalibrationError("--refit and --resume need --name: which calibration?")
+        import socket
+        name = socket.gethostname().split(".")[0] or "this_machine"
+    if args.refit:
+        model, report = core.refit(name, records_dir=args.records_dir,
+                                   cost_model_dir=args.cost_model_dir)
+    else:
+        if args.cpu_devices is not None:
+            _set_cpu_devices(args.cpu_devices)
+        model, report = core.calibrate(
+            name, models=_split(args.models), devices=_split(args.devices),
+            quick=args.quick, budget_s=args.budget_s, resume=args.resume,
+            overwrite=args.overwrite, records_dir=args.records_dir,
+            cost_model_dir=args.cost_model_dir, progress=not args.no_progress)
+    rec, cm = core.paths(name, args.records_dir, args.cost_model_dir)
+    print(format_report(model, report))
+    print(f"records: {rec}\ncost model: {cm}")
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m simplace.calibrate.cli``: the command on its own (before wiring)."""
+    p = argparse.ArgumentParser(prog="simplace")
+    sub = p.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = p.parse_args(["calibrate", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except CalibrationError as err:
+        print(f"simplace calibrate: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,357 @@
+"""``calibrate``: measure a machine and write its records and cost model; ``refit``."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import itertools
+import os
+import platform
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from simplace.calibrate import exclusive as excl_mod
+from simplace.calibrate import links as links_mod
+from simplace.calibrate import ops as ops_mod
+from simplace.calibrate._progress import Progress
+from simplace.calibrate.build import build_cost_model
+from simplace.calibrate.records import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    RecordWriter,
+    read_records,
+    write_records,
+)
+from simplace.cost_model import CostModel
+from simplace.errors import CalibrationError
+
+REPO = Path(__file__).resolve().parents[2]
+RECORDS_DIR = REPO / "calibration"
+COST_MODEL_DIR = REPO / "cost_models"
+# Zoo models calibrated by default (small presets: they run on a laptop). --quick: two.
+DEFAULT_MODELS_QUICK = ("tiny_cnn", "mlp")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What a calibration measures and how hard it tries (stored in the header)."""
+
+    quick: bool = False
+    models: tuple[str, ...] = ()
+    op_min_repeats: int = 5
+    op_max_repeats: int = 50
+    op_budget_s: float = 0.2
+    op_rel_tol: float = 0.02
+    link_max_nbytes: int = 256 * 2 ** 20
+    link_factor: int = 4
+    link_budget_s: float = 5.0
+    link_rounds: int = 5
+    link_repeats: int = 5
+    excl_size: int = 384
+    excl_steps: int = 20
+    excl_budget_s: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def make(cls, *, quick: bool, models: Sequence[str] | None) -> Settings:
+        if models is None:
+            from simplace import zoo
+            models = DEFAULT_MODELS_QUICK if quick else tuple(zoo.names())
+        base = cls(quick=quick, models=tuple(models))
+        if not quick:
+            return base
+        return dataclasses.replace(base, op_min_repeats=3, op_max_repeats=30, op_budget_s=0.03,
+                                   op_rel_tol=0.05, link_max_nbytes=8 * 2 ** 20,
+                                   link_factor=4, link_budget_s=1.0, link_rounds=3,
+                                   link_repeats=3, excl_size=256, excl_steps=10,
+                                   excl_budget_s=0.3)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["models"] = list(self.models)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Settings:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in d.items() if k in fields}
+        kw["models"] = tuple(kw.get("models", ()))
+        return cls(**kw)
+
+
+def device_name(dev) -> str:
+    """``platform:id`` (``cpu:0``, ``gpu:1``): the name a device gets in cost models."""
+    return f"{dev.platform}:{dev.id}"
+
+
+def _all_devices() -> list:
+    import jax
+
+    devs = list(jax.devices())
+    if devs and devs[0].platform != "cpu":
+        with contextlib.suppress(RuntimeError):  # no CPU backend: calibrate the others
+            devs += jax.devices("cpu")
+    return devs
+
+
+def _memory_bytes(dev, n_cpu: int) -> float:
+    stats = None
+    try:
+        stats = dev.memory_stats()
+    except Exception:  # noqa: BLE001 - not every backend reports memory
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return float(stats["bytes_limit"])
+    host = float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return host / max(n_cpu, 1) if dev.platform == "cpu" else host
+
+
+def select_devices(names: Sequence[str] | None) -> list:
+    """The JAX devices to calibrate: all seen, or those named (``cpu:0``...)."""
+    devs = _all_devices()
+    by_name = {device_name(d): d for d in devs}
+    if not names:
+        return devs
+    bad = [n for n in names if n not in by_name]
+    if bad:
+        raise CalibrationError(
+            f"No device {bad[0]!r}; JAX sees {', '.join(by_name)}. For several virtual CPU "
+            "devices pass --cpu-devices N (or set XLA_FLAGS="
+            "--xla_force_host_platform_device_count=N before JAX starts).")
+    if len(set(names)) != len(names):
+        raise CalibrationError(f"--devices repeats a device: {', '.join(names)}.")
+    return [by_name[n] for n in names]
+
+
+def _header(name: str, devices: list, settings: Settings) -> dict[str, Any]:
+    import jax
+    import jaxlib
+
+    # virtual CPU devices share the host's memory, calibrated or not
+    n_cpu = sum(d.platform == "cpu" for d in _all_devices())
+    return {
+        "kind": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "name": name,
+        "host": socket.gethostname(),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__,
+        "python": sys.version.split()[0], "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "devices": [{"name": device_name(d), "kind": d.platform, "id": int(d.id),
+                     "device_kind": str(d.device_kind),
+                     "memory_bytes": _memory_bytes(d, n_cpu)} for d in devices],
+        "settings": settings.to_dict(),
+    }
+
+
+def _collect_specs(settings: Settings) -> list[ops_mod.OpSpec]:
+    """Microbenchmarks first (the fit needs them), then model signatures, each once."""
+    from simplace.models import load_function
+
+    specs: dict[str, ops_mod.OpSpec] = {}
+    for _, fn, args in ops_mod.micro_workloads(settings.quick):
+        for sig, s in ops_mod.specs_of(fn, args, "micro").items():
+            specs.setdefault(sig, s)
+    for m in settings.models:
+        fn, args = load_function(m, small=":" not in m)
+        for sig, s in ops_mod.specs_of(fn, args, "model").items():
+            specs.setdefault(sig, s)
+    return [s for s in specs.values() if s.does_work]
+
+
+def paths(name: str, records_dir=None, cost_model_dir=None) -> tuple[Path, Path]:
+    """``(records file, cost-model file)`` of calibration ``name``; the directories
+    default to the repository's ``calibration/`` and ``cost_models/``."""
+    if not name or os.sep in name or name.startswith("."):
+        raise CalibrationError(f"--name must be a plain file name, got {name!r}.")
+    rdir = Path(records_dir) if records_dir is not None else RECORDS_DIR
+    cdir = Path(cost_model_dir) if cost_model_dir is not None else COST_MODEL_DIR
+    return rdir / name / "records.jsonl", cdir / f"{name}.json"
+
+
+def calibrate(name: str, *, models: Sequence[str] | None = None,
+              devices: Sequence[str] | None = None, quick: bool = False,
+              budget_s: float | None = None, resume: bool = False, overwrite: bool = False,
+              records_dir: str | os.PathLike | None = None,
+              cost_model_dir: str | os.PathLike | None = None,
+              progress: bool = True) -> tuple[CostModel, dict[str, Any]]:
+    """Measure this machine's devices and write ``NAME``'s records and cost model.
+
+    Args:
+      name: machine name: records go to ``calibration/NAME/records.jsonl`` and the
+        model to ``cost_models/NAME.json`` (or under ``records_dir`` / ``cost_model_dir``).
+      models: zoo names (small presets) or ``file.py:factory`` whose op signatures are
+        timed; default: every zoo model (``--quick``: tiny_cnn and mlp).
+      devices: device names (``cpu:0``...) to calibrate; default: all JAX sees.
+      quick: fewer sizes and repeats: about a minute on a 2-core machine.
+      budget_s: stop measuring model signatures (then links) when this much wall time
+        is spent; unmeasured signatures are costed by the fitted roofline.
+      resume: continue an interrupted calibration of ``name`` with the settings it
+        started with; only what is missing is measured.
+      overwrite: start again even if ``name`` has records.
+      progress: print a progress line with the time left on stderr.
+
+    Returns:
+      ``(cost_model, report)``; the report has per-device held-out op errors, per-link
+      fit errors, exclusive-pair overlaps and the wall time.
+    """
+    rec_path, cm_path = paths(name, records_dir, cost_model_dir)
+    if budget_s is not None and not budget_s > 0:
+        raise CalibrationError(f"--budget-s must be > 0 seconds, got {budget_s!r}.")
+    if resume and overwrite:
+        raise CalibrationError("--resume and --overwrite contradict each other; pick one.")
+    done_ops: set = set()
+    done_links: set = set()
+    done_excl: set = set()
+    if resume:
+        if not rec_path.exists():
+            raise CalibrationError(f"Nothing to resume: {rec_path} does not exist. Run "
+                                   "without --resume to start a calibration.")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            old = read_records(rec_path, repair_tail=True)
+        for w in caught:
+            print(f"simplace calibrate: {w.message}", file=sys.stderr)
+        if caught:  # a truncated tail was dropped: rewrite the file without it
+            write_records(rec_path, old)
+        head = old[0]
+        settings = Settings.from_dict(head["settings"])
+        devs = select_devices([d["name"] for d in head["devices"]])
+        if devices and list(devices) != [d["name"] for d in head["devices"]]:
+            raise CalibrationError(f"--devices {','.join(devices)} differs from the devices "
+                                   f"of the calibration being resumed "
+                                   f"({', '.join(d['name'] for d in head['devices'])}).")
+        for r in old:
+            if r["kind"] in ("op", "op_error"):
+                done_ops.add((r["device"], r["signature"]))
+            elif r["kind"] == "link":
+                done_links.add((r["src"], r["dst"], int(r["nbytes"])))
+            elif r["kind"] == "exclusive":
+                done_excl.add((r["a"], r["b"]))
+    else:
+        if rec_path.exists() and not overwrite:
+            raise CalibrationError(
+                f"{rec_path} already holds a calibration called {name!r}. Pass --resume to "
+                "continue it, --refit to refit it, --overwrite to measure it again, or "
+                "another --name.")
+        settings = Settings.make(quick=quick, models=models)
+        devs = select_devices(devices)
+        write_records(rec_path, [_header(name, devs, settings)])
+
+    _measure(rec_path, devs, settings, budget_s, done_ops, done_links, done_excl, progress)
+    return _fit_and_save(rec_path, cm_path, name)
+
+
+def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links, done_excl,
+             show: bool) -> None:
+    import jax
+
+    start = time.perf_counter()
+    n_cpu = sum(d.platform == "cpu" for d in _all_devices())
+    mem = {device_name(d): _memory_bytes(d, n_cpu) for d in devs}
+    specs = _collect_specs(settings)
+    op_todo = [(s, d) for s in specs for d in devs if (device_name(d), s.signature)
+               not in done_ops]
+    sizes = links_mod.link_sizes(min(settings.link_max_nbytes, int(min(mem.values()) / 16)),
+                                 settings.link_factor)
+    link_todo = []
+    for a, b in itertools.permutations(devs, 2):
+        todo = [n for n in sizes if (device_name(a), device_name(b), n) not in done_links]
+        if todo:
+            link_todo.append((a, b, todo))
+    excl_todo = [(a, b) for a, b in itertools.combinations(devs, 2)
+                 if (device_name(a), device_name(b)) not in done_excl]
+    # Weights in rough seconds, so the ETA is sensible from the first step on.
+    w_op = 0.04 + settings.op_budget_s / 3
+    w_link = settings.link_budget_s
+    w_excl = 3 * settings.excl_budget_s + 1.0
+    bar = Progress(w_op * len(op_todo) + w_link * len(link_todo) + w_excl * len(excl_todo),
+                   stream=sys.stderr if show else None)
+    op_kw = dict(min_repeats=settings.op_min_repeats, max_repeats=settings.op_max_repeats,
+                 budget_s=settings.op_budget_s, rel_tol=settings.op_rel_tol)
+
+    def over(frac: float) -> bool:
+        """Whether ``frac`` of the budget is spent (model ops stop at 0.7, links 0.9)."""
+        return budget_s is not None and time.perf_counter() > start + frac * budget_s
+
+    with RecordWriter(rec_path) as out:
+        t0, n_done, n_cut = time.perf_counter(), 0, 0
+        for spec, dev in op_todo:
+            dn = device_name(dev)
+            if spec.set == "model" and over(0.7):
+                n_cut += 1
+                continue
+            if ops_mod.spec_nbytes(spec) > mem[dn] / 8:
+                out.write({"kind": "op_error", "device": dn, "signature": spec.signature,
+                           "error": "inputs too large to time safely (> 1/8 of memory)"})
+            else:
+                try:
+                    tm = ops_mod.time_spec(spec, dev, seed=settings.seed, **op_kw)
+                except CalibrationError as err:
+                    out.write({"kind": "op_error", "device": dn, "signature": spec.signature,
+                               "error": str(err)})
+                else:
+                    out.write({"kind": "op", "device": dn, "signature": spec.signature,
+                               "primitive": spec.primitive_name, "op_class": spec.op_class,
+                               "flops": spec.flops, "bytes_accessed": spec.bytes_accessed,
+                               "set": spec.set, "timing": tm.to_dict()})
+            n_done += 1
+            if n_done % 500 == 0:
+                jax.clear_caches()  # thousands of single-op executables: keep memory flat
+            bar.step(w_op, f"ops {dn} {spec.primitive_name}")
+        out.write({"kind": "phase", "phase": "ops", "wall_s": time.perf_counter() - t0,
+                   "measured": n_done, "skipped_for_budget": n_cut})
+        jax.clear_caches()
+
+        t0, n_done, n_cut = time.perf_counter(), 0, 0
+        for k, (a, b, todo) in enumerate(link_todo):
+            if over(0.9) and k:  # past the budget: other links take the median of these
+                n_cut += 1
+                continue
+            timings = links_mod.time_link(a, b, todo, rounds=settings.link_rounds,
+                                          repeats=settings.link_repeats,
+                                          budget_s=settings.link_budget_s)
+            for n, tm in timings.items():
+                out.write({"kind": "link", "src": device_name(a), "dst": device_name(b),
+                           "nbytes": n, "timing": tm.to_dict()})
+            n_done += 1
+            bar.step(w_link, f"link {device_name(a)}->{device_name(b)}")
+        out.write({"kind": "phase", "phase": "links", "wall_s": time.perf_counter() - t0,
+                   "measured": n_done, "skipped_for_budget": n_cut})
+
+        t0 = time.perf_counter()
+        if excl_todo:
+            work, x = excl_mod.make_work(settings.excl_size, settings.excl_steps)
+            excl_kw = dict(warmup=2, min_repeats=3, max_repeats=20,
+                           budget_s=settings.excl_budget_s, rel_tol=0.02)
+            for a, b in excl_todo:
+                ta, tb, tt = excl_mod.time_pair(work, x, a, b, **excl_kw)
+                out.write({"kind": "exclusive", "a": device_name(a), "b": device_name(b),
+                           "alone_a": ta.to_dict(), "alone_b": tb.to_dict(),
+                           "together": tt.to_dict()})
+                bar.step(w_excl, f"shared? {device_name(a)}+{device_name(b)}")
+        out.write({"kind": "phase", "phase": "exclusive", "wall_s": time.perf_counter() - t0,
+                   "measured": len(excl_todo), "skipped_for_budget": 0})
+    bar.step(0, "done", force=True)
+    bar.close()
+
+
+def _fit_and_save(rec_path: Path, cm_path: Path, name: str):
+    records = read_records(rec_path)
+    model, report = build_cost_model(records, name=name)
+    cm_path.parent.mkdir(parents=True, exist_ok=True)
+    model.save(cm_path)
+    return model, report
+
+
+def refit(name: str, *, records_dir: str | os.PathLike | None = None,
+          cost_model_dir: str | os.PathLike | None = None) -> tuple[CostModel, dict[str, Any]]:
+    """Rebuild ``cost_models/NAME.json`` from ``calibration/NAME/records.jsonl`` without
+    touching hardware; returns ``(cost_model, report)`` like ``calibrate``."""
+    rec_path, cm_path = paths(name, records_dir, cost_model_dir)
+    return _fit_and_save(rec_path, cm_path, name)

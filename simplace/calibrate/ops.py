@@ -1,0 +1,192 @@
+"""Which op signatures to time, and timing one signature alone on one device.
+
+Two sets of signatures:
+
+* ``micro``: microbenchmarks over a range of sizes (matmuls, convolutions, elementwise
+  ops, reductions, a transpose) that the roofline is fitted on;
+* ``model``: the distinct signatures of the graphs named with ``--models``, measured so
+  the cost model can look their times up, and held out of the fit to test it.
+
+Each signature is rebuilt from ``simplace.trace.op_specs`` as a jitted single-op
+function (``primitive.bind(*inputs, **params)``) on inputs committed to the device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from simplace.calibrate.harness import Timing, time_fn
+from simplace.cost_model import op_class
+from simplace.errors import CalibrationError
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One op signature, enough to run it alone and to cost it with the roofline.
+
+    Attributes:
+      signature: the key under which op times are measured (``OpGraph.signature``).
+      primitive: the JAX ``Primitive`` object.
+      params: its parameters (``primitive.bind(*inputs, **params)``).
+      inputs: ``jax.ShapeDtypeStruct`` of each input.
+      flops, bytes_accessed: the tracer's cost of the op.
+      set: ``"micro"`` or ``"model"``.
+    """
+
+    signature: str
+    primitive: Any
+    params: dict
+    inputs: tuple
+    flops: float
+    bytes_accessed: float
+    set: str
+
+    @property
+    def primitive_name(self) -> str:
+        return str(self.primitive.name)
+
+    @property
+    def op_class(self) -> str:
+        return op_class(self.primitive_name)
+
+    @property
+    def does_work(self) -> bool:
+        """False for ops the cost model charges nothing (``free`` with no flops and no
+        bytes: views); measuring them would charge a launch overhead per reshape."""
+        return not (self.op_class == "free" and self.flops == 0 and self.bytes_accessed == 0)
+
+
+def specs_of(fn: Callable, args: Sequence[Any], set_: str) -> dict[str, OpSpec]:
+    """The distinct op signatures of ``fn(*args)`` (traced with ``param_argnums=()``)."""
+    import warnings
+
+    from simplace.trace import op_specs, trace
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # unknown-primitive notes do not matter here
+        g = trace(fn, *args, param_argnums=())
+        specs = op_specs(fn, *args, param_argnums=())
+    cost = {}
+    for sig, f, b in zip(g.signature.tolist(), g.flops.tolist(), g.bytes_accessed.tolist(),
+                         strict=True):
+        cost.setdefault(sig, (f, b))
+    out = {}
+    for sig, (prim, params, inputs) in specs.items():
+        f, b = cost[sig]
+        out[sig] = OpSpec(sig, prim, dict(params), tuple(inputs), float(f), float(b), set_)
+    return out
+
+
+def micro_workloads(quick: bool) -> list[tuple[str, Callable, tuple]]:
+    """``(label, fn, args)`` microbenchmarks, one op each, over a range of sizes.
+
+    Sizes reach well past the caches (matmuls to 1024^3 flops... 2 GFLOP, streams to
+    16M floats) so the fit sees both the overhead-bound and the rate-bound regimes.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    def s(*shape):
+        return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+    out: list[tuple[str, Callable, tuple]] = []
+    mm = (8, 32, 64, 128, 256, 512) if quick else (8, 16, 32, 64, 128, 192, 256, 384, 512,
+                                                   768, 1024)
+    for n in mm:
+        out.append((f"matmul{n}", jnp.matmul, (s(n, n), s(n, n))))
+    for m, k, n in ((2048, 64, 64), (64, 1024, 64), (8, 512, 2048)) + (
+            () if quick else ((4096, 128, 256), (16, 4096, 16), (256, 32, 1024))):
+        out.append((f"matmul{m}x{k}x{n}", jnp.matmul, (s(m, k), s(k, n))))
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    cv = ((2, 8, 8, 3, 8), (4, 16, 16, 16, 16), (4, 32, 32, 32, 32), (8, 16, 16, 64, 64)) + (
+        () if quick else ((2, 56, 56, 64, 64), (8, 28, 28, 128, 128), (4, 8, 8, 256, 256),
+                          (16, 32, 32, 3, 32)))
+    for b, h, w, ci, co in cv:
+        out.append((f"conv{b}x{h}x{w}x{ci}->{co}", conv, (s(b, h, w, ci), s(3, 3, ci, co))))
+
+    # Small ops of several kinds per class: their times are nearly all launch overhead,
+    # the figure most unmeasured small ops are costed by, so it gets many points.
+    for n in (8, 32, 128, 512):
+        for op in (jnp.multiply, jnp.subtract, jnp.maximum):
+            out.append((f"{op.__name__}{n}", op, (s(n), s(n))))
+        for op in (jnp.exp, jnp.negative, jnp.sqrt):
+            out.append((f"{op.__name__}{n}", op, (s(n),)))
+        out.append((f"max{n}", lambda x: jnp.max(x.reshape(-1, 8), axis=1), (s(n),)))
+        out.append((f"concat{n}", lambda x, y: jnp.concatenate([x, y]), (s(n), s(n))))
+        out.append((f"pad{n}", lambda x: jnp.pad(x, (1, 1)), (s(n),)))
+    for m, k, n in ((2, 8, 10), (4, 16, 16), (8, 32, 8), (16, 16, 32)):
+        out.append((f"matmul{m}x{k}x{n}", jnp.matmul, (s(m, k), s(k, n))))
+    for b, h, w, ci, co in ((2, 4, 4, 4, 8), (1, 8, 8, 8, 8), (2, 6, 6, 2, 4)):
+        out.append((f"conv{b}x{h}x{w}x{ci}->{co}", conv, (s(b, h, w, ci), s(3, 3, ci, co))))
+
+    ew = (2 ** k for k in (range(4, 23, 3) if quick else range(4, 25, 2)))
+    for n in ew:
+        out.append((f"add{n}", jnp.add, (s(n), s(n))))
+        out.append((f"tanh{n}", jnp.tanh, (s(n),)))
+        out.append((f"sum{n}", lambda x: jnp.sum(x.reshape(-1, 16), axis=1), (s(n),)))
+        if n >= 256:
+            out.append((f"transpose{n}", lambda x: x.reshape(16, -1).T, (s(n),)))
+    return out
+
+
+def _example_value(struct, rng: np.random.Generator):
+    """A host value for one input: floats in [0.5, 1.5) (safe for log, sqrt and
+    division), integers 1 (valid indices, no division by zero), booleans False."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype, shape = struct.dtype, tuple(struct.shape)
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        phys = dtype._rules.physical_element_aval(dtype)
+        data = np.zeros(shape + tuple(phys.shape), dtype=phys.dtype)
+        return jax.random.wrap_key_data(data, impl=dtype._impl)
+    if jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.complexfloating):
+        return rng.uniform(0.5, 1.5, shape).astype(dtype)
+    if jnp.issubdtype(dtype, jnp.bool_):
+        return np.zeros(shape, dtype=dtype)
+    return np.ones(shape, dtype=dtype)
+
+
+def time_spec(spec: OpSpec, device, *, seed: int = 0, **harness_kw) -> Timing:
+    """Time ``spec`` alone on ``device`` (a ``jax.Device``): a jitted single-op function
+    on inputs committed to the device. ``harness_kw`` go to ``time_fn`` (its first
+    warm-up run compiles). Raises CalibrationError if the op cannot run alone."""
+    import jax
+
+    prim, params = spec.primitive, spec.params
+
+    def one_op(*xs):
+        return prim.bind(*xs, **params)
+
+    rng = np.random.default_rng([seed, zlib.crc32(spec.signature.encode())])
+    try:
+        args = [jax.device_put(_example_value(x, rng), device) for x in spec.inputs]
+        fn = jax.jit(one_op)
+        return time_fn(fn, *args, **harness_kw)
+    except CalibrationError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure means "cannot time it alone"
+        msg = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        raise CalibrationError(f"Cannot time {spec.signature[:120]} alone on {device}: "
+                               f"{msg[:300]}") from err
+
+
+def spec_nbytes(spec: OpSpec) -> float:
+    """Bytes of the op's inputs (what must fit in memory to time it)."""
+    total = 0.0
+    for x in spec.inputs:
+        try:
+            total += math.prod(x.shape) * np.dtype(x.dtype).itemsize
+        except TypeError:
+            total += math.prod(x.shape) * 8  # PRNG keys: two uint32 words
+    return total
