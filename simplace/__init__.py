@@ -15,6 +15,7 @@ from simplace.errors import (
     SimplaceError,
     TraceError,
 )
+from simplace.execute import apply
 from simplace.graph import OpGraph
 from simplace.groups import coarsen
 from simplace.parallel import Strategy, parallelize
@@ -22,6 +23,7 @@ from simplace.placement import Placement
 from simplace.placers import optimize
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
+from simplace.validate import validate
 
 __version__ = "0.1.0"
 
@@ -41,6 +43,7 @@ __all__ = [
     "SimplaceError",
     "Strategy",
     "TraceError",
+    "apply",
     "batched_simulator",
     "lower_bound",
     "optimize",
@@ -48,4 +51,5 @@ __all__ = [
     "simulate",
     "coarsen",
     "trace",
+    "validate",
 ]

@@ -153,6 +153,7 @@ def cmd_methods(args) -> int:
 
 # ---------------------------------------------------------------------------- optimize
 def cmd_optimize(args) -> int:
+    from simplace import validate_cli
     from simplace.cost_model import CostModel
     from simplace.models import load_graph
     from simplace.placement import Placement
@@ -170,6 +171,7 @@ def cmd_optimize(args) -> int:
         print(f"  [{msg}]", file=sys.stderr, flush=True)
 
     bound_s = lower_bound(graph, cost_model)
+    options = validate_cli.validate_options(args, graph, cost_model, progress)
     if args.method == "all":
         results = compare(graph, cost_model, seed=args.seed, budget_s=args.budget_s,
                           progress=progress)
@@ -178,7 +180,7 @@ def cmd_optimize(args) -> int:
         best = best_of(results)
     else:
         best = optimize(graph, cost_model, args.method, seed=args.seed,
-                        budget_s=args.budget_s, progress=progress)
+                        budget_s=args.budget_s, progress=progress, **options)
     print(f"\nbest: {best.method} ({best.wall_s:.2f} s of search)")
     if best.info.get("note"):
         print(f"note: {best.info['note']}")
@@ -186,6 +188,9 @@ def cmd_optimize(args) -> int:
     if best.oom:
         print("No placement found fits the machine's memory (OOM): the model needs more "
               "memory than these devices have, or a method that splits it further.")
+    validated = validate_cli.report_winner(best, graph, cost_model, options)
+    if validated:
+        print(validated)
     if args.out:
         Placement(assignment=best.placement, graph_hash=graph.hash,
                   cost_model=cost_model.name, device_names=tuple(cost_model.device_names),
@@ -213,6 +218,8 @@ def results_table(results, bound_s: float) -> str:
 
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    from simplace import validate_cli
+
     p = argparse.ArgumentParser(
         prog="simplace",
         description="Simulator-first device placement for JAX computation graphs.",
@@ -264,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="wall-time budget of search methods, seconds")
     sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sp.add_argument("--out", metavar="P.JSON", help="save the best placement")
+    validate_cli.add_validate_args(sp)
     sp.set_defaults(func=cmd_optimize)
 
     sp = sub.add_parser("methods", help="list the placement methods")
@@ -274,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     from simplace.parallel import cli as parallel_cli
 
     calibrate_cli.add_parser(sub)
+    validate_cli.add_parser(sub)
     parallel_cli.add_parser(sub)
     return p
 

@@ -273,6 +273,14 @@ class _Builder:
         self._body_paths: list[str] = []  # name paths inside the loop being costed
 
     # -- variables
+    # Hooks for what a function input or a closed-over constant holds; the executor
+    # (simplace.execute) overrides them to remember where each value comes from.
+    def input_val(self, leaf: int, var, param: int) -> _Val:
+        return _Val(param=param, nbytes=_nbytes(var.aval))
+
+    def const_val(self, var, value) -> _Val:
+        return _Val(nbytes=_nbytes(var.aval))
+
     @staticmethod
     def read(env: dict, v) -> _Val:
         if isinstance(v, jcore.Literal):
@@ -316,7 +324,8 @@ class _Builder:
                 target = _inline_target(eqn)
                 if target is not None:
                     sub, consts = target
-                    inner = {cv: _Val(nbytes=_nbytes(cv.aval)) for cv in sub.constvars}
+                    inner = {cv: self.const_val(cv, c)
+                             for cv, c in zip(sub.constvars, consts, strict=True)}
                     for iv, ov in zip(sub.invars, eqn.invars, strict=True):
                         inner[iv] = read(env, ov)
                     self.walk(sub, inner, stack)
@@ -525,7 +534,7 @@ def _make_jaxpr(fn, args):
         raise TraceError(f"trace() needs a callable as its first argument, got "
                          f"{type(fn).__name__}.")
     try:
-        return jax.make_jaxpr(fn)(*args)
+        return jax.make_jaxpr(fn, return_shape=True)(*args)
     except Exception as err:  # noqa: BLE001 - re-raised with context
         raise TraceError(
             f"jax.make_jaxpr failed on {getattr(fn, '__name__', fn)!r}: "
@@ -536,9 +545,13 @@ def _make_jaxpr(fn, args):
         ) from err
 
 
-def _run(fn, args, param_argnums, keep_specs=False):
+def _run(fn, args, param_argnums, keep_specs=False, builder: type[_Builder] | None = None):
+    """Walk ``fn``'s jaxpr with a ``builder`` (default ``_Builder``). Returns the builder
+    (with ``outputs``: the values of the jaxpr's outputs; ``out_shape``/``out_tree``: the
+    ShapeDtypeStructs and pytree structure of ``fn``'s result), the pre-DCE is_output
+    mask, parameter names and sizes, and the primitives without a cost rule."""
     argnums = _normalize_argnums(param_argnums, len(args))
-    closed = _make_jaxpr(fn, args)
+    closed, out_shape = _make_jaxpr(fn, args)
     jaxpr = closed.jaxpr
     leaf_param, names, sizes = _param_leaves(args, argnums)
     if len(leaf_param) != len(jaxpr.invars):
@@ -547,16 +560,19 @@ def _run(fn, args, param_argnums, keep_specs=False):
             f"{len(leaf_param)} leaves; simplace cannot tell which inputs are parameters. "
             "Pass only pytrees of arrays as positional arguments (no keyword arguments)."
         )
-    env: dict = {cv: _Val(nbytes=_nbytes(cv.aval)) for cv in jaxpr.constvars}
-    for v, pidx in zip(jaxpr.invars, leaf_param, strict=True):
-        env[v] = _Val(param=pidx, nbytes=_nbytes(v.aval))
     unknown: dict[str, int] = {}
     loose_whiles: list[str] = []
-    b = _Builder(unknown, loose_whiles, keep_specs)
+    b = (builder or _Builder)(unknown, loose_whiles, keep_specs)
+    env: dict = {cv: b.const_val(cv, c)
+                 for cv, c in zip(jaxpr.constvars, closed.consts, strict=True)}
+    for k, (v, pidx) in enumerate(zip(jaxpr.invars, leaf_param, strict=True)):
+        env[v] = b.input_val(k, v, pidx)
     b.walk(jaxpr, env, None)
     is_output = np.zeros(len(b.op), dtype=bool)
-    for v in jaxpr.outvars:
-        val = _Builder.read(env, v)
+    b.outputs = [_Builder.read(env, v) for v in jaxpr.outvars]
+    b.out_shape = out_shape
+    b.out_tree = jax.tree_util.tree_structure(out_shape)
+    for val in b.outputs:
         if val.op >= 0:
             is_output[val.op] = True
     _warn(unknown, loose_whiles)
@@ -590,6 +606,13 @@ def trace(fn, *args, param_argnums: int | Sequence[int] = (0,), name: str = "",
     """
     t0 = time.perf_counter()
     b, is_output, names, sizes, unknown = _run(fn, args, param_argnums)
+    return _assemble(b, is_output, names, sizes, unknown,
+                     name=name or getattr(fn, "__name__", ""), dce=dce, t0=t0)
+
+
+def _assemble(b: _Builder, is_output: np.ndarray, names, sizes, unknown, *, name: str,
+              dce: bool, t0: float) -> OpGraph:
+    """The OpGraph of a walked builder (see ``_run``); ``t0``: when tracing began."""
     live = _live_ops(b, is_output) if dce else np.ones(len(b.op), dtype=bool)
     new_index = np.cumsum(live) - 1
     src, dst = np.asarray(b.src, dtype=np.int64), np.asarray(b.dst, dtype=np.int64)
@@ -617,7 +640,7 @@ def trace(fn, *args, param_argnums: int | Sequence[int] = (0,), name: str = "",
         is_output=is_output[live], param_names=names, param_sizes=sizes,
         param_op=new_index[param_op[keep_use]],
         param_index=np.asarray(b.param_index, dtype=np.int64)[keep_use],
-        name=name or getattr(fn, "__name__", ""), meta=meta,
+        name=name, meta=meta,
     )
 
 

@@ -55,22 +55,11 @@ def _split(s: str | None) -> list[str] | None:
 
 
 def _set_cpu_devices(n: int) -> None:
-    import jax
+    from simplace._devices import use_cpu_devices
 
     if n < 1:
         raise CalibrationError(f"--cpu-devices must be >= 1, got {n}.")
-    try:
-        jax.config.update("jax_num_cpu_devices", n)
-    except Exception as err:  # noqa: BLE001 - JAX refuses once its backend started
-        raise CalibrationError(f"Cannot split the CPU into {n} devices now ({err}); start a "
-                               "fresh process, or set XLA_FLAGS="
-                               f"--xla_force_host_platform_device_count={n}.") from None
-    have = len(jax.devices("cpu"))
-    if have != n:
-        raise CalibrationError(
-            f"--cpu-devices {n} asked for {n} CPU devices but JAX has {have} (its backend "
-            "started before, or XLA_FLAGS sets another count). Run in a fresh process with "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={n}.")
+    use_cpu_devices(n, CalibrationError)
 
 
 def format_report(model, report: dict) -> str:

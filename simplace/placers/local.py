@@ -49,6 +49,16 @@ Options: starts, max_evaluations, patience (default 200 rounds), batch (placemen
 round; default 256, less on graphs of many thousand ops when not screening), screen,
 screen_checks, t0 (default 0.01), t1 (default 1e-4), module_depths (default
 (1, 2, 3, 4)).
+
+Validation during the search (options ``callback``, ``callback_every``, ``callback_top_k``):
+``callback(round, candidates, cost_model) -> CostModel | None`` is called every
+``callback_every`` rounds (0, the default: never during the search) and once at the end
+with round -1, with the ``callback_top_k`` (default 3) best distinct placements scored so
+far, best first (``simplace.validate.make_validation_callback`` makes one that runs them
+on hardware and fits drift corrections). When it returns a cost model, the search goes on
+against it: simulators are rebuilt, the kept placements re-scored, and at the end the best
+of them under the last model is returned (``info["validation"]`` says what happened;
+``info["corrected_cost_model"]`` is the last model returned).
 """
 
 from __future__ import annotations
@@ -130,7 +140,8 @@ def _start_list(ctx: PlacerContext) -> list:
     if starts is None:
         from simplace.placers import methods
 
-        starts = [m for m in methods() if m not in _NOT_STARTS]
+        # rl-* train for a minute each: usable as starts only when named.
+        starts = [m for m in methods() if m not in _NOT_STARTS and not m.startswith("rl-")]
     elif isinstance(starts, str):
         starts = [starts]
     elif isinstance(starts, np.ndarray):
@@ -323,6 +334,33 @@ def _accepts(delta: float, u: float, temp: float) -> bool:
     return delta <= 0 or u < math.exp(-delta / temp)
 
 
+class _TopK:
+    """The ``k`` best distinct placements seen, with their scores."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.items: dict[bytes, tuple[float, np.ndarray]] = {}
+
+    def add(self, p: np.ndarray, score: float) -> None:
+        key = p.tobytes()
+        if key in self.items or len(self.items) < self.k or score < max(
+                s for s, _ in self.items.values()):
+            self.items[key] = (float(score), p.copy())
+            if len(self.items) > self.k:
+                worst = max(self.items, key=lambda q: self.items[q][0])
+                del self.items[worst]
+
+    def ranked(self) -> list[np.ndarray]:
+        return [p for _, p in sorted(self.items.values(), key=lambda sp: sp[0])]
+
+
+def _switch_model(ctx: PlacerContext, cost_model) -> None:
+    """Point the context at another cost model (drift-corrected): drop cached simulators."""
+    ctx.cost_model = cost_model
+    for attr in ("inputs", "op_times", "lower_bound_s", "batched"):
+        ctx.__dict__.pop(attr, None)
+
+
 @register("local")
 def place(ctx: PlacerContext) -> PlacerOutput:
     t_begin = time.perf_counter()
@@ -342,6 +380,12 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         raise SimplaceError(f"local: screen must be 'auto', True or False, got {screen!r}.")
     if patience < 1 or checks < 1 or not (t0_rel > 0 and t1_rel > 0):
         raise SimplaceError("local: patience and screen_checks must be >= 1, t0 and t1 > 0.")
+    callback = opts.get("callback")
+    cb_every = int(opts.get("callback_every", 0))
+    cb_top = int(opts.get("callback_top_k", 3))
+    if callback is not None and (not callable(callback) or cb_every < 0 or cb_top < 1):
+        raise SimplaceError("local: callback must be callable, callback_every >= 0 and "
+                            "callback_top_k >= 1.")
 
     found, start_report = _run_starts(ctx, deadline,
                                       None if budget is None else 0.25 * float(budget))
@@ -379,6 +423,32 @@ def place(ctx: PlacerContext) -> PlacerOutput:
                 "best_step_time_s": best_s, "current_step_time_s": cur_s}]
     rounds = stale = accepted = 0
     last_note = t_search
+    top = _TopK(cb_top)
+    top.add(best, best_s)
+    validation = {"calls": 0, "corrections": 0}
+
+    def revalidate(round_index: int):
+        """Call the validation hook; on a new model re-score what the search holds."""
+        nonlocal fast, best, best_s, cur, cur_s, ref
+        validation["calls"] += 1
+        new_model = callback(round_index, top.ranked(), ctx.cost_model)
+        if new_model is None:
+            return
+        validation["corrections"] += 1
+        _switch_model(ctx, new_model)
+        if fast is not None:
+            from simplace.sim import batched_simulator
+
+            fast = batched_simulator(g, ctx.cost_model, memory=False)
+        held = top.ranked() + [best, cur]
+        scores, _ = _score_fixed(ctx, np.stack(held), checks)
+        top.items.clear()
+        for p, sc in zip(held[:-1], scores[:-1], strict=True):
+            top.add(p, sc)
+        k = int(np.argmin(scores[:-1]))
+        best, best_s = held[k].copy(), float(scores[k])
+        cur_s = float(scores[-1])
+        ref = best_s if best_s < OOM_PENALTY else None
     stop = "budget"
     while True:
         now = time.perf_counter()
@@ -447,6 +517,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             u = rng.random()
             k = int(np.argmin(obj))
             pick = k, float(obj[k])
+        if pick is not None and callback is not None:
+            top.add(cand[pick[0]], pick[1])
         if pick is not None and _accepts(pick[1] - cur_s, u, temp):
             cur, cur_s = cand[pick[0]].copy(), pick[1]
             accepted += 1
@@ -458,6 +530,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             stale += 1
             if stale % max(1, patience // 4) == 0:
                 cur, cur_s = best.copy(), best_s  # back to the best, from a new angle
+        if callback is not None and cb_every and rounds % cb_every == 0:
+            revalidate(rounds)
         now = time.perf_counter()
         if improved or rounds % 10 == 0:  # rows by round count: deterministic
             history.append({"wall_s": now - t_begin, "evaluations": evals,
@@ -466,6 +540,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             last_note = now
             ctx.progress(f"local: {evals} evaluations, best {best_s:.6g} s, "
                          f"current {cur_s:.6g} s, T {temp:.3g}")
+    if callback is not None:
+        revalidate(-1)
     t_end = time.perf_counter()
     history.append({"wall_s": t_end - t_begin, "evaluations": evals,
                     "best_step_time_s": best_s, "current_step_time_s": cur_s})
@@ -480,4 +556,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         "groupings": {name: len(ptr) - 1 for name, _, ptr in mover.groupings},
         "subtrees": len(mover.subtrees),
     }
+    if callback is not None:
+        info["validation"] = validation
+        if validation["corrections"]:
+            info["corrected_cost_model"] = ctx.cost_model
     return PlacerOutput(best.astype(np.int32), history=history, info=info)

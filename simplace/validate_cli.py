@@ -1,0 +1,230 @@
+"""``simplace validate`` and the ``--validate-every``/``--top-k`` options of ``optimize``.
+
+Wiring in ``simplace/cli.py`` (``build_parser`` and ``cmd_optimize``)::
+
+    from simplace import validate_cli
+    validate_cli.add_parser(sub)                    # the `validate` subcommand
+    validate_cli.add_validate_args(optimize_parser) # --validate-every N --top-k K ...
+    opts = validate_cli.validate_options(args, graph, cost_model, progress)
+    best = optimize(graph, cost_model, args.method, ..., **opts)
+    print(validate_cli.report_winner(best, graph, cost_model, opts))
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from simplace.errors import ModelError, SimplaceError
+
+
+def _model_args(sp) -> None:
+    sp.add_argument("model", metavar="MODEL",
+                    help="zoo name, path/file.py:factory or package.module:factory (the "
+                         "model must run: a saved graph .json cannot be validated)")
+    sp.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
+    sp.add_argument("--inference", action="store_true", help="inference instead of training")
+    sp.add_argument("--small", action="store_true", help="tiny sizes of a zoo model")
+
+
+def _timing_args(sp) -> None:
+    sp.add_argument("--repeats", type=int, default=5, metavar="N",
+                    help="timed runs of each placement at least (default 5)")
+    sp.add_argument("--budget-s", dest="timing_budget_s", type=float, default=1.0,
+                    metavar="S", help="timing budget per placement once --repeats are done "
+                                      "(default 1 s)")
+    sp.add_argument("--records-dir", default=None, metavar="DIR",
+                    help="where NAME/validation.jsonl lives (default: calibration/)")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``simplace validate`` to ``subparsers``; returns its parser."""
+    sp = subparsers.add_parser(
+        "validate", help="run placements on this machine: predicted vs measured step time",
+        description="Run each placement for real, compare the measured step time with the "
+                    "cost model's prediction (relative error, MAPE, Kendall tau), append the "
+                    "records to calibration/NAME/validation.jsonl, and with --update fit drift "
+                    "corrections into the cost model.")
+    _model_args(sp)
+    sp.add_argument("--cost-model", required=True, metavar="NAME",
+                    help="a cost model name (cost_models/NAME.json) or a path")
+    sp.add_argument("placements", nargs="+", metavar="P.JSON", help="placement files")
+    sp.add_argument("--top-k", type=int, default=None, metavar="K",
+                    help="validate only the K placements predicted fastest")
+    sp.add_argument("--update", action="store_true",
+                    help="fit drift corrections on this machine's validation records (of this "
+                         "model) and write them into the cost model file")
+    sp.add_argument("--held-out", type=float, default=0.5, metavar="FRACTION",
+                    help="with --update: share of records held out to report how the "
+                         "correction generalises (default 0.5)")
+    _timing_args(sp)
+    sp.set_defaults(func=run)
+    return sp
+
+
+def add_validate_args(parser: argparse.ArgumentParser) -> None:
+    """``--validate-every N``, ``--top-k K`` (and timing options) for ``optimize``."""
+    g = parser.add_argument_group("validation during the search (local search, RL)")
+    g.add_argument("--validate-every", type=int, default=None, metavar="N",
+                   help="run the K best candidates on this machine every N updates (RL) or "
+                        "rounds (local search) and at the end, fit drift corrections and go "
+                        "on against the corrected model (0: only at the end)")
+    g.add_argument("--top-k", type=int, default=3, metavar="K",
+                   help="candidates validated each time (default 3)")
+    g.add_argument("--validation-repeats", dest="repeats", type=int, default=5, metavar="N",
+                   help="timed runs per validated candidate at least (default 5)")
+    g.add_argument("--validation-budget-s", dest="timing_budget_s", type=float, default=1.0,
+                   metavar="S", help="timing budget per validated candidate (default 1 s)")
+    g.add_argument("--records-dir", default=None, metavar="DIR",
+                   help="where NAME/validation.jsonl lives (default: calibration/)")
+
+
+def _timing(args) -> dict:
+    if args.repeats < 1 or not args.timing_budget_s >= 0:
+        raise SimplaceError("--repeats must be >= 1 and the timing budget >= 0 seconds.")
+    return {"warmup": 2, "min_repeats": int(args.repeats), "max_repeats": max(
+        int(args.repeats), 50), "budget_s": float(args.timing_budget_s)}
+
+
+def _load_program(args):
+    """(Program, real arguments, model description) for MODEL at the sizes given."""
+    from simplace.execute import prepare
+    from simplace.models import is_graph_file, load_function
+
+    if is_graph_file(args.model):
+        raise ModelError(f"'{args.model}' is a saved graph: validation runs the model, so "
+                         "name the zoo model or file.py:factory it was traced from.")
+    training = not args.inference
+    fn, run_args = load_function(args.model, training=training, batch=args.batch,
+                                 small=args.small, abstract=False)
+    name = args.model.rpartition(":")[2] if ":" in args.model else args.model
+    suffix = f"/b{args.batch}" if args.batch is not None else ""
+    gname = f"{name}/{'train' if training else 'inference'}{'/small' if args.small else ''}" \
+            f"{suffix}"
+    program = prepare(fn, run_args, name=gname)
+    spec = {"model": args.model, "training": training, "batch": args.batch,
+            "small": bool(args.small)}
+    return program, run_args, spec
+
+
+def run(args) -> int:
+    """``simplace validate``: see ``add_parser``."""
+    from simplace._devices import match_cpu_cost_model
+    from simplace.cost_model import CostModel, _find
+    from simplace.placement import Placement
+    from simplace.sim import simulate
+    from simplace.validate import (
+        append_records,
+        fit_drift,
+        read_records,
+        split_records,
+        validate,
+        validation_path,
+    )
+
+    cost_model = CostModel.load(args.cost_model)
+    match_cpu_cost_model(cost_model)  # a model measured on N virtual CPU devices runs on N
+    program, run_args, spec = _load_program(args)
+    graph = program.graph
+    placements = [Placement.load(p) for p in args.placements]
+    for path, p in zip(args.placements, placements, strict=True):
+        p.check(graph, cost_model)
+        p.meta.setdefault("label", Path(path).stem)
+    if args.top_k is not None:
+        if args.top_k < 1:
+            raise SimplaceError(f"--top-k must be >= 1, got {args.top_k}.")
+        pred = [simulate(graph, cost_model, p.assignment).step_time_s for p in placements]
+        placements = [placements[k] for k in np.argsort(pred, kind="stable")[:args.top_k]]
+    records_path = validation_path(cost_model.name, args.records_dir)
+
+    def progress(msg: str) -> None:
+        print(f"  [{msg}]", file=sys.stderr, flush=True)
+
+    report = validate(graph, cost_model, placements, program=program, args=run_args,
+                      timing=_timing(args), progress=progress)
+    records = [dict(r, model_spec=spec) for r in report.records]
+    append_records(records_path, records)
+    print(report.table())
+    print(f"{len(records)} records appended to {records_path}")
+    if args.update:
+        mine = [r for r in read_records(records_path)
+                if r["graph_hash"] == graph.hash and r["cost_model"] == cost_model.name]
+        if len(mine) < 2:
+            raise SimplaceError(f"--update needs at least 2 validation records of this model "
+                                f"on {cost_model.name}; {records_path} has {len(mine)}. "
+                                "Validate more placements first.")
+        if 0 < args.held_out < 1 and len(mine) >= 4:
+            fit, held = split_records(mine, 1 - args.held_out)
+            check = fit_drift(fit, [graph], cost_model, held_out=held,
+                              note="held-out check of `simplace validate --update`")
+            print("\ndrift correction, fitted on part of the records (how it generalises):")
+            print(check.summary())
+        res = fit_drift(mine, [graph], cost_model,
+                        note=f"`simplace validate --update` on {len(mine)} records")
+        print("\ndrift correction fitted on all records of this model:")
+        print(res.summary())
+        path = _find(args.cost_model)
+        res.cost_model.save(path)
+        print(f"corrected cost model written to {path} "
+              f"({len(res.corrections.history)} corrections in its history)")
+    return 0
+
+
+def validate_options(args, graph, cost_model, progress=None) -> dict:
+    """Options for ``optimize`` that validate during the search (``{}`` unless
+    ``--validate-every`` was given): ``callback``, ``callback_every``, ``callback_top_k``."""
+    if getattr(args, "validate_every", None) is None:
+        return {}
+    if args.validate_every < 0 or args.top_k < 1:
+        raise SimplaceError("--validate-every must be >= 0 and --top-k >= 1.")
+    if args.method not in ("local", "rl"):
+        raise SimplaceError(f"--validate-every needs a search method that takes a validation "
+                            f"callback ('local' or 'rl'), not '{args.method}'.")
+    from simplace._devices import match_cpu_cost_model
+    from simplace.validate import make_validation_callback, validation_path
+
+    match_cpu_cost_model(cost_model)
+    program, run_args, _ = _load_program(args)
+    if program.graph.hash != graph.hash:
+        raise SimplaceError("The model does not trace to the same graph when run for real; "
+                            "check --batch/--inference/--small.")
+    cb = make_validation_callback(
+        graph, None, run_args, cost_model, top_k=args.top_k, every=max(args.validate_every, 1),
+        program=program, timing=_timing(args),
+        records_path=validation_path(cost_model.name, args.records_dir), progress=progress)
+    return {"callback": cb, "callback_every": int(args.validate_every),
+            "callback_top_k": int(args.top_k)}
+
+
+def report_winner(best, graph, cost_model, options: dict) -> str:
+    """Predicted (by the last corrected model) and measured step time of the winner of a
+    search run with ``validate_options``; '' when there was no validation."""
+    cb = options.get("callback")
+    if cb is None:
+        return ""
+
+    key = np.asarray(best.placement, dtype=np.int32).tobytes()
+    measured = cb.measured.get(key)
+    model = best.info.get("corrected_cost_model", cost_model)
+    if measured is None:  # the winner was never among the validated candidates
+        from simplace.execute import measure
+
+        placed = cb.program.place(best.placement, cost_model=model)
+        measured = measure(placed, cb.run_args, **cb.timing).step_time_s
+    pred = float(best.step_time_s)
+    err = (pred - measured) / measured
+    lines = [f"validated winner: predicted {pred * 1e3:.3f} ms (cost model "
+             f"{'corrected' if model is not cost_model else 'as given'}), measured "
+             f"{measured * 1e3:.3f} ms ({100 * err:+.1f}%)",
+             f"validations: {len(cb.reports)}, drift fits: {len(cb.fits)}, records: "
+             f"{len(cb.records)}"]
+    if cb.fits:
+        lines.append("last drift fit: " + cb.fits[-1].summary().splitlines()[0])
+    mape_all = [r.mape for r in cb.reports]
+    if mape_all and not math.isnan(mape_all[-1]):
+        lines.append(f"MAPE of the last validation: {100 * mape_all[-1]:.1f}%")
+    return "\n".join(lines)

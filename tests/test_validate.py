@@ -1,0 +1,320 @@
+"""simplace.validate: validation reports, records, drift fits, the search callback, CLI."""
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+import simplace
+from simplace import zoo
+from simplace.cost_model import Corrections, CostModel, Device
+from simplace.errors import PlacementError, SimplaceError
+from simplace.execute import prepare
+from simplace.placement import Placement
+from simplace.sim import simulate
+from simplace.validate import (
+    append_records,
+    fit_drift,
+    kendall_tau,
+    make_validation_callback,
+    mape,
+    read_records,
+    split_records,
+    validate,
+)
+
+TIMING = {"warmup": 1, "min_repeats": 3, "max_repeats": 5, "budget_s": 0.1}
+
+
+def cpu_model(d: int = 4, name: str = "test_cpu") -> CostModel:
+    """A made-up model of the fake CPU devices (names cpu:0..), one exclusive group."""
+    devs = [Device(name=f"cpu:{k}", kind="cpu", memory_bytes=2.0 ** 33,
+                   peak_flops_per_s=5e10 * (1 + 0.3 * k), memory_bandwidth_bytes_per_s=1e10,
+                   overhead_s=5e-6, exclusive_group="host") for k in range(d)]
+    return CostModel.from_devices(name, devs, 5e-5, 5e9)
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    fn, args = zoo.get("mlp", small=True, abstract=False)
+    program = prepare(fn, args)
+    return fn, args, program, program.graph
+
+
+def _records(graph, cm, placements, measured):
+    return [{"graph_hash": graph.hash, "graph_name": graph.name,
+             "device_names": list(cm.device_names), "assignment": np.asarray(p).tolist(),
+             "measured_step_time_s": float(t)} for p, t in zip(placements, measured,
+                                                               strict=True)]
+
+
+def _placements(rng, m, d, n):
+    out = []
+    for k in range(n):
+        if k % 3 == 0:
+            out.append(rng.integers(0, d, m))
+        else:
+            p = np.full(m, rng.integers(d))
+            for c in np.sort(rng.choice(np.arange(1, m), 4, replace=False)):
+                p[c:] = rng.integers(d)
+            out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------- metrics
+def test_mape_and_kendall_tau():
+    assert mape([1.1, 0.9], [1.0, 1.0]) == pytest.approx(0.1)
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == pytest.approx(-1.0)
+    assert np.isnan(kendall_tau([1.0], [2.0]))
+
+
+# ----------------------------------------------------------------------------- validate
+def test_validate_reports_every_candidate_and_writes_records(mlp, tmp_path):
+    fn, args, program, graph = mlp
+    cm = cpu_model(2)
+    m = graph.num_ops
+    half = np.zeros(m, np.int32)
+    half[m // 2:] = 1
+    placements = [np.zeros(m, np.int32), half,
+                  Placement(np.ones(m, np.int32), graph.hash, cm.name, tuple(cm.device_names),
+                            method="single")]
+    path = tmp_path / "cm" / "validation.jsonl"
+    rep = validate(graph, cm, placements, program=program, args=args, timing=TIMING,
+                   records_path=path)
+    assert len(rep.rows) == 3 and rep.rows[2].method == "single"
+    for row, p in zip(rep.rows, [placements[0], half, placements[2].assignment], strict=True):
+        assert row.predicted_s == pytest.approx(simulate(graph, cm, p).step_time_s)
+        assert row.measured_s > 0
+    assert rep.rows[0].num_segments == 1 and rep.rows[1].num_segments == 2
+    assert rep.mape == pytest.approx(np.mean([abs(r.rel_error) for r in rep.rows]))
+    assert -1 <= rep.kendall_tau <= 1
+    assert "MAPE" in rep.table()
+    back = read_records(path)
+    assert len(back) == 3 and back[1]["assignment"] == half.tolist()
+    assert back[0]["measured_step_time_s"] == rep.rows[0].measured_s
+    # fn= works as program= does
+    rep2 = validate(graph, cm, placements[:1], fn=fn, args=args, timing=TIMING)
+    assert len(rep2.rows) == 1
+
+
+def test_validate_refuses_other_graphs_and_bad_records(mlp, tmp_path):
+    fn, args, program, graph = mlp
+    cm = cpu_model(2)
+    other_fn, other_args = zoo.get("tiny_cnn", small=True)
+    other = simplace.trace(other_fn, *other_args)
+    with pytest.raises(PlacementError, match="traces to graph"):
+        validate(other, cm, [np.zeros(other.num_ops)], program=program, args=args)
+    foreign = Placement(np.zeros(other.num_ops, np.int32), other.hash, cm.name,
+                        tuple(cm.device_names))
+    with pytest.raises(PlacementError, match="made for graph"):
+        validate(graph, cm, [foreign], program=program, args=args)
+    with pytest.raises(SimplaceError, match="fn= and args="):
+        validate(graph, cm, [np.zeros(graph.num_ops)])
+    bad = tmp_path / "v.jsonl"
+    bad.write_text('{"schema": "something else"}\n')
+    with pytest.raises(SimplaceError, match="not a simplace validation record"):
+        read_records(bad)
+    with pytest.raises(SimplaceError, match="No validation records"):
+        read_records(tmp_path / "missing.jsonl")
+
+
+# ----------------------------------------------------------------------------- drift
+def test_drift_fit_recovers_known_scales(mlp):
+    *_, graph = mlp
+    cm = CostModel.synthetic(3, seed=5)
+    truth_ls = np.ones((3, 3))
+    truth_ls[0, 1], truth_ls[1, 2], truth_ls[2, 0] = 2.5, 0.6, 1.8
+    truth = Corrections([1.6, 0.7, 1.3], [0.0, 0.0, 0.0], truth_ls)
+    rng = np.random.default_rng(0)
+    ps = _placements(rng, graph.num_ops, 3, 30)
+    meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
+    recs = _records(graph, cm, ps, meas)
+    res = fit_drift(recs[:20], [graph], cm, held_out=recs[20:],
+                    params=("compute_scale", "link_scale"), tie=(), regularization=1e-8,
+                    max_nfev=100)
+    np.testing.assert_allclose(res.corrections.compute_scale, truth.compute_scale, rtol=0.02)
+    for i, j in ((0, 1), (1, 2), (2, 0)):
+        assert res.corrections.link_scale[i, j] == pytest.approx(truth_ls[i, j], rel=0.05)
+    assert res.fit["mape_before"] > 0.05 and res.fit["mape_after"] < 0.005
+    assert res.held_out["mape_after"] < 0.01 < res.held_out["mape_before"]
+    assert res.held_out["tau_after"] > 0.95
+    # the corrected model predicts the truth; its history says what it was fitted on
+    entry = res.cost_model.corrections.history[-1]
+    assert entry["fitted_on"]["records"] == 20 and entry["held_out"]["n"] == 10
+    assert res.cost_model.corrections == res.corrections
+
+
+def test_drift_fit_with_overheads_matches_held_out_and_keeps_history(mlp):
+    *_, graph = mlp
+    cm = CostModel.synthetic(2, seed=1)
+    truth = Corrections([1.4, 0.8], [3e-6, 1e-6], [[1, 2.0], [1.5, 1]])
+    rng = np.random.default_rng(3)
+    ps = _placements(rng, graph.num_ops, 2, 16)
+    meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
+    recs = _records(graph, cm, ps, meas)
+    fit, held = split_records(recs, 0.5, seed=0)
+    assert len(fit) == len(held) == 8
+    first = fit_drift(fit, {graph.hash: graph}, cm, held_out=held, tie=(),
+                      regularization=1e-8, max_nfev=60)
+    assert first.held_out["mape_after"] < 0.02 < first.held_out["mape_before"]
+    again = fit_drift(recs, [graph], first.cost_model, tie=(), regularization=1e-8,
+                      max_nfev=60)
+    assert len(again.corrections.history) == 2  # corrections never compound: history grows
+    assert again.fit["mape_after"] < 0.02
+
+
+def test_drift_fit_ties_devices_that_share_compute(mlp):
+    *_, graph = mlp
+    cm = CostModel.synthetic(3, seed=2, exclusive_pair=True)  # cpu:0, cpu:1 share compute
+    truth = Corrections([1.5, 1.5, 0.8], [0, 0, 0], np.full((3, 3), 1.7))
+    rng = np.random.default_rng(4)
+    ps = _placements(rng, graph.num_ops, 3, 12)
+    meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
+    res = fit_drift(_records(graph, cm, ps, meas), [graph], cm, regularization=1e-8,
+                    params=("compute_scale", "link_scale"), max_nfev=60)
+    assert res.entry["tied"] == ["compute_scale", "extra_overhead_s", "link_scale"]
+    cs = res.corrections.compute_scale
+    assert cs[0] == cs[1] and cs[0] == pytest.approx(1.5, rel=0.03)
+    assert cs[2] == pytest.approx(0.8, rel=0.03)
+    off = res.corrections.link_scale[~np.eye(3, dtype=bool)]
+    np.testing.assert_allclose(off, 1.7, rtol=0.03)
+
+
+def test_drift_fit_refuses_records_it_cannot_simulate(mlp):
+    *_, graph = mlp
+    cm = CostModel.synthetic(2)
+    rec = _records(graph, cm, [np.zeros(graph.num_ops)], [1e-3])
+    with pytest.raises(SimplaceError, match="was not given"):
+        fit_drift(rec, {}, cm)
+    with pytest.raises(SimplaceError, match="measured on devices"):
+        fit_drift(rec, [graph], CostModel.synthetic(3))
+    with pytest.raises(SimplaceError, match="unknown parameter"):
+        fit_drift(rec, [graph], cm, params=("speed",))
+    with pytest.raises(SimplaceError, match="at least one"):
+        fit_drift([], [graph], cm)
+
+
+def test_records_round_trip(tmp_path):
+    rec = {"schema": "simplace.validation_record", "schema_version": 1, "cost_model": "x",
+           "graph_hash": "ab", "graph_name": "g", "device_names": ["cpu:0"],
+           "assignment": [0], "predicted_step_time_s": 1.0, "measured_step_time_s": 2.0,
+           "method": "m"}
+    path = tmp_path / "a" / "validation.jsonl"
+    append_records(path, [rec])
+    append_records(path, [rec])
+    assert read_records(path) == [rec, rec]
+    with pytest.raises(SimplaceError, match="measured_step_time_s"):
+        append_records(path, [dict(rec, measured_step_time_s="fast")])
+
+
+# ----------------------------------------------------------------------------- search hook
+def test_validation_callback_in_local_search(mlp, tmp_path):
+    fn, args, program, graph = mlp
+    cm = cpu_model(2)
+    cb = make_validation_callback(graph, fn, args, cm, top_k=2, every=3, program=program,
+                                  timing=TIMING, records_path=tmp_path / "v.jsonl")
+    assert cb(1, [np.zeros(graph.num_ops)], cm) is None  # not a validation round
+    assert cb.records == []
+    res = simplace.optimize(graph, cm, "local", seed=0, max_evaluations=300,
+                            starts=["single"], callback=cb, callback_every=3,
+                            callback_top_k=2, batch=64)
+    info = res.info["validation"]
+    assert info["calls"] >= 2 and info["corrections"] >= 1
+    assert len(cb.records) >= 2 and cb.fits
+    corrected = res.info["corrected_cost_model"]
+    assert not corrected.corrections.is_identity
+    # the result is simulated with the corrected model
+    assert res.step_time_s == pytest.approx(simulate(graph, corrected, res.placement)
+                                            .step_time_s)
+    assert len(read_records(tmp_path / "v.jsonl")) == len(cb.records)
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_validate_cli(mlp, tmp_path, monkeypatch, capsys):
+    from simplace import validate_cli
+
+    *_, graph = mlp
+    cm = cpu_model(2, name="clitest_cpu")
+    cm_dir = tmp_path / "models"
+    cm_dir.mkdir()
+    cm.save(cm_dir / "clitest_cpu.json")
+    monkeypatch.setenv("SIMPLACE_COST_MODELS", str(cm_dir))
+    m = graph.num_ops
+    files = []
+    for k, p in enumerate([np.zeros(m), np.ones(m), np.arange(m) % 2,
+                           (np.arange(m) >= m // 3)]):
+        path = tmp_path / f"p{k}.json"
+        Placement(np.asarray(p, np.int32), graph.hash, cm.name, tuple(cm.device_names),
+                  method="test").save(path)
+        files.append(str(path))
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    validate_cli.add_parser(sub)
+    args = parser.parse_args(["validate", "mlp", "--small", "--cost-model", "clitest_cpu",
+                              *files, "--update", "--records-dir", str(tmp_path / "cal"),
+                              "--repeats", "3", "--budget-s", "0.1"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "MAPE" in out and "Kendall tau" in out and "held-out" in out
+    recs = read_records(tmp_path / "cal" / "clitest_cpu" / "validation.jsonl")
+    assert len(recs) == 4 and recs[0]["model_spec"]["model"] == "mlp"
+    updated = json.loads((cm_dir / "clitest_cpu.json").read_text())
+    assert len(updated["corrections"]["history"]) == 1
+    # --top-k validates only the candidates predicted fastest
+    args = parser.parse_args(["validate", "mlp", "--small", "--cost-model", "clitest_cpu",
+                              *files, "--top-k", "1", "--records-dir", str(tmp_path / "cal"),
+                              "--repeats", "3", "--budget-s", "0.1"])
+    assert args.func(args) == 0
+    assert len(read_records(tmp_path / "cal" / "clitest_cpu" / "validation.jsonl")) == 5
+
+
+def test_optimize_options_validate_the_winner(mlp, tmp_path, capsys):
+    from simplace import validate_cli
+
+    *_, graph = mlp
+    cm = cpu_model(2)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model")
+    parser.add_argument("--method")
+    parser.add_argument("--small", action="store_true")
+    parser.add_argument("--inference", action="store_true")
+    parser.add_argument("--batch", type=int, default=None)
+    validate_cli.add_validate_args(parser)
+    args = parser.parse_args(["mlp", "--small", "--inference", "--method", "local",
+                              "--validate-every", "0", "--top-k", "2",
+                              "--validation-repeats", "3", "--validation-budget-s", "0.1",
+                              "--records-dir", str(tmp_path)])
+    fn, fargs = zoo.get("mlp", small=True, training=False)
+    g = simplace.trace(fn, *fargs)
+    opts = validate_cli.validate_options(args, g, cm)
+    assert set(opts) == {"callback", "callback_every", "callback_top_k"}
+    best = simplace.optimize(g, cm, "local", max_evaluations=128, batch=64,
+                             starts=["single"], **opts)
+    text = validate_cli.report_winner(best, g, cm, opts)
+    assert "validated winner: predicted" in text and "measured" in text
+    assert opts["callback"].reports  # validated once, at the end of the search
+    args.method = "heft"
+    with pytest.raises(SimplaceError, match="local"):
+        validate_cli.validate_options(args, g, cm)
+    args.validate_every = None
+    assert validate_cli.validate_options(args, g, cm) == {}
+
+
+def test_rl_status_adapter(mlp):
+    from simplace.validate import rl_status_callback
+
+    *_, graph = mlp
+    seen = []
+
+    def fake(update, cands, model):
+        seen.append((update, len(cands)))
+        return model.with_corrections(Corrections([2.0, 2.0], [0, 0], np.ones((2, 2))))
+
+    cm = cpu_model(2)
+    hook = rl_status_callback(fake, cm)
+    status = type("S", (), {"update": 5, "done": False, "best_placement": np.zeros(3),
+                            "candidates": [(np.zeros(3), 1.0), (np.ones(3), 2.0)]})
+    assert hook(status) is None
+    assert seen == [(5, 2)] and hook.state["cost_model"].corrections.compute_scale[0] == 2
