@@ -171,7 +171,10 @@ def cmd_optimize(args) -> int:
         print(f"  [{msg}]", file=sys.stderr, flush=True)
 
     bound_s = lower_bound(graph, cost_model)
-    options = validate_cli.validate_options(args, graph, cost_model, progress)
+    from simplace.rl.cli_args import rl_options
+
+    options = {**rl_options(args),
+               **validate_cli.validate_options(args, graph, cost_model, progress)}
     if args.method == "all":
         results = compare(graph, cost_model, seed=args.seed, budget_s=args.budget_s,
                           progress=progress)
@@ -219,6 +222,7 @@ def results_table(results, bound_s: float) -> str:
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     from simplace import validate_cli
+    from simplace.rl.cli_args import add_rl_args
 
     p = argparse.ArgumentParser(
         prog="simplace",
@@ -271,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="wall-time budget of search methods, seconds")
     sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sp.add_argument("--out", metavar="P.JSON", help="save the best placement")
+    add_rl_args(sp)
     validate_cli.add_validate_args(sp)
     sp.set_defaults(func=cmd_optimize)
 

@@ -805,12 +805,13 @@ def make_validation_callback(graph: OpGraph, fn, args, cost_model: CostModel, to
 
 
 def rl_status_callback(callback, cost_model: CostModel):
-    """Adapt a validation ``callback`` to the RL trainer's hook, ``f(RLStatus) -> None``.
+    """Adapt a validation ``callback`` to the RL trainer's hook,
+    ``f(RLStatus) -> CostModel | None``.
 
-    Each status's ``candidates`` (best first) are validated; the latest corrected cost
-    model is kept in ``f.state["cost_model"]`` (the trainer itself goes on with the model
-    it was built with unless it reads that). Pass ``every=1`` to
-    ``make_validation_callback``: the trainer's ``callback_every`` already spaces calls.
+    Each status's ``candidates`` (best first) are validated; a corrected cost model is
+    returned to the trainer, which trains on against it, and kept in
+    ``f.state["cost_model"]``; ``f.validation`` is the wrapped callback. Pass ``every=1``
+    to ``make_validation_callback``: the trainer's ``callback_every`` already spaces calls.
     """
     state = {"cost_model": cost_model}
 
@@ -821,7 +822,8 @@ def rl_status_callback(callback, cost_model: CostModel):
         new = callback(-1 if status.done else int(status.update), cands, state["cost_model"])
         if new is not None:
             state["cost_model"] = new
-        return None
+        return new  # the trainer goes on against a corrected model
 
     on_status.state = state
+    on_status.validation = callback
     return on_status

@@ -181,9 +181,10 @@ def validate_options(args, graph, cost_model, progress=None) -> dict:
         return {}
     if args.validate_every < 0 or args.top_k < 1:
         raise SimplaceError("--validate-every must be >= 0 and --top-k >= 1.")
-    if args.method not in ("local", "rl"):
+    is_rl = str(args.method).startswith("rl-")
+    if args.method != "local" and not is_rl:
         raise SimplaceError(f"--validate-every needs a search method that takes a validation "
-                            f"callback ('local' or 'rl'), not '{args.method}'.")
+                            f"callback ('local' or an rl-* method), not '{args.method}'.")
     from simplace._devices import match_cpu_cost_model
     from simplace.validate import make_validation_callback, validation_path
 
@@ -196,6 +197,12 @@ def validate_options(args, graph, cost_model, progress=None) -> dict:
         graph, None, run_args, cost_model, top_k=args.top_k, every=max(args.validate_every, 1),
         program=program, timing=_timing(args),
         records_path=validation_path(cost_model.name, args.records_dir), progress=progress)
+    if is_rl:
+        from simplace.validate import rl_status_callback
+
+        # RL calls its hook every N updates; 0 means at the end only.
+        every = int(args.validate_every) or 2**62
+        return {"callback": rl_status_callback(cb, cost_model), "callback_every": every}
     return {"callback": cb, "callback_every": int(args.validate_every),
             "callback_top_k": int(args.top_k)}
 
@@ -206,6 +213,7 @@ def report_winner(best, graph, cost_model, options: dict) -> str:
     cb = options.get("callback")
     if cb is None:
         return ""
+    cb = getattr(cb, "validation", cb)  # the validation callback behind RL's adapter
 
     key = np.asarray(best.placement, dtype=np.int32).tobytes()
     measured = cb.measured.get(key)
@@ -215,7 +223,9 @@ def report_winner(best, graph, cost_model, options: dict) -> str:
 
         placed = cb.program.place(best.placement, cost_model=model)
         measured = measure(placed, cb.run_args, **cb.timing).step_time_s
-    pred = float(best.step_time_s)
+    from simplace.sim import simulate
+
+    pred = float(simulate(graph, model, best.placement).step_time_s)
     err = (pred - measured) / measured
     lines = [f"validated winner: predicted {pred * 1e3:.3f} ms (cost model "
              f"{'corrected' if model is not cost_model else 'as given'}), measured "

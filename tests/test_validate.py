@@ -295,6 +295,11 @@ def test_optimize_options_validate_the_winner(mlp, tmp_path, capsys):
     text = validate_cli.report_winner(best, g, cm, opts)
     assert "validated winner: predicted" in text and "measured" in text
     assert opts["callback"].reports  # validated once, at the end of the search
+    args.method = "rl-gnn"  # RL gets the validation behind its own hook's adapter
+    rl_opts = validate_cli.validate_options(args, g, cm)
+    assert set(rl_opts) == {"callback", "callback_every"}
+    assert rl_opts["callback_every"] >= 2**62  # --validate-every 0: at the end only
+    assert callable(rl_opts["callback"].validation)
     args.method = "heft"
     with pytest.raises(SimplaceError, match="local"):
         validate_cli.validate_options(args, g, cm)
@@ -316,5 +321,6 @@ def test_rl_status_adapter(mlp):
     hook = rl_status_callback(fake, cm)
     status = type("S", (), {"update": 5, "done": False, "best_placement": np.zeros(3),
                             "candidates": [(np.zeros(3), 1.0), (np.ones(3), 2.0)]})
-    assert hook(status) is None
+    new = hook(status)  # the trainer goes on against the corrected model it returns
+    assert new is hook.state["cost_model"] and hook.validation is fake
     assert seen == [(5, 2)] and hook.state["cost_model"].corrections.compute_scale[0] == 2

@@ -157,6 +157,17 @@ class BatchedSimulator:
             oom = np.any(peak > cap[None, :], axis=1)
         return BatchResult(*(np.asarray(x)[:b] for x in (step_time, peak, oom, busy, moved)))
 
+    def traceable(self):
+        """``(fn, consts)``: the pure function behind ``__call__``, for a caller's own jit.
+
+        ``fn(consts, placements int32[B, M])`` (B > 0, M > 0, traced and run under
+        ``jax.enable_x64(True)``) returns ``(step_time_s[B], busy_s[B, D], bytes_moved[B],
+        memory)``, where ``memory`` is None (``memory=False``), the peak bound
+        float64[B, D] (``"oom"``) or the event arrays ``(params, key_free, key_alloc,
+        dev, size)`` that this module's ``_sweep_peaks`` turns into peaks (``True``).
+        No batch padding, no host-side memory check."""
+        return self._impl, self._consts
+
     # ------------------------------------------------------------------ traced code
     def _impl(self, c, placements):
         self.num_traces += 1  # Python side effect: runs once per trace, not per call

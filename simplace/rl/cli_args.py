@@ -1,0 +1,50 @@
+"""The ``simplace optimize`` flags of the REINFORCE methods (``--method rl-*``).
+
+``add_rl_args(parser)`` adds them to the optimize subcommand; ``rl_options(args)`` turns
+the parsed flags into ``optimize(..., **options)`` keyword options (only those given, so
+other methods see no unknown options).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from simplace.errors import SimplaceError
+
+
+def add_rl_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--episodes --samples --warm-start --history --checkpoint`` (rl-* only)."""
+    g = parser.add_argument_group("REINFORCE methods (rl-seq2seq, rl-hierarchical, rl-gnn)")
+    g.add_argument("--episodes", type=int, default=None,
+                   help="sampled placements in all (deterministic for a seed); default: "
+                        "until --budget-s, or 2048 without it")
+    g.add_argument("--samples", type=int, default=None,
+                   help="placements sampled and simulated per update (default 64)")
+    g.add_argument("--warm-start", default=None, metavar="METHOD",
+                   help="start from a heuristic's placement: a method, comma-separated "
+                        "methods, or 'best' (every fast heuristic); the result is never "
+                        "worse than it")
+    g.add_argument("--history", default=None, metavar="H.JSON",
+                   help="write the reward curve (one row per update) and H.png, its plot")
+    g.add_argument("--checkpoint", default=None, metavar="CK.NPZ",
+                   help="save training state there; a stopped run resumes from it")
+
+
+def rl_options(args: argparse.Namespace) -> dict:
+    """``optimize`` options from the parsed flags; a progress bar when a method is rl-*."""
+    opts = {}
+    for name in ("episodes", "samples", "warm_start", "history", "checkpoint"):
+        val = getattr(args, name, None)
+        if val is not None:
+            opts[name] = val
+    if opts.get("samples") is not None and opts["samples"] < 1:
+        raise SimplaceError(f"--samples must be >= 1, got {opts['samples']}.")
+    if opts.get("episodes") is not None and opts["episodes"] < 1:
+        raise SimplaceError(f"--episodes must be >= 1, got {opts['episodes']}.")
+    method = getattr(args, "method", "")
+    if opts and not str(method).startswith("rl-"):
+        raise SimplaceError(f"--{next(iter(opts)).replace('_', '-')} applies to the rl-* "
+                            f"methods only, not --method {method}.")
+    if str(method).startswith("rl-"):
+        opts["progress_bar"] = True
+    return opts

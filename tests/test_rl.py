@@ -1,0 +1,242 @@
+"""REINFORCE policies (``simplace.rl``, methods ``rl-*``): they reach the exact oracle's
+optimum on a small graph, learn, keep OOM placements out, resume from checkpoints
+exactly, and are deterministic for a seed."""
+
+import argparse
+import dataclasses
+import json
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from simplace.errors import SimplaceError
+from simplace.placers import OOM_PENALTY, compare, methods, optimize
+from simplace.rl import (
+    RLConfig,
+    Trainer,
+    build_units,
+    make_policy,
+    unit_grouping,
+)
+from simplace.rl.cli_args import add_rl_args, rl_options
+from simplace.sim import sim_inputs
+from tests.placer_checks import check_result
+from tests.test_local_exact import oom_case, tiny_case
+
+POLICIES = ("seq2seq", "hierarchical", "gnn")
+TOL = dict(rel=1e-9, abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def oracle_case():
+    """8 ops on 3 devices (6,561 placements) and the exact optimum."""
+    g, cm = tiny_case(18, m=8, d=3)
+    return g, cm, optimize(g, cm, method="exact")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_policy_reaches_oracle_optimum_and_learns(oracle_case, policy):
+    g, cm, ex = oracle_case
+    res = optimize(g, cm, method=f"rl-{policy}", seed=0, episodes=2048, samples=32,
+                   units="ops")
+    check_result(g, cm, res, expect_fit=True)
+    assert res.step_time_s == pytest.approx(ex.step_time_s, **TOL)
+    assert res.info["score"] == pytest.approx(res.step_time_s, **TOL)
+    h = res.history
+    assert len(h) == 2048 // 32 and h[-1]["episodes"] == 2048
+    best = [r["best_step_time_s"] for r in h]
+    assert best == sorted(best, reverse=True)
+    # The policy learned: its late samples are far better than its first (random) ones.
+    late = np.mean([r["mean_step_time_s"] for r in h[-5:]])
+    assert late < 0.75 * h[0]["mean_step_time_s"]
+    assert all(np.isfinite(r["grad_norm"]) and np.isfinite(r["loss"]) for r in h)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_gradients_finite_and_update_moves_params(policy):
+    g, cm = tiny_case(3, m=12, d=3)
+    inp = sim_inputs(g, cm)
+    units = build_units(g, inp.op_time_s, unit_grouping(g, "ops"))
+    pol = make_policy(policy, units, 3, hidden=16)
+    mode = "exact" if policy == "gnn" else "bound"  # both memory paths, one compile each
+    tr = Trainer(g, inp, units, pol, RLConfig(samples=8, oom=mode), seed=1)
+    state = tr.init_state()
+    step = tr.update_fn(mode)
+    with jax.enable_x64(True):
+        new, p_best, s_best, stats = step(state, jnp.float32(1e-2), jnp.float32(0.1),
+                                          jnp.float64(np.nan))
+    assert np.isfinite(float(stats["grad_norm"])) and float(stats["grad_norm"]) > 0
+    moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), state.params,
+                         new.params)
+    leaves = jax.tree.leaves(moved)
+    assert all(np.isfinite(x) for x in leaves) and max(leaves) > 0
+    # The batch's best placement is scored like the batched simulator scores it.
+    assert p_best.shape == (g.num_ops,)
+    ref = tr.simulator(True)(np.asarray(p_best)[None])
+    assert float(s_best) == pytest.approx(float(ref.step_time_s[0]), **TOL)
+    # Log-probabilities of a sample are those of teacher forcing / the marginals.
+    with jax.enable_x64(True):
+        s = pol.sample(state.params, jax.random.key(0), 4)
+    assert s.unit_devices.shape == (4, units.num_units)
+    assert np.all(np.isfinite(np.asarray(s.logp))) and np.all(np.asarray(s.logp) <= 0)
+
+
+@pytest.mark.parametrize("oom", ["bound", "exact"])
+def test_oom_samples_never_become_best(oom):
+    g, cm = oom_case()  # one device cannot hold all parameters; half and half fits
+    ex = optimize(g, cm, method="exact")
+    res = optimize(g, cm, method="rl-gnn", seed=0, episodes=512, samples=32, units="ops",
+                   oom=oom)
+    check_result(g, cm, res, expect_fit=True)
+    assert res.info["fits"] and res.info["score"] < OOM_PENALTY
+    assert res.info["oom_mode"] == oom
+    assert any(r["oom_fraction"] > 0 for r in res.history)  # OOM samples were drawn
+    assert all(r["best_step_time_s"] < OOM_PENALTY for r in res.history)
+    assert res.step_time_s >= ex.step_time_s * (1 - 1e-12)
+
+
+def test_auto_oom_mode_picks_exact_when_memory_is_tight():
+    g, cm = oom_case()
+    res = optimize(g, cm, method="rl-seq2seq", seed=0, episodes=64, samples=32,
+                   units="ops")
+    assert res.info["oom_mode"] == "exact" and not res.oom
+
+
+@pytest.fixture(scope="module")
+def small_case():
+    return tiny_case(7, m=14, d=3)
+
+
+def _run(g, cm, **kw):
+    return optimize(g, cm, method="rl-seq2seq", seed=3, episodes=16 * 12, samples=16,
+                    units="ops", hidden=16, **kw)
+
+
+def test_deterministic_and_checkpoint_resume_equals_uninterrupted_run(small_case,
+                                                                     tmp_path):
+    g, cm = small_case
+    full = _run(g, cm, checkpoint=str(tmp_path / "full.npz"))
+    again = _run(g, cm)  # same seed, no checkpoint: the same run
+    assert np.array_equal(again.placement, full.placement)
+    assert [r["mean_step_time_s"] for r in again.history] == \
+        [r["mean_step_time_s"] for r in full.history]
+    ck = str(tmp_path / "part.npz")
+    part = _run(g, cm, checkpoint=ck, stop_after_updates=5, checkpoint_every=2)
+    assert part.info["stop"] == "stopped" and part.info["updates"] == 5
+    resumed = _run(g, cm, checkpoint=ck)
+    assert resumed.info["resumed_at_update"] == 5 and resumed.info["updates"] == 12
+    assert np.array_equal(resumed.placement, full.placement)
+    key = ("mean_step_time_s", "best_step_time_s", "grad_norm", "episodes")
+    assert [[r[k] for k in key] for r in resumed.history] == \
+        [[r[k] for k in key] for r in full.history]
+    # A checkpoint of another run is refused, not silently used.
+    with pytest.raises(SimplaceError, match="another run"):
+        optimize(g, cm, method="rl-seq2seq", seed=99, episodes=64, samples=16,
+                 units="ops", hidden=16, checkpoint=ck)
+
+
+def test_warm_start_callback_history_and_plot(small_case, tmp_path):
+    g, cm = small_case
+    single = optimize(g, cm, method="single")
+    seen = []
+
+    def callback(status):
+        seen.append(status)
+        return status.update >= 6  # stop at the second call
+
+    hist = tmp_path / "h.json"
+    res = optimize(g, cm, method="rl-hierarchical", seed=0, episodes=16 * 50, samples=16,
+                   units="ops", hidden=16, warm_start="single,m_topo", callback=callback,
+                   callback_every=3, history=str(hist))
+    assert res.step_time_s <= single.step_time_s * (1 + 1e-12)  # never worse than it
+    assert res.info["imitation_steps"] >= 1 and 0 < res.info["imitation_likelihood"] <= 1
+    assert set(res.info["warm_starts"]) == {"single", "m_topo"}
+    assert res.info["stop"] == "callback" and res.info["updates"] == 6
+    assert [s.update for s in seen] == [3, 6, 6] and [s.done for s in seen] == \
+        [False, False, True]
+    last = seen[-1]
+    assert last.best_placement.shape == (g.num_ops,) and not last.best_oom
+    assert last.best_step_time_s == pytest.approx(res.step_time_s, **TOL)
+    assert last.candidates and last.candidates[0][1] == last.best_step_time_s
+    rows = json.loads(hist.read_text())["rows"]
+    assert len(rows) == 6 and {"episodes", "mean_step_time_s", "reward_mean"} <= set(rows[0])
+    assert (tmp_path / "h.png").stat().st_size > 0
+
+
+def test_callback_returning_a_corrected_cost_model_is_trained_against(small_case):
+    from simplace.cost_model import Corrections, CostModel
+    from simplace.sim import simulate
+
+    g, _ = small_case
+    cm = CostModel.synthetic(3, seed=1)
+    # "Validation" finds device 0 three times slower than the model says.
+    scale = np.ones(cm.num_devices)
+    scale[0] = 3.0
+    corrected = cm.with_corrections(dataclasses.replace(
+        Corrections.identity(cm.num_devices), compute_scale=scale))
+    calls = []
+
+    def callback(status):
+        calls.append(status.update)
+        return corrected if status.update == 4 else None
+
+    res = optimize(g, cm, method="rl-seq2seq", seed=0, episodes=16 * 10, samples=16,
+                   units="ops", hidden=16, callback=callback, callback_every=4)
+    assert calls == [4, 8, 10]
+    assert res.info["cost_model_switches"] == 1
+    assert res.info["corrected_cost_model"] is corrected
+    # After the switch the run's best is scored by the corrected model.
+    after = [r for r in res.history if r["update"] > 4]
+    assert after[-1]["best_step_time_s"] == pytest.approx(
+        simulate(g, corrected, res.placement).step_time_s, **TOL)
+
+
+def test_bad_input_is_a_clear_error(small_case):
+    g, cm = small_case
+    with pytest.raises(SimplaceError, match="Unknown policy 'lstm'"):
+        make_policy("lstm", None, 2)
+    with pytest.raises(SimplaceError, match="Unknown warm-start method 'heft2'"):
+        optimize(g, cm, method="rl-gnn", episodes=16, warm_start="heft2")
+    with pytest.raises(SimplaceError, match="samples must be >= 1"):
+        optimize(g, cm, method="rl-gnn", episodes=16, samples=0)
+    with pytest.raises(SimplaceError, match="reward must be one of neg, sqrt, log"):
+        RLConfig(reward="exp")
+    with pytest.raises(SimplaceError, match="episodes must be >= 1"):
+        optimize(g, cm, method="rl-gnn", episodes=0)
+
+
+def test_registry_and_cli_flags():
+    names = methods()
+    assert {"rl-seq2seq", "rl-hierarchical", "rl-gnn"} <= set(names)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--method")
+    add_rl_args(ap)
+    args = ap.parse_args(["--method", "rl-gnn", "--episodes", "100", "--samples", "8",
+                          "--warm-start", "expert", "--checkpoint", "c.npz"])
+    assert rl_options(args) == {"episodes": 100, "samples": 8, "warm_start": "expert",
+                                "checkpoint": "c.npz", "progress_bar": True}
+    assert rl_options(ap.parse_args(["--method", "heft"])) == {}
+    with pytest.raises(SimplaceError, match="rl-\\* methods only"):
+        rl_options(ap.parse_args(["--method", "heft", "--episodes", "5"]))
+    with pytest.raises(SimplaceError, match="--samples must be >= 1"):
+        rl_options(ap.parse_args(["--method", "rl-gnn", "--samples", "0"]))
+
+
+def test_compare_and_local_defaults_leave_rl_out(monkeypatch):
+    import simplace.placers as placers
+    from simplace.placers.local import _start_list
+
+    called = []
+
+    def fake_optimize(graph, cost_model, method, **kw):
+        called.append(method)
+        raise SimplaceError("not run")
+
+    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    compare(None, None)
+    assert "heft" in called and not any(m.startswith("rl-") for m in called)
+    starts = _start_list(types.SimpleNamespace(options={}))
+    assert "heft" in starts and not any(str(m).startswith("rl-") for m in starts)
