@@ -161,6 +161,11 @@ def cmd_optimize(args) -> int:
     from simplace.sim import lower_bound
 
     cost_model = CostModel.load(args.cost_model)
+    if args.validate_every is not None:
+        from simplace._devices import match_cpu_cost_model
+
+        # Runs on hardware need the model's devices, fixed when JAX starts (tracing).
+        match_cpu_cost_model(cost_model)
     graph = load_graph(args.model, training=not args.inference, batch=args.batch,
                        small=args.small)
     print(graph.summary(top=5))

@@ -133,3 +133,22 @@ def test_simulate_gantt(capsys, tmp_path):
                      "haswell_k40x2", "--single", "1", "--gantt", str(png))
     assert code == 0 and png.stat().st_size > 1000
     assert np.frombuffer(png.read_bytes()[:8], dtype=np.uint8).tolist()[1:4] == [80, 78, 71]
+
+
+def test_optimize_validates_on_the_virtual_cpu_devices_of_a_cpu_cost_model(tmp_path):
+    # A fresh process with one CPU device: validating against the committed 4-device CPU
+    # model must split the CPU before tracing starts JAX.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "simplace.cli", "optimize", "mlp", "--small", "--inference",
+         "--cost-model", "cpu_vm2core_x4", "--method", "local", "--budget-s", "1",
+         "--validate-every", "0", "--top-k", "1", "--validation-repeats", "2",
+         "--validation-budget-s", "0.05", "--records-dir", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "validated winner: predicted" in proc.stdout
+    assert (tmp_path / "cpu_vm2core_x4" / "validation.jsonl").stat().st_size > 0
