@@ -28,6 +28,7 @@ import json
 import math
 import os
 import platform
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,10 +114,21 @@ def append_records(path: str | os.PathLike, records: Sequence[Mapping]) -> None:
     """Append validation records to a JSON Lines file (one flushed line each)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Check and encode everything first, so a bad record appends nothing.
+    lines = []
+    for k, r in enumerate(records):
+        _check_record(dict(r), f"record {k}")
+        lines.append(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n")
+    if path.is_file():
+        data = path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            # A line cut short by an interrupted append is an incomplete record: drop it,
+            # so that it does not swallow the next one.
+            with open(path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
     with open(path, "a") as f:
-        for k, r in enumerate(records):
-            _check_record(dict(r), f"record {k}")
-            f.write(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n")
+        for line in lines:
+            f.write(line)
             f.flush()
 
 
@@ -134,6 +146,10 @@ def read_records(path: str | os.PathLike) -> list[dict]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as err:
+                if not line.endswith("\n"):  # the last line, cut by an interrupted append
+                    warnings.warn(f"{path}:{n}: skipping a line cut short by an "
+                                  "interrupted write.", stacklevel=2)
+                    continue
                 raise SimplaceError(f"{path}:{n}: not JSON ({err.msg}).") from None
             out.append(_check_record(rec, f"{path}:{n}"))
     return out

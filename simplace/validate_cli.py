@@ -126,6 +126,9 @@ def run(args) -> int:
         validation_path,
     )
 
+    if not 0 <= args.held_out < 1:
+        raise SimplaceError(f"--held-out must be in [0, 1) (0: no held-out check), got "
+                            f"{args.held_out}.")
     cost_model = CostModel.load(args.cost_model)
     match_cpu_cost_model(cost_model)  # a model measured on N virtual CPU devices runs on N
     program, run_args, spec = _load_program(args)

@@ -206,6 +206,17 @@ def test_bad_input_is_a_clear_error(small_case):
         RLConfig(reward="exp")
     with pytest.raises(SimplaceError, match="episodes must be >= 1"):
         optimize(g, cm, method="rl-gnn", episodes=0)
+    with pytest.raises(SimplaceError, match="Bad REINFORCE option"):
+        optimize(g, cm, method="rl-gnn", episodes=16, samples="many")
+
+
+def test_a_foreign_npz_is_not_taken_for_a_checkpoint(tmp_path):
+    from simplace.rl import checkpoint
+
+    path = tmp_path / "other.npz"
+    np.savez(path, weights=np.zeros(3))
+    with pytest.raises(SimplaceError, match="not a simplace RL checkpoint"):
+        checkpoint.load(path, {})
 
 
 def test_registry_and_cli_flags():

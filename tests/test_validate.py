@@ -94,6 +94,13 @@ def test_validate_reports_every_candidate_and_writes_records(mlp, tmp_path):
     back = read_records(path)
     assert len(back) == 3 and back[1]["assignment"] == half.tolist()
     assert back[0]["measured_step_time_s"] == rep.rows[0].measured_s
+    # An append cut short (an interrupted run) loses that line only, not the next ones.
+    text = path.read_text()
+    path.write_text(text + text.splitlines()[0][:40])
+    with pytest.warns(UserWarning, match="cut short"):
+        assert len(read_records(path)) == 3
+    append_records(path, back[:1])  # drops the cut line, then appends
+    assert read_records(path) == [*back, back[0]]
     # fn= works as program= does
     rep2 = validate(graph, cm, placements[:1], fn=fn, args=args, timing=TIMING)
     assert len(rep2.rows) == 1

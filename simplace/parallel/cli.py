@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 __all__ = ["add_parser", "run"]
 
@@ -73,8 +72,9 @@ def run(args) -> int:
         print(f"replicated (no split rule): {', '.join(st.unsupported)}")
     print(f"mesh {st.mesh_shape} axes {st.mesh_axis_names}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(strategy_to_dict(st), f, indent=1)
+        from simplace._jsonfile import write_json
+
+        write_json(args.out, strategy_to_dict(st))  # atomic: a failure keeps the old file
         print(f"strategy saved to {args.out}")
     return 0
 

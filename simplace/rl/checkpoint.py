@@ -65,7 +65,10 @@ def load(path, templates: dict) -> tuple[dict, dict]:
     except (OSError, ValueError) as err:
         raise SimplaceError(f"Cannot read checkpoint {path}: {err}. Delete it to start "
                             "afresh.") from None
-    meta = json.loads(str(flat.pop("meta")))
+    try:
+        meta = json.loads(str(flat.pop("meta")))
+    except (KeyError, json.JSONDecodeError):
+        meta = {}
     if meta.get("schema") != SCHEMA or meta.get("version") != SCHEMA_VERSION:
         raise SimplaceError(f"{path} is not a simplace RL checkpoint of version "
                             f"{SCHEMA_VERSION}; delete it to start afresh.")

@@ -41,6 +41,7 @@ resumed from a checkpoint continues exactly as the uninterrupted run would.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import os
 import sys
@@ -119,7 +120,14 @@ class RLConfig:
     def from_options(cls, options: dict) -> RLConfig:
         """The fields of ``options`` that name config fields (others are ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in options.items() if k in names})
+        try:
+            return cls(**{k: v for k, v in options.items() if k in names})
+        except SimplaceError:
+            raise
+        except (TypeError, ValueError) as err:  # e.g. samples="abc"
+            raise SimplaceError(f"Bad REINFORCE option ({err}): samples and the update "
+                                "counts are integers, lr, entropy and the like numbers."
+                                ) from None
 
 
 class RLStatus(NamedTuple):
@@ -347,7 +355,14 @@ class Trainer:
 
 # ---------------------------------------------------------------------- the run
 def _fingerprint(graph, trainer: Trainer, policy_kw: dict) -> dict:
-    return {"graph": graph.hash, "policy": trainer.policy.name,
+    # The simulator's inputs too: a checkpoint scored under another cost model (another
+    # machine, or one rewritten by `simplace validate --update`) must not be resumed.
+    digest = hashlib.sha256()
+    for arr in (trainer.inputs.op_time_s, trainer.inputs.latency_s,
+                trainer.inputs.bandwidth_bytes_per_s, trainer.inputs.memory_bytes):
+        digest.update(np.ascontiguousarray(arr, dtype=np.float64).tobytes())
+    return {"graph": graph.hash, "cost": digest.hexdigest()[:16],
+            "policy": trainer.policy.name,
             "units": trainer.policy.num_units, "devices": trainer.inputs.num_devices,
             "seed": trainer.seed, "config": dataclasses.asdict(trainer.cfg),
             "policy_options": {k: (v if isinstance(v, int | float | str) else str(v))
