@@ -110,6 +110,21 @@ def _check_record(rec: Any, where: str) -> dict:
     return rec
 
 
+def _truncate_after_last_newline(f, chunk_bytes: int = 1 << 16) -> None:
+    """Cut the binary file ``f`` just after its last newline (to empty if it has none)."""
+    end = f.seek(0, os.SEEK_END)
+    pos = end
+    while pos > 0:
+        start = max(0, pos - chunk_bytes)
+        f.seek(start)
+        k = f.read(pos - start).rfind(b"\n")
+        if k >= 0:
+            f.truncate(start + k + 1)
+            return
+        pos = start
+    f.truncate(0)
+
+
 def append_records(path: str | os.PathLike, records: Sequence[Mapping]) -> None:
     """Append validation records to a JSON Lines file (one flushed line each)."""
     path = Path(path)
@@ -119,13 +134,13 @@ def append_records(path: str | os.PathLike, records: Sequence[Mapping]) -> None:
     for k, r in enumerate(records):
         _check_record(dict(r), f"record {k}")
         lines.append(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n")
-    if path.is_file():
-        data = path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            # A line cut short by an interrupted append is an incomplete record: drop it,
-            # so that it does not swallow the next one.
-            with open(path, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
+    if path.is_file() and path.stat().st_size > 0:
+        with open(path, "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                # A line cut short by an interrupted append is an incomplete record: drop
+                # it, so that it does not swallow the next one. Only the tail is read.
+                _truncate_after_last_newline(f)
     with open(path, "a") as f:
         for line in lines:
             f.write(line)

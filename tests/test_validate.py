@@ -331,3 +331,15 @@ def test_rl_status_adapter(mlp):
     new = hook(status)  # the trainer goes on against the corrected model it returns
     assert new is hook.state["cost_model"] and hook.validation is fake
     assert seen == [(5, 2)] and hook.state["cost_model"].corrections.compute_scale[0] == 2
+
+
+@pytest.mark.parametrize("data, kept", [(b"a\nbc\nde", b"a\nbc\n"), (b"abc", b""),
+                                        (b"x\n" + b"y" * 10, b"x\n")])
+def test_a_cut_last_line_is_found_across_read_chunks(tmp_path, data, kept):
+    from simplace.validate import _truncate_after_last_newline
+
+    path = tmp_path / "v.jsonl"
+    path.write_bytes(data)
+    with open(path, "r+b") as f:
+        _truncate_after_last_newline(f, chunk_bytes=3)
+    assert path.read_bytes() == kept
