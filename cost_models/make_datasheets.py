@@ -40,11 +40,29 @@ GPU_EFFICIENCY = {"matmul": 0.7, "conv": 0.6, "elementwise": 0.6, "reduction": 0
 CPU_EFFICIENCY = {"matmul": 0.6, "conv": 0.4, "elementwise": 0.4, "reduction": 0.3,
                   "data_movement": 0.3, "control": 0.2}
 
-# Per-op launch overheads (assumptions, to be replaced by calibration).
+# Per-op costs inside a segment: each op that is not fused runs as its own kernel (GPU)
+# or loop (CPU) within the one XLA computation (assumptions, to be replaced by calibration).
 CPU_OVERHEAD_S = 2e-6  # framework dispatch of one op, no device launch
 GPU_OVERHEAD_S = 5e-6  # CUDA kernel launch + executor bookkeeping (Kepler/Maxwell era)
 H100_OVERHEAD_S = 3e-6  # Hopper kernel launch latency is lower than Kepler's
 IGPU_OVERHEAD_S = 10e-6  # OpenCL / Level Zero enqueue on an Intel integrated GPU
+
+# What JAX adds around the ops when it runs a placement (assumptions, to be replaced by
+# calibration): each segment (one jitted computation) costs a launch on its device and a
+# host dispatch; each jax.device_put call costs host time. Measured on an H100 host with
+# JAX 0.11 (shared/measurements/h100_2026-11-23, runtime_probe): a tiny jit call takes
+# ~38 us of host time to dispatch to the GPU and ~75 us to complete, ~9 us / ~11 us on
+# the CPU. Older stacks are assumed no faster.
+CPU_LAUNCH_S = 2e-6
+CPU_DISPATCH_S = 9e-6
+GPU_LAUNCH_S = 35e-6
+GPU_DISPATCH_S = 38e-6
+PUT_HOST_S = 20e-6  # host time of one jax.device_put call (the copy itself is the link's)
+# Inside a segment XLA fuses elementwise ops into their neighbours' loops: only a quarter
+# of their bytes_accessed is charged (a chain of four touches memory about once), and
+# they cost no kernel of their own.
+FUSED_BYTES_FRACTION = 0.25
+FUSED_CLASS_OVERHEAD_S = {"elementwise": 0.0}
 
 # Links: achieved copy bandwidth is ~80% of the raw per-direction rate (protocol
 # overhead, DMA setup); PCIe 3.0 x16 -> ~12.6 GB/s, PCIe 5.0 x16 -> ~50 GB/s,
@@ -87,7 +105,10 @@ def cpu(name: str, *, cores_flops_per_cycle_hz: list[tuple[int, int, float]],
     return Device(name=name, kind="cpu", memory_bytes=memory_bytes, peak_flops_per_s=peak,
                   memory_bandwidth_bytes_per_s=dram_bytes_per_s(dram_channels,
                                                                 dram_transfers_per_s),
-                  overhead_s=CPU_OVERHEAD_S, efficiency=CPU_EFFICIENCY)
+                  overhead_s=CPU_OVERHEAD_S, efficiency=CPU_EFFICIENCY,
+                  launch_s=CPU_LAUNCH_S, dispatch_s=CPU_DISPATCH_S,
+                  fused_bytes_fraction=FUSED_BYTES_FRACTION,
+                  class_overhead_s=FUSED_CLASS_OVERHEAD_S)
 
 
 def gpu(name: str, *, fp32_lanes: int, clock_hz: float, memory_bandwidth_bytes_per_s: float,
@@ -96,7 +117,10 @@ def gpu(name: str, *, fp32_lanes: int, clock_hz: float, memory_bandwidth_bytes_p
     return Device(name=name, kind="gpu", memory_bytes=memory_bytes,
                   peak_flops_per_s=fp32_lanes * FMA_FLOPS * clock_hz,
                   memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
-                  overhead_s=overhead_s, efficiency=GPU_EFFICIENCY)
+                  overhead_s=overhead_s, efficiency=GPU_EFFICIENCY,
+                  launch_s=GPU_LAUNCH_S, dispatch_s=GPU_DISPATCH_S,
+                  fused_bytes_fraction=FUSED_BYTES_FRACTION,
+                  class_overhead_s=FUSED_CLASS_OVERHEAD_S)
 
 
 # AVX2 with two 256-bit FMA units: 2 units x 8 FP32 lanes x 2 = 32 FLOP/cycle/core.
@@ -142,7 +166,7 @@ def haswell_k40(num_gpus: int) -> CostModel:
     return CostModel.from_devices(
         f"haswell_k40x{num_gpus}", devices, PCIE_LATENCY_S,
         PCIE3_X16_BYTES_PER_S * LINK_EFFICIENCY,
-        provenance=_provenance(HASWELL_NOTES))
+        put_s=PUT_HOST_S, provenance=_provenance(HASWELL_NOTES))
 
 
 def placeto_k80x2() -> CostModel:
@@ -153,7 +177,7 @@ def placeto_k80x2() -> CostModel:
             memory_bytes=12 * GIB, overhead_s=PLACETO_OP_OVERHEAD_S) for k in range(2)]
     return CostModel.from_devices(
         "placeto_k80x2", devices, PLACETO_LATENCY_S, PLACETO_BANDWIDTH_BYTES_PER_S,
-        provenance=_provenance([
+        put_s=PUT_HOST_S, provenance=_provenance([
             "Placeto (Addanki et al., NeurIPS 2019) trained against a simulator hand-tuned "
             "for one K80 machine: 5.7 us per op, 7.6 GB/s + 25 us per transfer (figures as "
             "recorded in simplace's background.md). Those constants are used here for the "
@@ -183,7 +207,7 @@ def hsdag_cpu_gpu() -> CostModel:
     copy_bw = host.memory_bandwidth_bytes_per_s / 2 * LINK_EFFICIENCY
     return CostModel.from_devices(
         "hsdag_cpu_gpu", [host, igpu], IGPU_COPY_LATENCY_S, copy_bw,
-        provenance=_provenance([
+        put_s=PUT_HOST_S, provenance=_provenance([
             "HSDAG (Duan et al., NeurIPS 2024) placed OpenVINO inference graphs on an Intel "
             "CPU + GPU pair. The exact parts were not checked; this models a typical such "
             "machine: an Intel Core i9-12900K with its integrated Intel UHD Graphics 770.",
@@ -227,7 +251,7 @@ def cpu_h100_pcie() -> CostModel:
                    overhead_s=H100_OVERHEAD_S)]
     return CostModel.from_devices(
         "cpu_h100_pcie", devices, PCIE_LATENCY_S, PCIE5_X16_BYTES_PER_S * LINK_EFFICIENCY,
-        provenance=_provenance([
+        put_s=PUT_HOST_S, provenance=_provenance([
             SAPPHIRE_RAPIDS_NOTE,
             "gpu:0 NVIDIA H100 PCIe (NVIDIA H100 datasheet / Hopper whitepaper): 114 SMs x "
             "128 FP32 lanes x 2 x 1.755 GHz boost -> 51.2 TFLOP/s FP32; 2.0 TB/s HBM2e; "
@@ -254,7 +278,7 @@ def cpu_h100x4_nvlink() -> CostModel:
             bw[i][j] = NVLINK4_BYTES_PER_S * LINK_EFFICIENCY
     return CostModel.from_devices(
         "cpu_h100x4_nvlink", [host] + gpus, lat, bw,
-        provenance=_provenance([
+        put_s=PUT_HOST_S, provenance=_provenance([
             SAPPHIRE_RAPIDS_NOTE,
             "gpu:0-3 NVIDIA H100 SXM5 80GB (NVIDIA H100 datasheet / Hopper whitepaper): 132 "
             "SMs x 128 FP32 lanes x 2 x 1.98 GHz boost -> 66.9 TFLOP/s FP32; 3.35 TB/s HBM3; "

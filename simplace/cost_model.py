@@ -1,14 +1,19 @@
 """CostModel: one machine's devices, links and drift corrections; op and transfer times.
 
-A cost model answers two questions for the simulators:
+A cost model gives the simulators what a placed JAX program costs on one machine
+(``simplace.sim.reference`` says how they combine):
 
-* how long op ``i`` of a graph takes on device ``d`` (``op_times(graph) -> float64[M, D]``):
-  the measured time when the op's signature is in the device's table, else a roofline
-  estimate from the op's flops and bytes;
+* how long op ``i`` of a graph takes on device ``d`` *inside a segment*, i.e. as part of
+  one fused XLA computation (``op_times(graph) -> float64[M, D]``): the measured in-segment
+  time when the op's signature is in the device's table, else a roofline estimate from
+  the op's flops and bytes. No launch and no dispatch are in it;
+* per device, what each segment costs besides its ops: ``launch_s`` (device time) and
+  ``dispatch_s`` (host time of the jitted call);
 * how long a tensor of ``n`` bytes takes from device ``i`` to device ``j``
-  (``transfer_time_s``): ``latency_s[i, j] + n / bandwidth_bytes_per_s[i, j]``.
+  (``transfer_time_s``): ``latency_s[i, j] + n / bandwidth_bytes_per_s[i, j]``, and the
+  host time of the ``jax.device_put`` call that moves it (``put_s[i, j]``).
 
-Both are multiplied by the drift corrections fitted from hardware runs
+Op and transfer times are multiplied by the drift corrections fitted from hardware runs
 (``Corrections``; identity by default). Models are stored as schema-versioned JSON files
 (see ``cost_models/README.md``) and loaded by name (``CostModel.load("haswell_k40x4")``).
 """
@@ -33,7 +38,9 @@ from simplace._jsonfile import read_json, write_json
 from simplace.errors import CostModelError
 
 SCHEMA = "simplace.cost_model"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 files summed one-op-per-jit times (launch and dispatch included in every op):
+# their numbers mean something else, so they are refused rather than reinterpreted.
 
 OP_CLASSES = ("matmul", "conv", "elementwise", "reduction", "data_movement", "control", "free")
 # Classes whose ops do work and so carry their own efficiency. ``free`` ops that do work
@@ -228,8 +235,13 @@ def _check_keys(d: Mapping, where: str, required: Iterable[str], optional: Itera
 
 # --------------------------------------------------------------------------- Device
 _DEVICE_REQUIRED = ("name", "kind", "memory_bytes", "peak_flops_per_s",
-                    "memory_bandwidth_bytes_per_s", "overhead_s")
-_DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s", "class_overhead_s")
+                    "memory_bandwidth_bytes_per_s", "overhead_s", "launch_s", "dispatch_s")
+_DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s", "class_overhead_s",
+                    "fused_bytes_fraction")
+# Classes whose ops XLA fuses into a neighbour's loop inside a segment: their
+# intermediate tensors mostly stay in registers/cache, so only ``fused_bytes_fraction``
+# of their bytes are charged.
+FUSED_CLASSES = ("elementwise", "free")
 
 
 def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -239,7 +251,11 @@ def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
     out["kind"] = _string(fields["kind"], _where(where, "kind"), choices=DEVICE_KINDS)
     for f in ("memory_bytes", "peak_flops_per_s", "memory_bandwidth_bytes_per_s"):
         out[f] = _number(fields[f], _where(where, f), min_value=0, strict=True)
-    out["overhead_s"] = _number(fields["overhead_s"], _where(where, "overhead_s"), min_value=0)
+    for f in ("overhead_s", "launch_s", "dispatch_s"):
+        out[f] = _number(fields[f], _where(where, f), min_value=0)
+    out["fused_bytes_fraction"] = _number(
+        fields.get("fused_bytes_fraction", 1.0), _where(where, "fused_bytes_fraction"),
+        min_value=0, max_value=1)
 
     eff_in = fields.get("efficiency")
     eff_in = {} if eff_in is None else eff_in
@@ -307,14 +323,19 @@ class Device:
       memory_bytes: memory available to ops and tensors.
       peak_flops_per_s: peak floating-point rate of the roofline.
       memory_bandwidth_bytes_per_s: peak memory bandwidth of the roofline.
-      overhead_s: fixed cost of each op launch (added to the roofline time).
+      overhead_s: fixed cost of each op that does work inside a segment (its kernel or
+        loop inside the fused computation; added to the roofline time).
+      launch_s: device time of each segment besides its ops (starting the executable).
+      dispatch_s: host time of the jitted call that dispatches one segment.
+      fused_bytes_fraction: the part of ``bytes_accessed`` charged to elementwise (and
+        working ``free``) ops, which XLA fuses with their neighbours; in [0, 1].
       efficiency: per op class (all of ``OP_CLASSES``), the fraction of the roofline in
         (0, 1] the device reaches; missing classes take ``DEFAULT_EFFICIENCY``; ``free``
         always equals ``data_movement``.
       op_times_s: measured seconds per op signature; overrides the roofline.
       exclusive_group: devices with the same group share compute and run one op at a
         time between them (virtual CPU devices of one socket); defaults to ``name``.
-      class_overhead_s: optional per op class (of ``WORK_CLASSES``) launch cost that
+      class_overhead_s: optional per op class (of ``WORK_CLASSES``) in-segment cost that
         replaces ``overhead_s`` for that class; ``free`` ops use data_movement's.
     """
 
@@ -328,6 +349,9 @@ class Device:
     op_times_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
     exclusive_group: str = ""
     class_overhead_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    launch_s: float = 0.0
+    dispatch_s: float = 0.0
+    fused_bytes_fraction: float = 1.0
 
     def __post_init__(self):
         where = f"Device({self.name!r})" if isinstance(self.name, str) else "Device"
@@ -356,6 +380,9 @@ class Device:
             "peak_flops_per_s": self.peak_flops_per_s,
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
             "overhead_s": self.overhead_s,
+            "launch_s": self.launch_s,
+            "dispatch_s": self.dispatch_s,
+            "fused_bytes_fraction": self.fused_bytes_fraction,
             "efficiency": {c: self.efficiency[c] for c in WORK_CLASSES},
             "exclusive_group": self.exclusive_group,
             "op_times_s": dict(self.op_times_s),
@@ -375,8 +402,8 @@ class Corrections:
 
     Attributes (D devices):
       compute_scale: float64[D] > 0, multiplies every op time on the device.
-      extra_overhead_s: float64[D], seconds added to each op that does work on the device
-        (may be negative; an op time never drops below 0).
+      extra_overhead_s: float64[D], seconds added to each segment's launch on the device
+        (may be negative; a launch never drops below 0).
       link_scale: float64[D, D] > 0, multiplies the transfer time of each ordered link.
       history: what was fitted when, on what (JSON-able dicts, oldest first).
     """
@@ -535,6 +562,8 @@ class CostModel:
       latency_s: float64[D, D], latency of the ordered link (i, j); diagonal 0.
       bandwidth_bytes_per_s: float64[D, D], bandwidth of link (i, j); diagonal inf (a
         tensor already on its device moves for free).
+      put_s: float64[D, D], host time of one ``jax.device_put`` call over link (i, j);
+        diagonal 0. Defaults to zeros.
       corrections: ``Corrections`` applied by ``op_times`` and the transfer times.
       provenance: ``Provenance`` (source, host, date, versions, notes).
 
@@ -547,6 +576,7 @@ class CostModel:
     bandwidth_bytes_per_s: np.ndarray
     corrections: Corrections | None = None
     provenance: Provenance | None = None
+    put_s: np.ndarray | None = None
 
     def __post_init__(self):
         set_ = functools.partial(object.__setattr__, self)
@@ -583,8 +613,15 @@ class CostModel:
                 i, j = (int(x) for x in bad[0])
                 raise CostModelError(f"links.{f}[{i}][{j}] must be {'>' if strict else '>='} 0, "
                                      f"got {arr[i, j]!r}.")
+        put = np.zeros((d, d)) if self.put_s is None else _matrix(self.put_s, "links.put_s", d)
+        bad = np.argwhere(~(put >= 0))
+        if bad.size:
+            i, j = (int(x) for x in bad[0])
+            raise CostModelError(f"links.put_s[{i}][{j}] must be >= 0, got {put[i, j]!r}.")
+        np.fill_diagonal(put, 0.0)
         set_("latency_s", _frozen(lat))
         set_("bandwidth_bytes_per_s", _frozen(bw))
+        set_("put_s", _frozen(put))
         corr = Corrections.identity(d) if self.corrections is None else self.corrections
         if not isinstance(corr, Corrections):
             raise CostModelError(f"corrections must be a Corrections, got {type(corr).__name__}.")
@@ -631,6 +668,18 @@ class CostModel:
         so that ``transfer = corrected_latency_s + bytes / corrected_bandwidth``."""
         return _frozen(self.bandwidth_bytes_per_s / self.corrections.link_scale)
 
+    @functools.cached_property
+    def launch_s(self) -> np.ndarray:
+        """float64[D]: device time of each segment besides its ops, drift correction
+        (``extra_overhead_s``) included, never below 0."""
+        base = np.array([dev.launch_s for dev in self.devices])
+        return _frozen(np.maximum(base + self.corrections.extra_overhead_s, 0.0))
+
+    @functools.cached_property
+    def dispatch_s(self) -> np.ndarray:
+        """float64[D]: host time of the call that dispatches one segment on each device."""
+        return _frozen(np.array([dev.dispatch_s for dev in self.devices]))
+
     def index(self, device_name: str) -> int:
         """Index of the device called ``device_name``."""
         try:
@@ -641,28 +690,31 @@ class CostModel:
 
     # ------------------------------------------------------------------ op times
     def op_times(self, graph) -> np.ndarray:
-        """float64[M, D]: seconds op i of ``graph`` takes on device d.
+        """float64[M, D]: seconds op i of ``graph`` adds to a segment on device d.
 
-        A measured time when the op's signature is in the device's ``op_times_s``; else
-        the roofline ``overhead_s + max(flops / peak_flops_per_s, bytes_accessed /
-        memory_bandwidth_bytes_per_s) / efficiency[class]`` (``class_overhead_s[class]``
-        in place of ``overhead_s`` where the device gives one). Ops of class ``free`` with
-        no flops and no bytes cost 0: XLA turns them into views or fuses them into a
-        neighbour, and charging a launch overhead per reshape would dominate a step time.
-        ``free`` ops that do touch bytes are charged like data_movement. Then the drift
-        corrections: ``compute_scale[d] * t + extra_overhead_s[d]`` for every op that
-        does work (never below 0).
+        A measured in-segment time when the op's signature is in the device's
+        ``op_times_s``; else the roofline ``overhead_s + max(flops / peak_flops_per_s,
+        f * bytes_accessed / memory_bandwidth_bytes_per_s) / efficiency[class]``
+        (``class_overhead_s[class]`` in place of ``overhead_s`` where the device gives
+        one; ``f`` is ``fused_bytes_fraction`` for the classes XLA fuses, elementwise and
+        working ``free`` ops, else 1). Ops of class ``free`` with no flops and no bytes
+        cost 0: XLA turns them into views. ``free`` ops that do touch bytes are charged
+        like data_movement. Then the drift correction ``compute_scale[d] * t``. Segment
+        launches and host dispatch are not in these times (``launch_s``,
+        ``dispatch_s``).
         """
         cls, sigs = _graph_arrays(graph)
         flops, nbytes = graph.flops, graph.bytes_accessed
         m, d = len(cls), self.num_devices
         no_work = (cls == _FREE) & (flops == 0) & (nbytes == 0)
+        fused = np.isin(cls, [_CLASS_INDEX[c] for c in FUSED_CLASSES])
         out = np.empty((m, d), dtype=np.float64)
         corr = self.corrections
         for k, dev in enumerate(self.devices):
             eff = dev._efficiency_by_class[cls]
+            charged = np.where(fused, dev.fused_bytes_fraction * nbytes, nbytes)
             t = dev._overhead_by_class[cls] + np.maximum(flops / dev.peak_flops_per_s,
-                                            nbytes / dev.memory_bandwidth_bytes_per_s) / eff
+                                            charged / dev.memory_bandwidth_bytes_per_s) / eff
             t[no_work] = 0.0
             if dev.op_times_s:
                 table = dev.op_times_s
@@ -673,9 +725,8 @@ class CostModel:
                 works = ~no_work | hit
             else:
                 works = ~no_work
-            if corr.compute_scale[k] != 1 or corr.extra_overhead_s[k] != 0:
-                t = np.where(works, np.maximum(
-                    corr.compute_scale[k] * t + corr.extra_overhead_s[k], 0.0), t)
+            if corr.compute_scale[k] != 1:
+                t = np.where(works, corr.compute_scale[k] * t, t)
             out[:, k] = t
         return out
 
@@ -719,6 +770,7 @@ class CostModel:
             bandwidth_bytes_per_s=self.bandwidth_bytes_per_s[np.ix_(ix, ix)],
             corrections=self.corrections.subset(ix),
             provenance=prov,
+            put_s=self.put_s[np.ix_(ix, ix)],
         )
 
     def with_corrections(self, corrections: Corrections) -> CostModel:
@@ -729,17 +781,19 @@ class CostModel:
     @classmethod
     def from_devices(cls, name: str, devices: Sequence[Device], latency_s, bandwidth_bytes_per_s,
                      *, corrections: Corrections | None = None,
-                     provenance: Provenance | None = None) -> CostModel:
-        """A model from devices and links given as a scalar (every link) or a DxD matrix.
-        The diagonal is set for you (latency 0, bandwidth inf)."""
+                     provenance: Provenance | None = None, put_s=0.0) -> CostModel:
+        """A model from devices and links given as a scalar (every link) or a DxD matrix
+        (``put_s`` too). The diagonal is set for you (latency 0, bandwidth inf)."""
         d = len(devices)
         lat = np.array(np.broadcast_to(np.asarray(latency_s, dtype=np.float64), (d, d)))
         bw = np.array(np.broadcast_to(np.asarray(bandwidth_bytes_per_s, dtype=np.float64),
                                       (d, d)))
         np.fill_diagonal(lat, 0.0)
         np.fill_diagonal(bw, math.inf)
+        put = np.array(np.broadcast_to(np.asarray(put_s, dtype=np.float64), (d, d)))
+        np.fill_diagonal(put, 0.0)
         return cls(name=name, devices=tuple(devices), latency_s=lat, bandwidth_bytes_per_s=bw,
-                   corrections=corrections, provenance=provenance)
+                   corrections=corrections, provenance=provenance, put_s=put)
 
     @classmethod
     def synthetic(cls, num_devices: int, *, seed: int = 0, exclusive_pair: bool = False,
@@ -767,6 +821,8 @@ class CostModel:
                    peak_flops_per_s=float(loguniform(0.3e12, 2e12)),
                    memory_bandwidth_bytes_per_s=float(loguniform(50e9, 200e9)),
                    overhead_s=float(loguniform(1e-6, 5e-6)),
+                   launch_s=float(loguniform(2e-6, 10e-6)),
+                   dispatch_s=float(loguniform(2e-6, 10e-6)),
                    efficiency={c: round(float(rng.uniform(0.2, 0.7)), 3) for c in WORK_CLASSES})
         devices = []
         for k in range(n_cpu):
@@ -779,6 +835,8 @@ class CostModel:
                 peak_flops_per_s=float(loguniform(2e12, 60e12)),
                 memory_bandwidth_bytes_per_s=float(loguniform(200e9, 3000e9)),
                 overhead_s=float(loguniform(2e-6, 10e-6)),
+                launch_s=float(loguniform(5e-6, 30e-6)),
+                dispatch_s=float(loguniform(5e-6, 40e-6)),
                 efficiency={c: round(float(rng.uniform(0.3, 0.9)), 3) for c in WORK_CLASSES}))
         lat = loguniform(2e-6, 30e-6, (d, d))
         bw = loguniform(5e9, 100e9, (d, d))
@@ -786,9 +844,10 @@ class CostModel:
         if exclusive_pair:  # a memcpy between two virtual devices of one host
             lat[0, 1] = lat[1, 0] = 1e-6
             bw[0, 1] = bw[1, 0] = devices[0].memory_bandwidth_bytes_per_s / 2
+        put = loguniform(5e-6, 40e-6, (d, d))
         return cls.from_devices(
             name or f"synthetic{d}_seed{seed}" + ("_excl" if exclusive_pair else ""),
-            devices, lat, bw,
+            devices, lat, bw, put_s=put,
             provenance=Provenance(source="synthetic", notes=(
                 f"CostModel.synthetic({d}, seed={seed}, exclusive_pair={exclusive_pair}): "
                 "random figures for tests and benchmarks, not a real machine.",)))
@@ -805,6 +864,7 @@ class CostModel:
                 "latency_s": self.latency_s.tolist(),
                 "bandwidth_bytes_per_s": [[_json_float(x) for x in row]
                                           for row in self.bandwidth_bytes_per_s.tolist()],
+                "put_s": self.put_s.tolist(),
             },
             "corrections": self.corrections.to_dict(),
         }
@@ -825,9 +885,14 @@ class CostModel:
             raise CostModelError(f"schema must be {SCHEMA!r}, got {d.get('schema')!r}: this is "
                                  "not a simplace cost model.")
         if d.get("schema_version") != SCHEMA_VERSION:
+            old = d.get("schema_version") == 1
             raise CostModelError(
                 f"schema_version {d.get('schema_version')!r} is not supported; this simplace "
-                f"reads version {SCHEMA_VERSION}. Regenerate the file with this version.")
+                f"reads version {SCHEMA_VERSION}. "
+                + ("Version 1 models costed every op as its own jit call; re-measure the "
+                   "machine with `simplace calibrate --name NAME` (a datasheet model: "
+                   "`python cost_models/make_datasheets.py`)." if old else
+                   "Regenerate the file with this version."))
         _check_keys(d, "", _TOP_REQUIRED, _TOP_OPTIONAL)
         name = _string(d["name"], "name")
         prov = Provenance.from_dict(d["provenance"])
@@ -837,14 +902,15 @@ class CostModel:
         devices = tuple(Device.from_dict(x, where=f"devices[{k}]") for k, x in enumerate(devs))
         n = len(devices)
         links = d["links"]
-        _check_keys(links, "links", ("latency_s", "bandwidth_bytes_per_s"), ())
+        _check_keys(links, "links", ("latency_s", "bandwidth_bytes_per_s", "put_s"), ())
         lat = _matrix(links["latency_s"], "links.latency_s", n)
         bw = _matrix(links["bandwidth_bytes_per_s"], "links.bandwidth_bytes_per_s", n,
                      inf_on_diagonal=True)
+        put = _matrix(links["put_s"], "links.put_s", n)
         corr = d.get("corrections")
         corr = None if corr is None else Corrections.from_dict(corr, n)
         return cls(name=name, devices=devices, latency_s=lat, bandwidth_bytes_per_s=bw,
-                   corrections=corr, provenance=prov)
+                   corrections=corr, provenance=prov, put_s=put)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model as JSON, atomically (a temporary file, then a rename)."""
@@ -873,7 +939,8 @@ class CostModel:
             lines.append(
                 f"  {dev.name:<10} {dev.kind:<4} {dev.peak_flops_per_s / 1e12:8.2f} TFLOP/s "
                 f"{dev.memory_bandwidth_bytes_per_s / 1e9:8.1f} GB/s "
-                f"{dev.memory_bytes / 2 ** 30:7.1f} GiB  overhead {dev.overhead_s * 1e6:.1f} us"
+                f"{dev.memory_bytes / 2 ** 30:7.1f} GiB  launch {dev.launch_s * 1e6:.1f} us  "
+                f"dispatch {dev.dispatch_s * 1e6:.1f} us  op {dev.overhead_s * 1e6:.1f} us"
                 + (f"  {len(dev.op_times_s)} measured ops" if dev.op_times_s else ""))
         return "\n".join(lines)
 

@@ -9,8 +9,10 @@ returns a ``PlacedFunction``:
   equations (``primitive.bind``, as ``jax.core.eval_jaxpr`` does) and runs on its device
   because its inputs are committed there;
 * a tensor produced on one device and read on another is moved with ``jax.device_put``,
-  once per destination device, in one call per producing op and destination (as the
-  simulator sends it; ``transfers="segment"`` batches a segment's receipts instead);
+  once per destination device, in one call per producing op and destination carrying
+  all its outputs read there, issued just before the first segment there that reads
+  one (as the simulator sends it; ``transfers="segment"`` batches a segment's receipts
+  instead);
 * parameters and other inputs live on the devices whose ops read them
   (``PlacedFunction.place_args`` puts them there once; calling the function does it on
   every call);
@@ -172,8 +174,9 @@ class Program:
             device names, else ``cost_model``'s, else ``jax.devices()`` in order).
           cost_model: checks a ``Placement`` against this machine (``Placement.check``).
           transfers: ``"producer"`` (default): one ``jax.device_put`` call per producing
-            op and destination device, the transfer the simulator charges a link latency
-            for, so that measured and simulated steps do the same moves; ``"segment"``:
+            op and destination device (all its outputs read there), the transfer the
+            simulator charges, so that measured and simulated steps do the same moves;
+            ``"segment"``:
             one call per segment for everything it receives (fewer calls: faster when a
             placement moves many tensors, further from the simulator's model).
         Raises ``PlacementError`` when the placement was made for another graph, has the
@@ -289,31 +292,82 @@ def _hashable(v):
 
 
 # --------------------------------------------------------------------------- placing
-def resolve_devices(names: Sequence[str]) -> list:
-    """The JAX devices named ``names`` (``cpu:0``, ``cuda:1``... as ``str(device)``, or
-    ``platform:id``); ``PlacementError`` listing the devices JAX has when one is missing."""
-    have = jax.devices()
-    table: dict[str, Any] = {}
-    for dev in have:
-        for key in (str(dev), f"{dev.platform}:{dev.id}", f"{dev.device_kind}:{dev.id}"):
-            table.setdefault(key.lower(), dev)
+def _find_devices(names: Sequence[str], backends: dict[str, Sequence], hint: str) -> list:
+    """The devices named ``names`` among ``backends`` (platform -> its devices, in JAX's
+    order); see ``resolve_devices``. Injectable so hosts we lack can be tested."""
+    table: dict[str, list[tuple[str, Any]]] = {}
+    listing = []
+    for plat in sorted(backends):
+        shown = []
+        for k, dev in enumerate(backends[plat]):
+            # Cost models call the k-th GPU 'gpu:k' (platform 'gpu') where JAX says
+            # 'cuda:k'; keep JAX's own names and the older platform:id, kind:id too.
+            rank = f"{dev.platform}:{k}"
+            for key in (str(dev), rank, f"{plat}:{k}", f"{dev.platform}:{dev.id}",
+                        f"{dev.device_kind}:{dev.id}"):
+                hits = table.setdefault(key.lower(), [])
+                if all(d is not dev for _, d in hits):
+                    hits.append((plat, dev))
+            shown.append(str(dev) if str(dev).lower() == rank else f"{dev} ({rank})")
+        listing.append(f"{plat} backend: {', '.join(shown) or 'no devices'}")
     out, missing = [], []
     for n in names:
-        dev = table.get(str(n).lower())
-        (out if dev is not None else missing).append(dev if dev is not None else n)
+        hits = table.get(str(n).lower(), [])
+        if len(hits) > 1:
+            both = " and ".join(f"{d} ({p} backend)" for p, d in hits)
+            plats = list(dict.fromkeys(p for p, _ in hits))
+            # Hiding the other platforms only helps when the devices are on several.
+            hide = (", or hide all but one of their platforms from JAX (e.g. JAX_PLATFORMS="
+                    f"{','.join(p for p in sorted(backends) if p not in plats[1:])})"
+                    if len(plats) > 1 else "")
+            raise PlacementError(
+                f"The device name {str(n)!r} fits {len(hits)} JAX devices here: {both}. "
+                f"Name the one meant by its JAX name{hide}.")
+        if hits:
+            out.append(hits[0][1])
+        else:
+            missing.append(n)
     if missing:
         raise PlacementError(
             f"The placement names device(s) {', '.join(map(repr, missing))}, which JAX does "
-            f"not have here (it has {', '.join(str(d) for d in have)}). Run on the machine "
-            "the placement was made for, or pass devices=[...] (one JAX device per index).")
+            f"not have here (it has {'; '.join(listing) or 'no devices'}). {hint}")
     return out
+
+
+def resolve_devices(names: Sequence[str], *, hint: str | None = None) -> list:
+    """The JAX devices named ``names``, looked up on every backend JAX has (the host CPU
+    too where a GPU is the default): ``str(device)`` (``cuda:1``), ``platform:k`` (the
+    k-th device of that platform: ``gpu:1`` as cost models name it), ``platform:id`` or
+    ``device_kind:id``.
+
+    Raises ``PlacementError`` listing every backend's devices when a name is missing
+    (ending with ``hint``: what to do; the default speaks of Python arguments), or when a
+    name fits two devices.
+    """
+    import contextlib
+
+    try:
+        from jax.extend.backend import backends
+
+        # The backends JAX started, none it could not: never starts a missing one.
+        have = {p: list(c.local_devices()) for p, c in backends().items()}
+    except ImportError:  # an older JAX: ask each platform, skipping those it lacks
+        have = {}
+        for p in ("cpu", "gpu", "tpu"):
+            with contextlib.suppress(RuntimeError):
+                have[p] = list(jax.devices(p))
+    if hint is None:
+        hint = ("Run on the machine the placement was made for, or pass devices=[...] (one "
+                "JAX device per index).")
+    return _find_devices(names, have, hint)
 
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
     """A maximal run of consecutive ops on one device: ops ``start..stop-1`` on device
     index ``device``; ``num_inputs``/``num_outputs``: tensors it reads from / gives to
-    the rest of the step; ``num_received``: inputs moved in from other devices."""
+    the rest of the step; ``num_received``: tensors moved to its device just before it
+    is dispatched (from other devices)."""
 
     device: int
     start: int
@@ -393,37 +447,48 @@ class PlacedFunction:
         const_puts: dict[int, list[tuple[int, int]]] = {}
         moved_bytes = 0.0
         n_moved = 0
+        # Outputs of each op needed on each other device (what one put there carries).
+        needed: dict[tuple[int, int], set[int]] = {}
         for s, (a, b) in enumerate(runs):
             dev = int(assignment[a])
-            in_slots, recv_src, recv_dst, recv_ref = [], [], [], []
             for r in seg_inputs[s]:
+                if r[0] == "op" and int(assignment[r[1]]) != dev:
+                    needed.setdefault((r[1], dev), set()).add(r[2])
+        for s, (a, b) in enumerate(runs):
+            dev = int(assignment[a])
+            moved_before = n_moved
+            in_slots, recv_src, recv_dst = [], [], []
+            for r in seg_inputs[s]:
+                if r[0] == "op" and int(assignment[r[1]]) != dev:
+                    j = r[1]
+                    if (r, dev) not in slot and transfers == "producer":
+                        # First use of op j's outputs on this device: one put of all of
+                        # them that any segment here reads, issued now (the simulator's
+                        # transfer: one per producing op and destination, in the order the
+                        # consuming ops and their inputs come).
+                        src_dev = int(assignment[j])
+                        refs = [("op", j, k) for k in sorted(needed[(j, dev)])]
+                        steps.append(("put", tuple(slot[(x, src_dev)] for x in refs),
+                                      tuple(slot_of(x, dev) for x in refs), devices[dev]))
+                        for x in refs:
+                            moved_bytes += _nbytes(ops[j].eqn.outvars[x[2]].aval)
+                            n_moved += 1
+                    elif (r, dev) not in slot:  # transfers == "segment": batched below
+                        recv_src.append(slot[(r, int(assignment[j]))])
+                        recv_dst.append(slot_of(r, dev))
+                        moved_bytes += _nbytes(ops[j].eqn.outvars[r[2]].aval)
+                        n_moved += 1
+                    in_slots.append(slot[(r, dev)])
+                    continue
                 fresh = (r, dev) not in slot
                 k = slot_of(r, dev)
                 in_slots.append(k)
-                if not fresh:
-                    continue
-                if r[0] == "in":
+                if fresh and r[0] == "in":
                     leaf_puts.setdefault(dev, []).append((r[1], k))
-                elif r[0] == "const":
+                elif fresh and r[0] == "const":
                     const_puts.setdefault(dev, []).append((r[1], k))
-                else:  # produced on another device: move it here once
-                    src_dev = int(assignment[r[1]])
-                    recv_src.append(slot[(r, src_dev)])
-                    recv_dst.append(k)
-                    recv_ref.append(r)
-                    aval = ops[r[1]].eqn.outvars[r[2]].aval
-                    moved_bytes += _nbytes(aval)
-                    n_moved += 1
-            if recv_src and transfers == "segment":
+            if recv_src:
                 steps.append(("put", tuple(recv_src), tuple(recv_dst), devices[dev]))
-            elif recv_src:  # group by producing op, in the order the ops ran
-                by_op: dict[int, list[int]] = {}
-                for r_src, r_dst, r in zip(recv_src, recv_dst, recv_ref, strict=True):
-                    by_op.setdefault(r[1], []).append((r_src, r_dst))
-                for j in sorted(by_op):
-                    pairs = by_op[j]
-                    steps.append(("put", tuple(a for a, _ in pairs),
-                                  tuple(b for _, b in pairs), devices[dev]))
             out_refs = []
             for j in range(a, b):
                 for k in ops[j].live_out:
@@ -435,7 +500,7 @@ class PlacedFunction:
             self._seg_steps.append(len(steps))
             steps.append(("call", fn, tuple(in_slots), out_slots))
             self.segments.append(Segment(dev, a, b, len(in_slots), len(out_slots),
-                                         len(recv_src)))
+                                         n_moved - moved_before))
         self._steps = steps
         self._num_slots = len(slot)
         self._leaf_puts = leaf_puts

@@ -25,8 +25,15 @@ class SimInputs(NamedTuple):
     bandwidth_bytes_per_s: float64[D, D] > 0, bandwidth of each ordered link (diagonal
       unused). Any link-time scale (drift correction) is already folded into these two.
     memory_bytes: float64[D], capacity of each device.
-    exclusive_group: int32[D], devices with the same id share compute and run one op at
-      a time between them; ids are normalised to ``0..G-1``.
+    exclusive_group: int32[D], devices with the same id share compute and run one
+      segment at a time between them; ids are normalised to ``0..G-1``.
+    launch_s: float64[D] >= 0, device time each segment costs on top of its ops.
+    dispatch_s: float64[D] >= 0, host time to dispatch one segment to the device.
+    put_s: float64[D, D] >= 0, host time of one ``jax.device_put`` call on each ordered
+      link (diagonal unused).
+
+    ``op_time_s`` holds in-segment (fused) op costs: no launch, no dispatch; see
+    ``simplace.sim.reference`` for how the simulators combine these arrays.
     """
 
     op_time_s: np.ndarray
@@ -34,6 +41,9 @@ class SimInputs(NamedTuple):
     bandwidth_bytes_per_s: np.ndarray
     memory_bytes: np.ndarray
     exclusive_group: np.ndarray
+    launch_s: np.ndarray
+    dispatch_s: np.ndarray
+    put_s: np.ndarray
 
     @property
     def num_ops(self) -> int:
@@ -55,11 +65,13 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 
 def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
-                    exclusive_group=None) -> SimInputs:
+                    exclusive_group=None, launch_s=None, dispatch_s=None,
+                    put_s=None) -> SimInputs:
     """Validate and normalise raw arrays into a ``SimInputs`` (read-only float64/int32).
 
-    ``exclusive_group`` defaults to one group per device. Raises ``CostModelError``
-    naming the bad field.
+    ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``
+    and ``put_s`` default to zeros (a machine whose segments and transfers cost no host
+    time and no launch). Raises ``CostModelError`` naming the bad field.
     """
     t = np.asarray(op_time_s, dtype=np.float64)
     if t.ndim != 2:
@@ -71,8 +83,13 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     bw = np.asarray(bandwidth_bytes_per_s, dtype=np.float64)
     mem = np.asarray(memory_bytes, dtype=np.float64).reshape(-1)
     grp = np.arange(d) if exclusive_group is None else np.asarray(exclusive_group)
+    launch = np.zeros(d) if launch_s is None else np.asarray(launch_s, dtype=np.float64)
+    dispatch = np.zeros(d) if dispatch_s is None else np.asarray(dispatch_s, dtype=np.float64)
+    put = np.zeros((d, d)) if put_s is None else np.asarray(put_s, dtype=np.float64)
     for name, arr, shape in (("latency_s", lat, (d, d)), ("bandwidth_bytes_per_s", bw, (d, d)),
-                             ("memory_bytes", mem, (d,)), ("exclusive_group", grp, (d,))):
+                             ("memory_bytes", mem, (d,)), ("exclusive_group", grp, (d,)),
+                             ("launch_s", launch, (d,)), ("dispatch_s", dispatch, (d,)),
+                             ("put_s", put, (d, d))):
         if arr.shape != shape:
             raise CostModelError(f"{name} must have shape {shape} for {d} devices (op_time_s "
                                  f"has {d} columns), got {arr.shape}.")
@@ -87,17 +104,23 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
         raise CostModelError("bandwidth_bytes_per_s must be > 0 on every link (inf allowed).")
     if np.any(np.isnan(mem)) or np.any(mem < 0):
         raise CostModelError("memory_bytes must be >= 0 (inf allowed for 'unlimited').")
+    for name, arr in (("launch_s", launch), ("dispatch_s", dispatch), ("put_s", put)):
+        if not np.all(np.isfinite(arr) & (arr >= 0)):
+            raise CostModelError(f"{name} must be finite and >= 0 seconds, got {arr.tolist()}.")
     if grp.dtype.kind not in "iu":
         raise CostModelError(f"exclusive_group must hold integer ids, got dtype {grp.dtype}.")
     # Diagonals are never used (no transfer to oneself); pin them so arithmetic on
     # whole rows stays finite.
     lat = lat.copy()
     bw = bw.copy()
+    put = put.copy()
     np.fill_diagonal(lat, 0.0)
     np.fill_diagonal(bw, np.inf)
+    np.fill_diagonal(put, 0.0)
     _, grp = np.unique(grp, return_inverse=True)
     return SimInputs(_frozen(t), _frozen(lat), _frozen(bw), _frozen(mem),
-                     _frozen(grp.reshape(-1).astype(np.int32)))
+                     _frozen(grp.reshape(-1).astype(np.int32)), _frozen(launch),
+                     _frozen(dispatch), _frozen(put))
 
 
 def sim_inputs(graph, cost_model) -> SimInputs:
@@ -105,10 +128,11 @@ def sim_inputs(graph, cost_model) -> SimInputs:
 
     ``cost_model`` is either a ``SimInputs`` (checked against the graph and returned) or
     any object with the cost-model interface: ``op_times(graph) -> float[M, D]``,
-    ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``
-    and optionally ``corrections.link_scale`` (float[D, D] multiplying transfer times;
-    missing means all ones). The link scale is folded in as ``latency * scale`` and
-    ``bandwidth / scale``.
+    ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``,
+    optionally ``launch_s``, ``dispatch_s`` (float[D]) and ``put_s`` (float[D, D]) (missing
+    means zeros), and optionally ``corrections.link_scale`` (float[D, D] multiplying
+    transfer times; missing means all ones). The link scale is folded in as
+    ``latency * scale`` and ``bandwidth / scale``.
     """
     if isinstance(cost_model, SimInputs):
         inp = make_sim_inputs(*cost_model)
@@ -119,6 +143,9 @@ def sim_inputs(graph, cost_model) -> SimInputs:
             bw = np.asarray(cost_model.bandwidth_bytes_per_s, dtype=np.float64)
             mem = cost_model.memory_bytes
             grp = getattr(cost_model, "exclusive_group_ids", None)
+            launch = getattr(cost_model, "launch_s", None)
+            dispatch = getattr(cost_model, "dispatch_s", None)
+            put = getattr(cost_model, "put_s", None)
         except AttributeError as err:
             raise CostModelError(
                 f"{type(cost_model).__name__} is neither SimInputs nor a cost model "
@@ -128,7 +155,7 @@ def sim_inputs(graph, cost_model) -> SimInputs:
         if scale is not None:
             scale = np.asarray(scale, dtype=np.float64)
             lat, bw = lat * scale, bw / scale
-        inp = make_sim_inputs(t, lat, bw, mem, grp)
+        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put)
     if inp.num_ops != graph.num_ops:
         raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
                              f"{graph.num_ops}: build SimInputs for this graph.")

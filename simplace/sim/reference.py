@@ -1,26 +1,34 @@
 """The reference simulator: plain Python, event by event, written to be read.
 
-It is the oracle the batched simulator and every placer are checked against, so it
-follows the simulation semantics of the design notes ("Simulation semantics") literally:
+It is the oracle the batched simulator and every placer are checked against. It
+predicts what ``simplace.apply`` does on JAX (the design notes, "Simulation
+semantics"), not an op-by-op executor:
 
-1. Ops are processed in graph order (a topological order). Each exclusive group runs its
-   ops one at a time in that order: an op starts when its group is free and all its
-   inputs have arrived on its device; it ends ``op_time_s[i, device]`` later.
-2. When an op ends it sends, to every other device holding at least one of its
-   consumers, ONE transfer carrying all its distinct outputs consumed there. A transfer
-   waits for its link (ordered device pair) to be free and takes
-   ``latency_s + bytes / bandwidth_bytes_per_s``. Transfers of one op go in increasing
-   destination order (different links, so the order does not matter).
-   Why graph order is exact: every transfer on link (a, b) is sent by an op on device a,
-   and the ops of a's exclusive group end in graph order; so issuing transfers in graph
-   order is issuing them in time order, and each link is a FIFO in graph order. The same
-   argument makes the batched simulator's single scan over ops exact.
-3. Step time = the last op end or transfer arrival (0 for an empty graph).
-4. Memory per device, peak over time: the parameters any op on the device reads (each
-   once) for the whole step, plus live intervals, half-open ``[alloc, free)``:
-   the activation of op i (``out_bytes``) on its device from its start until its last
-   use there or its last transfer's arrival (the step end for graph outputs), and each
-   received copy from its arrival until its last consumer on that device ends.
+1. **Segments.** Ops, in graph order, fall into segments: maximal runs of consecutive
+   ops on one device. Each segment is one jitted XLA computation: it starts once, when
+   every input it reads from outside itself is on its device, and all its outputs
+   appear together at its end. It lasts ``launch_s[d]`` plus the sum of its ops' fused
+   costs ``op_time_s[i, d]``. Segments of one exclusive group run one at a time, in
+   graph order; a segment's inputs from earlier segments of its own device are ready by
+   then (the device ran them first).
+2. **One host thread** dispatches everything in graph order; each call costs host
+   time and is asynchronous. For each segment, in order: first the transfers its ops
+   need (below), then the segment call itself (``dispatch_s[d]``); a segment cannot
+   start before its call was made.
+3. **Transfers.** Op j's outputs are moved to a device d != p[j] once, by one
+   ``jax.device_put`` of all its distinct outputs consumed on d, issued just before the
+   first segment on d that reads one of them; within a segment, in the order its ops
+   and their in-edges come (``graph.in_edges``). The call costs host time
+   ``put_s[p[j], d]``; the copy starts when the call was made, j's segment has ended and
+   the link (ordered device pair) is free (each link carries one copy at a time, in
+   issue order), and takes ``latency_s + bytes / bandwidth_bytes_per_s``.
+4. Step time: the last segment end, copy arrival or host call (0 for an empty graph).
+5. Memory per device, peak over time: the parameters any op on the device reads (each
+   once) for the whole step, plus live intervals, half-open ``[alloc, free)``: the
+   activation of op i (``out_bytes``) from its segment's start until the latest of its
+   segment's end, the ends of the segments on its device that read it, and the arrivals
+   of its copies (the step end for graph outputs); each received copy from its arrival
+   until the end of the last segment on that device that reads it.
 """
 
 from __future__ import annotations
@@ -36,12 +44,24 @@ from simplace.sim.inputs import SimInputs, check_placement, sim_inputs
 class Schedule:
     """The full simulated schedule of one placement (for Gantt charts and debugging).
 
-    Per op (``[M]``): ``op_start_s``, ``op_end_s``, ``op_device``.
+    Per segment (``[S]``, in graph order): ``segment_first``/``segment_stop`` (its ops
+    are ``first..stop-1``), ``segment_device``, ``segment_dispatch_s`` (when the host
+    call was made), ``segment_start_s``, ``segment_end_s``.
+    Per op (``[M]``): ``op_device``, and ``op_start_s``/``op_end_s``: where the op sits
+    inside its segment if its ops ran back to back after the launch (a drawing aid: XLA
+    fuses them; only the segment's start and end are events).
     Per transfer (``[T]``, in issue order): ``transfer_op`` (the producer),
-    ``transfer_from``, ``transfer_to`` (devices), ``transfer_bytes``, ``transfer_start_s``
-    (when the link starts carrying it) and ``transfer_end_s`` (arrival).
+    ``transfer_from``, ``transfer_to`` (devices), ``transfer_bytes``, ``transfer_issue_s``
+    (host call made), ``transfer_start_s`` (the link starts carrying it) and
+    ``transfer_end_s`` (arrival).
     """
 
+    segment_first: np.ndarray
+    segment_stop: np.ndarray
+    segment_device: np.ndarray
+    segment_dispatch_s: np.ndarray
+    segment_start_s: np.ndarray
+    segment_end_s: np.ndarray
     op_start_s: np.ndarray
     op_end_s: np.ndarray
     op_device: np.ndarray
@@ -49,8 +69,15 @@ class Schedule:
     transfer_from: np.ndarray
     transfer_to: np.ndarray
     transfer_bytes: np.ndarray
+    transfer_issue_s: np.ndarray
     transfer_start_s: np.ndarray
     transfer_end_s: np.ndarray
+
+    @property
+    def op_segment(self) -> np.ndarray:
+        """int[M]: the segment index of each op."""
+        return np.repeat(np.arange(len(self.segment_first)),
+                         self.segment_stop - self.segment_first)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -58,11 +85,13 @@ class SimResult:
     """What one simulated step of one placement costs.
 
     step_time_s: makespan, seconds.
-    busy_s: float64[D], sum of the op times on each device.
+    busy_s: float64[D], time each device spends running segments (launches included).
     peak_memory_bytes: float64[D], resident parameters plus the peak of live tensors.
     bytes_moved: total bytes of all transfers.
     oom: True if some device's peak exceeds its memory.
     oom_devices: the indices of those devices.
+    num_segments, num_transfers: segments run and ``device_put`` calls made.
+    host_s: host time spent dispatching (segment calls and transfers).
     schedule: the full ``Schedule`` when asked for (``schedule=True``), else None.
     """
 
@@ -72,6 +101,9 @@ class SimResult:
     bytes_moved: float
     oom: bool
     oom_devices: tuple[int, ...]
+    num_segments: int = 0
+    num_transfers: int = 0
+    host_s: float = 0.0
     schedule: Schedule | None = None
 
 
@@ -93,103 +125,142 @@ def simulate(graph, cost_model, placement, *, schedule: bool = False) -> SimResu
                      schedule=schedule)
 
 
+def segments_of(placement) -> list[tuple[int, int]]:
+    """``[(first, stop), ...]``: the maximal runs of one device in ``placement``."""
+    p = np.asarray(placement).reshape(-1)
+    if p.size == 0:
+        return []
+    cuts = [0] + (np.flatnonzero(np.diff(p)) + 1).tolist() + [p.size]
+    return list(zip(cuts[:-1], cuts[1:], strict=True))
+
+
 def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -> SimResult:
     m, d_count = graph.num_ops, inp.num_devices
     p = placement.tolist()
     op_time = inp.op_time_s
     lat, bw = inp.latency_s.tolist(), inp.bandwidth_bytes_per_s.tolist()
+    launch, dispatch = inp.launch_s.tolist(), inp.dispatch_s.tolist()
+    put = inp.put_s.tolist()
     group = inp.exclusive_group.tolist()
     src, dst = graph.src.tolist(), graph.dst.tolist()
     edge_bytes, edge_output = graph.edge_bytes.tolist(), graph.edge_output.tolist()
     in_ptr, in_order = (a.tolist() for a in graph.in_edges)
-    out_ptr, out_order = (a.tolist() for a in graph.out_edges)
 
-    start = [0.0] * m
-    end = [0.0] * m
-    # arrival[i][d]: when op i's outputs are available on device d != p[i].
-    arrival: list[dict[int, float]] = [{} for _ in range(m)]
-    transfer_bytes: list[dict[int, float]] = [{} for _ in range(m)]
-    group_free = [0.0] * (max(group) + 1)
-    link_free = [[0.0] * d_count for _ in range(d_count)]
-    transfers = []  # (op, from, to, bytes, start, end), in issue order
     # A tensor is (producer, output index); its size is the largest edge_bytes among the
-    # edges carrying it (they should all be equal).
+    # edges carrying it (they should all be equal). sent_bytes[j][d]: bytes of op j's
+    # distinct outputs consumed on device d (what one put to d carries).
     tensor_bytes: dict[tuple[int, int], float] = {}
-    for s, k, nb in zip(src, edge_output, edge_bytes, strict=True):
-        tensor_bytes[s, k] = max(tensor_bytes.get((s, k), 0.0), nb)
+    for s_, k, nb in zip(src, edge_output, edge_bytes, strict=True):
+        tensor_bytes[s_, k] = max(tensor_bytes.get((s_, k), 0.0), nb)
+    outs_on: list[dict[int, set[int]]] = [{} for _ in range(m)]
+    for s_, c, k in zip(src, dst, edge_output, strict=True):
+        outs_on[s_].setdefault(p[c], set()).add(k)
 
-    for i in range(m):
-        dev = p[i]
+    segs = segments_of(placement)
+    seg_of = [0] * m
+    for s_, (a, b) in enumerate(segs):
+        for i in range(a, b):
+            seg_of[i] = s_
+    seg_start = [0.0] * len(segs)
+    seg_end = [0.0] * len(segs)
+    seg_disp = [0.0] * len(segs)
+    arrival: list[dict[int, float]] = [{} for _ in range(m)]  # op -> device -> arrival
+    group_free = [0.0] * (max(group) + 1 if group else 1)
+    link_free = [[0.0] * d_count for _ in range(d_count)]
+    host = 0.0
+    transfers = []  # (op, from, to, bytes, issue, start, end), in issue order
+
+    for s_, (a, b) in enumerate(segs):
+        dev = p[a]
         ready = group_free[group[dev]]
-        for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
-            s = src[e]
-            ready = max(ready, end[s] if p[s] == dev else arrival[s][dev])
-        start[i] = ready
-        end[i] = ready + float(op_time[i, dev])
-        group_free[group[dev]] = end[i]
+        for i in range(a, b):
+            for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
+                j = src[e]
+                if j >= a:  # produced inside this segment: fused, no wait
+                    continue
+                frm = p[j]
+                if frm == dev:  # an earlier segment of this device: done before this one
+                    continue
+                if dev not in arrival[j]:
+                    host += put[frm][dev]
+                    nbytes = sum(tensor_bytes[j, k] for k in sorted(outs_on[j][dev]))
+                    t0 = max(host, seg_end[seg_of[j]], link_free[frm][dev])
+                    arrive = t0 + lat[frm][dev] + nbytes / bw[frm][dev]
+                    link_free[frm][dev] = arrive
+                    arrival[j][dev] = arrive
+                    transfers.append((j, frm, dev, nbytes, host, t0, arrive))
+                ready = max(ready, arrival[j][dev])
+        host += dispatch[dev]
+        seg_disp[s_] = host
+        seg_start[s_] = max(ready, host)
+        seg_end[s_] = seg_start[s_] + launch[dev] + float(op_time[a:b, dev].sum())
+        group_free[group[dev]] = seg_end[s_]
 
-        # One transfer per destination device, carrying each distinct output once.
-        outputs_by_dest: dict[int, set[int]] = {}
-        for e in out_order[out_ptr[i]:out_ptr[i + 1]]:
-            to = p[dst[e]]
-            if to != dev:
-                outputs_by_dest.setdefault(to, set()).add(edge_output[e])
-        for to in sorted(outputs_by_dest):
-            nbytes = sum(tensor_bytes[i, k] for k in sorted(outputs_by_dest[to]))
-            t0 = max(end[i], link_free[dev][to])
-            arrive = t0 + lat[dev][to] + nbytes / bw[dev][to]
-            link_free[dev][to] = arrive
-            arrival[i][to] = arrive
-            transfer_bytes[i][to] = nbytes
-            transfers.append((i, dev, to, nbytes, t0, arrive))
-
-    step_time = max([0.0] + end + [t[5] for t in transfers])
+    step_time = max([0.0, host] + seg_end + [t[6] for t in transfers])
     busy = np.zeros(d_count)
-    for i in range(m):
-        busy[p[i]] += op_time[i, p[i]]
-    peak = _peak_memory(graph, inp, p, start, end, arrival, transfer_bytes, step_time)
+    for s_, (a, b) in enumerate(segs):
+        busy[p[a]] += seg_end[s_] - seg_start[s_]
+    peak = _peak_memory(graph, inp, p, seg_of, seg_start, seg_end, arrival, outs_on,
+                        tensor_bytes, step_time)
     oom_devices = tuple(int(d) for d in np.flatnonzero(peak > inp.memory_bytes))
 
     sched = None
     if schedule:
-        cols = list(zip(*transfers, strict=True)) if transfers else [()] * 6
+        cols = list(zip(*transfers, strict=True)) if transfers else [()] * 7
+        op_start = np.zeros(m)
+        op_end = np.zeros(m)
+        for s_, (a, b) in enumerate(segs):
+            t = seg_start[s_] + launch[p[a]]
+            for i in range(a, b):
+                op_start[i] = t
+                t += float(op_time[i, p[a]])
+                op_end[i] = t
+        f64, i32 = np.float64, np.int32
         sched = Schedule(
-            op_start_s=np.asarray(start, dtype=np.float64),
-            op_end_s=np.asarray(end, dtype=np.float64),
-            op_device=np.asarray(p, dtype=np.int32),
-            transfer_op=np.asarray(cols[0], dtype=np.int32),
-            transfer_from=np.asarray(cols[1], dtype=np.int32),
-            transfer_to=np.asarray(cols[2], dtype=np.int32),
-            transfer_bytes=np.asarray(cols[3], dtype=np.float64),
-            transfer_start_s=np.asarray(cols[4], dtype=np.float64),
-            transfer_end_s=np.asarray(cols[5], dtype=np.float64),
+            segment_first=np.asarray([a for a, _ in segs], dtype=i32),
+            segment_stop=np.asarray([b for _, b in segs], dtype=i32),
+            segment_device=np.asarray([p[a] for a, _ in segs], dtype=i32),
+            segment_dispatch_s=np.asarray(seg_disp, dtype=f64),
+            segment_start_s=np.asarray(seg_start, dtype=f64),
+            segment_end_s=np.asarray(seg_end, dtype=f64),
+            op_start_s=op_start, op_end_s=op_end, op_device=np.asarray(p, dtype=i32),
+            transfer_op=np.asarray(cols[0], dtype=i32),
+            transfer_from=np.asarray(cols[1], dtype=i32),
+            transfer_to=np.asarray(cols[2], dtype=i32),
+            transfer_bytes=np.asarray(cols[3], dtype=f64),
+            transfer_issue_s=np.asarray(cols[4], dtype=f64),
+            transfer_start_s=np.asarray(cols[5], dtype=f64),
+            transfer_end_s=np.asarray(cols[6], dtype=f64),
         )
     return SimResult(step_time_s=float(step_time), busy_s=busy, peak_memory_bytes=peak,
                      bytes_moved=float(sum(t[3] for t in transfers)), oom=bool(oom_devices),
-                     oom_devices=oom_devices, schedule=sched)
+                     oom_devices=oom_devices, num_segments=len(segs),
+                     num_transfers=len(transfers), host_s=float(host), schedule=sched)
 
 
-def _peak_memory(graph, inp, p, start, end, arrival, transfer_bytes, step_time) -> np.ndarray:
+def _peak_memory(graph, inp, p, seg_of, seg_start, seg_end, arrival, outs_on, tensor_bytes,
+                 step_time) -> np.ndarray:
     m, d_count = graph.num_ops, inp.num_devices
     src, dst = graph.src.tolist(), graph.dst.tolist()
     out_bytes, is_output = graph.out_bytes.tolist(), graph.is_output.tolist()
 
-    # last_use[i][d]: the latest end of a consumer of op i on device d.
+    # last_use[i][d]: the latest end of a segment on device d that reads op i.
     last_use: list[dict[int, float]] = [{} for _ in range(m)]
-    for s, c in zip(src, dst, strict=True):
-        d = p[c]
-        last_use[s][d] = max(last_use[s].get(d, end[c]), end[c])
+    for s_, c in zip(src, dst, strict=True):
+        d, e = p[c], seg_end[seg_of[c]]
+        last_use[s_][d] = max(last_use[s_].get(d, e), e)
 
     intervals: list[list[tuple[float, float, float]]] = [[] for _ in range(d_count)]
     for i in range(m):
         dev = p[i]
-        free = max([end[i], last_use[i].get(dev, end[i])] + list(arrival[i].values()))
+        own_end = seg_end[seg_of[i]]
+        free = max([own_end, last_use[i].get(dev, own_end)] + list(arrival[i].values()))
         if is_output[i]:
             free = step_time
-        intervals[dev].append((start[i], free, out_bytes[i]))
+        intervals[dev].append((seg_start[seg_of[i]], free, out_bytes[i]))
         for to, arrive in arrival[i].items():
-            intervals[to].append((arrive, last_use[i][to], transfer_bytes[i][to]))
-
+            nbytes = sum(tensor_bytes[i, k] for k in sorted(outs_on[i][to]))
+            intervals[to].append((arrive, last_use[i][to], nbytes))
     # Parameters: resident for the whole step on every device running an op that reads
     # them, counted once per device.
     resident = [set() for _ in range(d_count)]
