@@ -111,6 +111,27 @@ def _load_program(args):
     return program, run_args, spec
 
 
+def _device_hint(cost_model) -> str:
+    """What to type when this machine lacks devices of ``cost_model`` (the command-line
+    counterpart of ``resolve_devices``'s Python-facing hint)."""
+    hint = (f"Cost model '{cost_model.name}' describes another machine: run there, or give "
+            "--cost-model a model of this machine (`simplace calibrate --name NAME` "
+            "measures one here).")
+    n_cpu = sum(d.kind == "cpu" for d in cost_model.devices)
+    if n_cpu > 1:  # only a CPU-only model gets its CPU split by itself (match_cpu_cost_model)
+        hint += (f" Its {n_cpu} CPU devices need XLA_FLAGS="
+                 f"--xla_force_host_platform_device_count={n_cpu} set before simplace starts.")
+    return hint
+
+
+def _devices(cost_model) -> list:
+    """This machine's JAX devices for ``cost_model``'s device names; the error says which
+    options to use. Called before the model loads, so a wrong machine fails at once."""
+    from simplace.execute import resolve_devices
+
+    return resolve_devices(cost_model.device_names, hint=_device_hint(cost_model))
+
+
 def run(args) -> int:
     """``simplace validate``: see ``add_parser``."""
     from simplace._devices import match_cpu_cost_model
@@ -131,6 +152,7 @@ def run(args) -> int:
                             f"{args.held_out}.")
     cost_model = CostModel.load(args.cost_model)
     match_cpu_cost_model(cost_model)  # a model measured on N virtual CPU devices runs on N
+    devices = _devices(cost_model)
     program, run_args, spec = _load_program(args)
     graph = program.graph
     placements = [Placement.load(p) for p in args.placements]
@@ -148,7 +170,7 @@ def run(args) -> int:
         print(f"  [{msg}]", file=sys.stderr, flush=True)
 
     report = validate(graph, cost_model, placements, program=program, args=run_args,
-                      timing=_timing(args), progress=progress)
+                      devices=devices, timing=_timing(args), progress=progress)
     records = [dict(r, model_spec=spec) for r in report.records]
     append_records(records_path, records)
     print(report.table())
@@ -192,6 +214,8 @@ def validate_options(args, graph, cost_model, progress=None) -> dict:
     from simplace.validate import make_validation_callback, validation_path
 
     match_cpu_cost_model(cost_model)
+    # The search validates later, with the Python-facing hint: check the devices now.
+    _devices(cost_model)
     program, run_args, _ = _load_program(args)
     if program.graph.hash != graph.hash:
         raise SimplaceError("The model does not trace to the same graph when run for real; "
