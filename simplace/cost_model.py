@@ -237,7 +237,8 @@ def _check_keys(d: Mapping, where: str, required: Iterable[str], optional: Itera
 _DEVICE_REQUIRED = ("name", "kind", "memory_bytes", "peak_flops_per_s",
                     "memory_bandwidth_bytes_per_s", "overhead_s", "launch_s", "dispatch_s")
 _DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s", "class_overhead_s",
-                    "fused_bytes_fraction")
+                    "fused_bytes_fraction", "parallel_launch_s", "parallel_min_bytes",
+                    "unfused_overhead_s")
 # Classes whose ops XLA fuses into a neighbour's loop inside a segment: their
 # intermediate tensors mostly stay in registers/cache, so only ``fused_bytes_fraction``
 # of their bytes are charged.
@@ -295,6 +296,19 @@ def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
         clean[sig] = _number(t, f"{_where(where, 'op_times_s')}[{sig!r}]", min_value=0)
     out["op_times_s"] = types.MappingProxyType(clean)
 
+    out["unfused_overhead_s"] = _number(fields.get("unfused_overhead_s", 0.0),
+                                        _where(where, "unfused_overhead_s"), min_value=0)
+    out["parallel_launch_s"] = _number(fields.get("parallel_launch_s", 0.0),
+                                       _where(where, "parallel_launch_s"), min_value=0)
+    pm = fields.get("parallel_min_bytes")
+    pm = {} if pm is None else pm
+    if not isinstance(pm, Mapping) or not all(isinstance(k, str) for k in pm):
+        raise CostModelError(f"{_where(where, 'parallel_min_bytes')} must be an object mapping "
+                             f"primitive names to byte counts, got {type(pm).__name__}.")
+    out["parallel_min_bytes"] = types.MappingProxyType(
+        {k: _number(v, f"{_where(where, 'parallel_min_bytes')}[{k!r}]", min_value=0)
+         for k, v in sorted(pm.items())})
+
     # Per-class launch costs where they differ from overhead_s (measured CPU models: a
     # small matmul calls into a BLAS thread pool and costs ~5x an elementwise loop).
     cov = fields.get("class_overhead_s")
@@ -329,6 +343,14 @@ class Device:
       dispatch_s: host time of the jitted call that dispatches one segment.
       fused_bytes_fraction: the part of ``bytes_accessed`` charged to elementwise (and
         working ``free``) ops, which XLA fuses with their neighbours; in [0, 1].
+      parallel_launch_s: extra launch time, paid once, of a segment holding an op the
+        runtime spreads over a thread pool (XLA:CPU wakes its pool, ~25 us on a small
+        VM, for a dot, a convolution or a reduction above a small size).
+      parallel_min_bytes: primitive -> the ``bytes_accessed`` from which its ops are
+        run that way (measured); primitives not listed never are.
+      unfused_overhead_s: extra cost of an elementwise (or working ``free``) op none of
+        whose inputs comes from its own segment: it cannot fuse into an in-segment
+        producer's loop and runs a loop of its own.
       efficiency: per op class (all of ``OP_CLASSES``), the fraction of the roofline in
         (0, 1] the device reaches; missing classes take ``DEFAULT_EFFICIENCY``; ``free``
         always equals ``data_movement``.
@@ -352,6 +374,9 @@ class Device:
     launch_s: float = 0.0
     dispatch_s: float = 0.0
     fused_bytes_fraction: float = 1.0
+    parallel_launch_s: float = 0.0
+    parallel_min_bytes: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    unfused_overhead_s: float = 0.0
 
     def __post_init__(self):
         where = f"Device({self.name!r})" if isinstance(self.name, str) else "Device"
@@ -372,6 +397,20 @@ class Device:
     def _efficiency_by_class(self) -> np.ndarray:
         return np.array([self.efficiency[c] for c in OP_CLASSES], dtype=np.float64)
 
+    def roofline_s(self, op_class_index: np.ndarray, flops: np.ndarray,
+                   bytes_accessed: np.ndarray) -> np.ndarray:
+        """float64[N]: in-segment roofline time of N ops (class indices into
+        ``OP_CLASSES``), as ``CostModel.op_times`` charges ops with no measured time."""
+        cls = np.asarray(op_class_index, dtype=np.int64)
+        flops = np.asarray(flops, dtype=np.float64)
+        nbytes = np.asarray(bytes_accessed, dtype=np.float64)
+        fused = np.isin(cls, [_CLASS_INDEX[c] for c in FUSED_CLASSES])
+        charged = np.where(fused, self.fused_bytes_fraction * nbytes, nbytes)
+        t = self._overhead_by_class[cls] + np.maximum(
+            flops / self.peak_flops_per_s,
+            charged / self.memory_bandwidth_bytes_per_s) / self._efficiency_by_class[cls]
+        return np.where((cls == _FREE) & (flops == 0) & (nbytes == 0), 0.0, t)
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -383,11 +422,14 @@ class Device:
             "launch_s": self.launch_s,
             "dispatch_s": self.dispatch_s,
             "fused_bytes_fraction": self.fused_bytes_fraction,
+            "unfused_overhead_s": self.unfused_overhead_s,
             "efficiency": {c: self.efficiency[c] for c in WORK_CLASSES},
             "exclusive_group": self.exclusive_group,
             "op_times_s": dict(self.op_times_s),
         } | ({"class_overhead_s": dict(self.class_overhead_s)} if self.class_overhead_s
-             else {})
+             else {}) | ({"parallel_launch_s": self.parallel_launch_s,
+                          "parallel_min_bytes": dict(self.parallel_min_bytes)}
+                         if self.parallel_min_bytes else {})
 
     @classmethod
     def from_dict(cls, d: Mapping, *, where: str = "device") -> Device:
@@ -707,15 +749,10 @@ class CostModel:
         flops, nbytes = graph.flops, graph.bytes_accessed
         m, d = len(cls), self.num_devices
         no_work = (cls == _FREE) & (flops == 0) & (nbytes == 0)
-        fused = np.isin(cls, [_CLASS_INDEX[c] for c in FUSED_CLASSES])
         out = np.empty((m, d), dtype=np.float64)
         corr = self.corrections
         for k, dev in enumerate(self.devices):
-            eff = dev._efficiency_by_class[cls]
-            charged = np.where(fused, dev.fused_bytes_fraction * nbytes, nbytes)
-            t = dev._overhead_by_class[cls] + np.maximum(flops / dev.peak_flops_per_s,
-                                            charged / dev.memory_bandwidth_bytes_per_s) / eff
-            t[no_work] = 0.0
+            t = dev.roofline_s(cls, flops, nbytes)
             if dev.op_times_s:
                 table = dev.op_times_s
                 measured = np.fromiter((table.get(s, math.nan) for s in sigs), dtype=np.float64,
@@ -729,6 +766,31 @@ class CostModel:
                 t = np.where(works, corr.compute_scale[k] * t, t)
             out[:, k] = t
         return out
+
+    def op_launch_times(self, graph) -> np.ndarray:
+        """float64[M, D]: the extra launch a segment pays on device d for holding op i:
+        ``parallel_launch_s`` where the op is run on a thread pool (its primitive is in
+        ``parallel_min_bytes`` and its ``bytes_accessed`` reaches the threshold), else 0.
+        The simulators charge the largest of a segment's ops once."""
+        ops = graph.op.tolist()
+        nbytes = graph.bytes_accessed
+        out = np.zeros((len(ops), self.num_devices), dtype=np.float64)
+        for k, dev in enumerate(self.devices):
+            if dev.parallel_min_bytes and dev.parallel_launch_s:
+                table = dev.parallel_min_bytes
+                thr = np.fromiter((table.get(p, math.inf) for p in ops), dtype=np.float64,
+                                  count=len(ops))
+                out[:, k] = np.where(nbytes >= thr, dev.parallel_launch_s, 0.0)
+        return out
+
+    def op_unfused_times(self, graph) -> np.ndarray:
+        """float64[M, D]: what op i adds on device d when none of its inputs comes from
+        its own segment (``Device.unfused_overhead_s`` for elementwise and working
+        ``free`` ops, else 0)."""
+        cls = _graph_arrays(graph)[0]
+        fusible = np.isin(cls, [_CLASS_INDEX[c] for c in FUSED_CLASSES]) & ~(
+            (cls == _FREE) & (graph.flops == 0) & (graph.bytes_accessed == 0))
+        return np.outer(fusible, [dev.unfused_overhead_s for dev in self.devices])
 
     # ------------------------------------------------------------------ transfers
     def transfer_time_s(self, nbytes: float, i: int, j: int) -> float:

@@ -397,6 +397,8 @@ class PlacedFunction:
       segments: the ``Segment`` list, in execution order.
       num_transfers, bytes_transferred: tensors moved between devices per step, and
         their bytes (each tensor once per destination device, as the simulator sends it).
+      put_links: ``(from, to)`` device indices of each ``jax.device_put`` call of a step,
+        in order (``from`` is -1 for a ``transfers="segment"`` call gathering several).
     """
 
     def __init__(self, program: Program, assignment: np.ndarray, devices: list, *,
@@ -442,6 +444,7 @@ class PlacedFunction:
 
         steps: list[tuple] = []
         self.segments: list[Segment] = []
+        self.put_links: list[tuple[int, int]] = []  # (from, to) of each put, in order
         self._seg_steps: list[int] = []
         leaf_puts: dict[int, list[tuple[int, int]]] = {}  # device -> [(leaf, slot)]
         const_puts: dict[int, list[tuple[int, int]]] = {}
@@ -449,7 +452,7 @@ class PlacedFunction:
         n_moved = 0
         # Outputs of each op needed on each other device (what one put there carries).
         needed: dict[tuple[int, int], set[int]] = {}
-        for s, (a, b) in enumerate(runs):
+        for s, (a, _) in enumerate(runs):
             dev = int(assignment[a])
             for r in seg_inputs[s]:
                 if r[0] == "op" and int(assignment[r[1]]) != dev:
@@ -470,6 +473,7 @@ class PlacedFunction:
                         refs = [("op", j, k) for k in sorted(needed[(j, dev)])]
                         steps.append(("put", tuple(slot[(x, src_dev)] for x in refs),
                                       tuple(slot_of(x, dev) for x in refs), devices[dev]))
+                        self.put_links.append((src_dev, dev))
                         for x in refs:
                             moved_bytes += _nbytes(ops[j].eqn.outvars[x[2]].aval)
                             n_moved += 1
@@ -489,6 +493,7 @@ class PlacedFunction:
                     const_puts.setdefault(dev, []).append((r[1], k))
             if recv_src:
                 steps.append(("put", tuple(recv_src), tuple(recv_dst), devices[dev]))
+                self.put_links.append((-1, dev))  # from several devices
             out_refs = []
             for j in range(a, b):
                 for k in ops[j].live_out:

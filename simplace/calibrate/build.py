@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy.optimize import nnls
 
 from simplace.calibrate.exclusive import EXCLUSIVE_BELOW, exclusive_groups, overlap
-from simplace.calibrate.fit import fit_link, fit_roofline
+from simplace.calibrate.fit import fit_link, fit_segments, predict_segments
 from simplace.calibrate.harness import Timing
-from simplace.cost_model import CostModel, Device, Provenance
+from simplace.cost_model import CostModel, Provenance
 from simplace.errors import CalibrationError
 
 
@@ -37,36 +38,80 @@ def _last_by(records: Sequence[dict], kind: str, key) -> dict:
     return out
 
 
-def fit_device(op_records: Sequence[dict]):
-    """Roofline fit and error report for one device's op records.
+def _device_key(info: Mapping) -> tuple:
+    """Devices with the same key are the same hardware (virtual CPU devices of one host,
+    identical GPUs) and share one segment fit."""
+    return (info["kind"], info.get("device_kind", info["kind"]))
 
-    The roofline is fitted on the microbenchmarks only: a designed sweep of sizes per
-    class. The model signatures are all held out (the fit never sees them) and report
-    how well it predicts ops it has not timed. Fitting on them too was tried: hundreds of
-    tiny ops outvote a dozen large ones and, since XLA:CPU switches to a thread pool above
-    a size threshold (a ~30 us step no roofline has), bend the rates the roofline exists
-    to predict for large, unmeasured ops.
+
+# An op alone that costs this much over an empty call is run on a thread pool (or does
+# real work, which on a CPU means the same): the jitter of a tiny call is ~1-2 us, the
+# pool's wake-up ~20-30 us on a small VM.
+PARALLEL_MIN_EXTRA_S = 10e-6
+
+
+def parallel_thresholds(op_records: Sequence[dict], base_s: float) -> dict[str, float]:
+    """``primitive -> bytes_accessed`` from which its ops run on a thread pool: the
+    smallest size above which at least 80% of its timed ops cost ``PARALLEL_MIN_EXTRA_S``
+    more than an empty call. Primitives with no such op are left out."""
+    by: dict[str, list[tuple[float, bool]]] = {}
+    for r in op_records:
+        extra = Timing.from_dict(r["timing"]).median_s - base_s
+        by.setdefault(r["primitive"], []).append((float(r["bytes_accessed"]),
+                                                   extra > PARALLEL_MIN_EXTRA_S))
+    out = {}
+    for p, pts in sorted(by.items()):
+        pts.sort()
+        for k, (b, flag) in enumerate(pts):
+            tail = [f for _, f in pts[k:]]
+            if flag and sum(tail) >= 0.8 * len(tail):
+                out[p] = b
+                break
+    return out
+
+
+# Segments whose ops take less than this (beyond an empty call) are left out of the
+# op-part error: their op time is within a tiny call's jitter.
+OP_PART_MIN_S = 10e-6
+
+
+def _has_parallel(rec: Mapping, thresholds: Mapping[str, float]) -> bool:
+    return any(b >= thresholds.get(p, math.inf)
+               for p, b in zip(rec["primitive"], rec["bytes_accessed"], strict=True))
+
+
+def fit_device(seg_records: Sequence[dict], base_s: float,
+               parallel_min_bytes: Mapping[str, float] | None = None, *,
+               held_out_fraction: float = 0.25, seed: int = 0):
+    """Segment fit and error report for the segments timed on one kind of device.
+
+    Segments holding an op at or above ``parallel_min_bytes`` of its primitive pay a
+    fitted ``parallel_launch_s`` once. A random ``held_out_fraction`` of the segments
+    (seeded) is left out of the fit and reports how well it predicts segments it has
+    not seen.
     """
-    recs = list(op_records)
-    med = np.array([Timing.from_dict(r["timing"]).median_s for r in recs])
-    f = np.array([r["flops"] for r in recs], dtype=np.float64)
-    b = np.array([r["bytes_accessed"] for r in recs], dtype=np.float64)
-    cls = [r["op_class"] for r in recs]
-    ok = med > 0
-    micro = np.array([r["set"] == "micro" for r in recs], dtype=bool) & ok
-    held = np.array([r["set"] == "model" for r in recs], dtype=bool) & ok
-    if micro.sum() < 4:
-        raise CalibrationError(f"Device {recs[0]['device'] if recs else '?'} has only "
-                               f"{int(micro.sum())} timed microbenchmarks to fit a roofline "
-                               "on (4 needed); calibrate again without a tight --budget-s.")
-    fit = fit_roofline(f[micro], b[micro], [c for c, k in zip(cls, micro, strict=True) if k],
-                       med[micro])
-    pred = fit.predict(f, b, cls)
+    recs = list(seg_records)
+    thr = dict(parallel_min_bytes or {})
+    t = np.array([Timing.from_dict(r["timing"]).median_s for r in recs])
+    par = np.array([_has_parallel(r, thr) for r in recs], dtype=bool)
+    rng = np.random.default_rng(seed)
+    held = rng.random(len(recs)) < held_out_fraction
+    fit_recs = [r for r, h in zip(recs, held, strict=True) if not h]
+    fit = fit_segments(fit_recs, t[~held], base_s, parallel=par[~held])
+    dev = fit.device(name="probe", kind="cpu", memory_bytes=1.0)
+    base = base_s + np.where(par, fit.parallel_launch_s, 0.0)
+    pred = predict_segments(dev, recs, base)
+    # The op part alone is only a figure where it stands out of the timing noise.
+    op_part = t - base
+    big = op_part >= OP_PART_MIN_S
     report = {
-        "held_out": _rel_errors(pred[held], med[held]),
-        "micro": _rel_errors(pred[micro], med[micro]),
+        "held_out": _rel_errors(pred[held], t[held]),
+        "held_out_op_part": _rel_errors(pred[held & big] - base[held & big],
+                                        op_part[held & big]),
+        "fitted": _rel_errors(pred[~held], t[~held]),
         "classes_fitted": list(fit.classes_fitted),
-        "ops_measured": int(len(recs)),
+        "segments_measured": int(len(recs)),
+        "ops_in_segments": int(sum(len(r["primitive"]) for r in recs)),
     }
     return fit, report
 
@@ -74,12 +119,13 @@ def fit_device(op_records: Sequence[dict]):
 def build_cost_model(records: Sequence[dict], name: str | None = None
                      ) -> tuple[CostModel, dict[str, Any]]:
     """The cost model that ``records`` (see ``simplace.calibrate.records``) support, and
-    a report of the fits (per device: held-out op errors; per link: fit error).
+    a report of the fits (per device: held-out segment errors; per link: fit error).
 
-    Devices get the fitted roofline and every measured op time; links the fitted
-    latency and bandwidth (a link with no records takes the median of the others);
-    exclusive groups come from the pair overlaps. Deterministic: the same records give
-    the same model.
+    Devices get launch and dispatch costs from their runtime records and in-segment op
+    costs fitted to timed segments (shared by devices of the same hardware); links the
+    fitted latency and bandwidth (``device_put`` blocking times, minus the host time of
+    the call) and the call's host time; exclusive groups come from the pair overlaps.
+    Deterministic: the same records give the same model.
     """
     if not records or records[0]["kind"] != "header":
         raise CalibrationError("Records must start with a header record.")
@@ -88,40 +134,110 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
     names = [d["name"] for d in dev_info]
     if not names:
         raise CalibrationError("The records' header lists no devices.")
-    ops = _last_by(records, "op", lambda r: (r["device"], r["signature"]))
+    runtime = _last_by(records, "runtime", lambda r: r["device"])
+    puts = _last_by(records, "put_host", lambda r: (r["src"], r["dst"]))
+    segs = [r for r in records if r["kind"] == "segment"]
     links = _last_by(records, "link", lambda r: (r["src"], r["dst"], r["nbytes"]))
     excl = _last_by(records, "exclusive", lambda r: (r["a"], r["b"]))
-    unknown = sorted({k[0] for k in ops} - set(names))
+    unknown = sorted({r["device"] for r in segs} - set(names))
     if unknown:
-        raise CalibrationError(f"Op records name device {unknown[0]!r}, which is not in the "
-                               f"header's devices ({', '.join(names)}).")
-
+        raise CalibrationError(f"Segment records name device {unknown[0]!r}, which is not in "
+                               f"the header's devices ({', '.join(names)}).")
     report: dict[str, Any] = {"devices": {}, "links": {}, "exclusive": {}}
-    fits = {}
     for n in names:
-        recs = [r for (dev, _), r in sorted(ops.items()) if dev == n]
+        if n not in runtime:
+            raise CalibrationError(f"No launch/dispatch timing for device {n!r}; calibrate "
+                                   "it again (or leave it out with --devices).")
+    block = {n: Timing.from_dict(runtime[n]["block"]).median_s for n in names}
+    host = {n: Timing.from_dict(runtime[n]["host"]).median_s for n in names}
+
+    # One segment fit per kind of hardware, on every segment timed on such a device.
+    fits, thresholds = {}, {}
+    op_recs = [r for r in records if r["kind"] == "op"]
+    info_by_name = {i["name"]: i for i in dev_info}
+    for key in sorted({_device_key(i) for i in dev_info}):
+        members = [i["name"] for i in dev_info if _device_key(i) == key]
+        recs = [r for r in segs if r["device"] in members]
         if not recs:
-            raise CalibrationError(f"No op timings for device {n!r}; calibrate it (or "
-                                   "leave it out with --devices).")
-        fits[n], report["devices"][n] = fit_device(recs)
+            raise CalibrationError(f"No timed segments for device(s) {', '.join(members)}; "
+                                   "calibrate again without a tight --budget-s.")
+        base = float(np.median([block[m] for m in members]))
+        thresholds[key] = parallel_thresholds(
+            [r for r in op_recs if r["device"] in members], base)
+        fit, rep = fit_device(recs, base, thresholds[key],
+                              seed=int(head["settings"].get("seed", 0)))
+        rep["parallel_launch_s"] = fit.parallel_launch_s
+        rep["parallel_min_bytes"] = thresholds[key]
+        for m in members:
+            fits[m] = fit
+            report["devices"][m] = dict(rep, shared_with=members, base_s=base,
+                                        launch_s=max(block[m] - host[m], 0.0),
+                                        dispatch_s=host[m])
+
+    # Host costs in context: the host time of whole steps, split by non-negative least
+    # squares over segment calls per kind of device and puts per pair of kinds.
+    hosts = [r for r in records if r["kind"] == "host"]
+    keys = sorted({_device_key(i) for i in dev_info})
+    key_of = [keys.index(_device_key(info_by_name[n])) for n in names]
+    dispatch = dict(host)
+    put_ctx: dict[tuple[int, int], float] = {}
+    if len(hosts) >= 2:
+        nk = len(keys)
+        rows, y = [], []
+        for r in hosts:
+            row = np.zeros(nk + nk * nk)
+            for i, c in enumerate(r["segments"]):
+                row[key_of[i]] += c
+            for i, line in enumerate(r["puts"]):
+                for j, c in enumerate(line):
+                    row[nk + key_of[i] * nk + key_of[j]] += c
+            rows.append(row)
+            y.append(Timing.from_dict(r["timing"]).median_s)
+        a, y = np.array(rows), np.array(y)
+        used = np.flatnonzero(a.sum(axis=0) > 0)
+        coef = np.zeros(a.shape[1])
+        coef[used] = nnls(a[:, used], y)[0]
+        pred = a @ coef
+        report["host"] = dict(_rel_errors(pred, y), steps=len(y))
+        for n, k in zip(names, key_of, strict=True):
+            if coef[k] > 0:
+                dispatch[n] = float(coef[k])
+        for ki in range(nk):
+            for kj in range(nk):
+                c = coef[nk + ki * nk + kj]
+                if c > 0:
+                    put_ctx[(ki, kj)] = float(c)
 
     # Links: one robust fit per ordered pair, on the median time of each size.
     d = len(names)
     lat = np.zeros((d, d))
     bw = np.full((d, d), math.inf)
+    put = np.zeros((d, d))
     missing = []
     for i, j in itertools.permutations(range(d), 2):
         pts = sorted((k[2], Timing.from_dict(r["timing"]).median_s)
                      for k, r in links.items() if k[:2] == (names[i], names[j]))
         key = f"{names[i]}->{names[j]}"
-        if len({p[0] for p in pts}) < 2:
+        ph = puts.get((names[i], names[j]))
+        put[i, j] = put_ctx.get((key_of[i], key_of[j]),
+                                Timing.from_dict(ph["timing"]).median_s if ph else 0.0)
+        if len({p[0] for p in pts}) < 3:
             missing.append((i, j))
             report["links"][key] = {"measured": False}
             continue
-        lf = fit_link([p[0] for p in pts], [p[1] for p in pts])
-        lat[i, j], bw[i, j] = lf.latency_s, lf.bandwidth_bytes_per_s
+        try:
+            lf = fit_link([p[0] for p in pts], [p[1] for p in pts])
+        except CalibrationError as err:
+            # Never an absurd figure: this link takes the median of the fitted ones, and
+            # the report says which measurement to repeat.
+            missing.append((i, j))
+            report["links"][key] = {"measured": True, "fitted": False, "error": str(err)}
+            continue
+        # A blocking device_put from idle costs the call's host time, then the copy.
+        ready_put = Timing.from_dict(ph["timing"]).median_s if ph else 0.0
+        lat[i, j], bw[i, j] = max(lf.latency_s - ready_put, 0.0), lf.bandwidth_bytes_per_s
         report["links"][key] = {
-            "measured": True, "latency_s": lf.latency_s,
+            "measured": True, "latency_s": lat[i, j], "put_s": put[i, j],
             "bandwidth_bytes_per_s": lf.bandwidth_bytes_per_s,
             "median_rel_error": lf.median_abs_rel_error,
             "max_rel_error": float(np.max(np.abs(lf.rel_residuals))),
@@ -130,11 +246,17 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
     if missing:
         have = [(i, j) for i, j in itertools.permutations(range(d), 2) if (i, j) not in missing]
         if not have:
-            raise CalibrationError("No link was timed at 2 sizes or more, so no link can be "
-                                   "fitted; calibrate links (a larger --budget-s).")
+            why = "; ".join(f"{k}: {r['error']}" for k, r in report["links"].items()
+                            if "error" in r)
+            raise CalibrationError("No link could be fitted (each needs 3 sizes or more "
+                                   "whose times grow with size); calibrate again on an idle "
+                                   "machine, without a tight --budget-s." + (
+                                       f" {why}" if why else ""))
         for i, j in missing:
             lat[i, j] = float(np.median([lat[a, b] for a, b in have]))
             bw[i, j] = float(np.median([bw[a, b] for a, b in have]))
+            if put[i, j] == 0.0:
+                put[i, j] = float(np.median([put[a, b] for a, b in have]))
 
     pairs = {}
     for (a, b), r in sorted(excl.items()):
@@ -145,18 +267,12 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
     groups = exclusive_groups(names, pairs)
 
     devices = []
-    for info in dev_info:
-        n = info["name"]
-        fit = fits[n]
-        table = {sig: Timing.from_dict(r["timing"]).median_s
-                 for (dev, sig), r in sorted(ops.items()) if dev == n}
-        devices.append(Device(
+    for n in names:
+        info = info_by_name[n]
+        devices.append(fits[n].device(
             name=n, kind=info["kind"], memory_bytes=float(info["memory_bytes"]),
-            peak_flops_per_s=fit.peak_flops_per_s,
-            memory_bandwidth_bytes_per_s=fit.memory_bandwidth_bytes_per_s,
-            overhead_s=fit.overhead_s, efficiency=dict(fit.efficiency),
-            class_overhead_s=dict(fit.class_overhead_s),
-            exclusive_group=groups[n], op_times_s=table))
+            exclusive_group=groups[n], launch_s=max(block[n] - host[n], 0.0),
+            dispatch_s=dispatch[n], parallel_min_bytes=thresholds[_device_key(info)]))
 
     phases = [r for r in records if r["kind"] == "phase"]
     report["wall_s"] = float(sum(r.get("wall_s", 0.0) for r in phases))
@@ -164,12 +280,18 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
     notes = (
         f"Measured by `simplace calibrate` on {head['host']} ({', '.join(names)}); raw "
         f"records in calibration/{head['name']}/records.jsonl.",
-        "Roofline (launch overhead and efficiency per op class, peak flops, bandwidth) "
-        "fitted by robust least squares on log times of microbenchmarks; peaks are the "
-        "best rates seen (the most efficient class has efficiency 1). Model signatures are "
-        "held out of the fit; its error on them is in meta.fit_report.",
-        "op_times_s: median single-op times (a jitted op alone, inputs on the device), "
-        "dispatch included.",
+        "launch_s: blocking time of a tiny jitted call minus its host time (dispatch_s, "
+        "the host time of a call when calls are only dispatched). parallel_min_bytes: "
+        "per primitive, the size from which its ops alone cost over "
+        f"{PARALLEL_MIN_EXTRA_S * 1e6:g} us more than a tiny call (thread pool); "
+        "parallel_launch_s: fitted with the segments.",
+        "In-segment op costs (peak flops, bandwidth, efficiency and per-op cost per class, "
+        "fused_bytes_fraction) fitted by robust least squares on log times of real "
+        "segments cut from zoo graphs, each timed alone; devices of the same hardware "
+        "share one fit; a random quarter of the segments is held out "
+        "(meta.fit_report).",
+        "Links: blocking jax.device_put times over sizes (latency, bandwidth); put_s: host "
+        "time of one device_put call, taken out of the latency.",
     ) + (("Memory of each CPU device: the host's memory divided by its CPU devices "
           "(virtual devices share it).",) if any(i["kind"] == "cpu" for i in dev_info)
          else ())
@@ -181,7 +303,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
                             "settings": head["settings"],
                             "fit_report": _strip_residuals(report)})
     model = CostModel(name=name or head["name"], devices=tuple(devices), latency_s=lat,
-                      bandwidth_bytes_per_s=bw, provenance=prov)
+                      bandwidth_bytes_per_s=bw, provenance=prov, put_s=put)
     return model, report
 
 

@@ -64,23 +64,31 @@ def _set_cpu_devices(n: int) -> None:
 
 def format_report(model, report: dict) -> str:
     """A short human-readable summary of a calibration report."""
-    lines = [model.summary(), "", "op-time fit (relative error of the roofline):",
-             f"  {'device':<8} {'ops':>5} {'held-out n':>10} {'median':>7} {'p90':>7} "
-             f"{'micro median':>12}"]
-    for name, r in report["devices"].items():
-        h, m = r["held_out"], r["micro"]
+    def pct(x):
+        return "   -" if x is None else f"{100 * x:6.1f}%"
 
-        def pct(x):
-            return "   -" if x is None else f"{100 * x:6.1f}%"
-        lines.append(f"  {name:<8} {r['ops_measured']:>5} {h['n']:>10} "
+    from simplace.calibrate.build import OP_PART_MIN_S
+
+    lines = [model.summary(), "", "in-segment op costs, on held-out segments (never fitted "
+             "on): relative error of segment times, and of their op part where over "
+             f"{OP_PART_MIN_S * 1e6:g} us:",
+             f"  {'device':<8} {'segments':>8} {'held-out n':>10} {'median':>7} {'p90':>7} "
+             f"{'ops part median':>15} {'p90':>7}"]
+    for name, r in report["devices"].items():
+        h, o = r["held_out"], r["held_out_op_part"]
+        lines.append(f"  {name:<8} {r['segments_measured']:>8} {h['n']:>10} "
                      f"{pct(h['median_rel_error'])} {pct(h['p90_rel_error'])} "
-                     f"{pct(m['median_rel_error']):>12}")
-    lines.append("links (latency, bandwidth, median fit error):")
+                     f"{pct(o['median_rel_error']):>15} {pct(o['p90_rel_error'])}")
+    lines.append("links (put host time, latency, bandwidth, median fit error):")
     for key, r in report["links"].items():
-        if r.get("measured"):
-            lines.append(f"  {key:<14} {r['latency_s'] * 1e6:8.1f} us "
+        if r.get("measured") and not r.get("error"):
+            lines.append(f"  {key:<14} {r['put_s'] * 1e6:7.1f} us {r['latency_s'] * 1e6:8.1f} us "
                          f"{r['bandwidth_bytes_per_s'] / 1e9:8.2f} GB/s "
                          f"{100 * r['median_rel_error']:6.1f}%")
+        elif r.get("error"):
+            lines.append(f"  {key:<14} NOT FITTED, took the median of the others: "
+                         f"{r['error']} Re-measure it: `simplace calibrate --name "
+                         f"{model.name} --overwrite` on an idle machine.")
         else:
             lines.append(f"  {key:<14} not measured (median of the others)")
     groups: dict[str, list[str]] = {}

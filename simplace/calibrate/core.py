@@ -35,7 +35,12 @@ REPO = Path(__file__).resolve().parents[2]
 RECORDS_DIR = REPO / "calibration"
 COST_MODEL_DIR = REPO / "cost_models"
 # Zoo models calibrated by default (small presets: they run on a laptop). --quick: two.
-DEFAULT_MODELS_QUICK = ("tiny_cnn", "mlp")
+# rnnlm is left out on purpose: bench/fidelity.py validates on it, so one of its
+# models is one the calibration never saw.
+DEFAULT_MODELS_QUICK = ("tiny_cnn", "mlp", "alexnet", "transformer")
+# Host-time steps scatter every op: one compile per distinct segment, so only graphs
+# this small are used for them.
+HOST_MAX_OPS = 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,21 +154,6 @@ def _header(name: str, devices: list, settings: Settings) -> dict[str, Any]:
     }
 
 
-def _collect_specs(settings: Settings) -> list[ops_mod.OpSpec]:
-    """Microbenchmarks first (the fit needs them), then model signatures, each once."""
-    from simplace.models import load_function
-
-    specs: dict[str, ops_mod.OpSpec] = {}
-    for _, fn, args in ops_mod.micro_workloads(settings.quick):
-        for sig, s in ops_mod.specs_of(fn, args, "micro").items():
-            specs.setdefault(sig, s)
-    for m in settings.models:
-        fn, args = load_function(m, small=":" not in m)
-        for sig, s in ops_mod.specs_of(fn, args, "model").items():
-            specs.setdefault(sig, s)
-    return [s for s in specs.values() if s.does_work]
-
-
 def paths(name: str, records_dir=None, cost_model_dir=None) -> tuple[Path, Path]:
     """``(records file, cost-model file)`` of calibration ``name``; the directories
     default to the repository's ``calibration/`` and ``cost_models/``."""
@@ -227,8 +217,12 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
                                    f"of the calibration being resumed "
                                    f"({', '.join(d['name'] for d in head['devices'])}).")
         for r in old:
-            if r["kind"] in ("op", "op_error"):
+            if r["kind"] in ("segment", "segment_error"):
+                done_ops.add(r["model"])
+            elif r["kind"] == "op":
                 done_ops.add((r["device"], r["signature"]))
+            elif r["kind"] in ("runtime", "put_host"):
+                done_ops.add((r["kind"], r.get("device") or (r["src"], r["dst"])))
             elif r["kind"] == "link":
                 done_links.add((r["src"], r["dst"], int(r["nbytes"])))
             elif r["kind"] == "exclusive":
@@ -250,13 +244,16 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
 def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links, done_excl,
              show: bool) -> None:
     import jax
+    import numpy as np
+
+    from simplace.calibrate import segments as seg_mod
+    from simplace.execute import prepare
+    from simplace.models import load_function
 
     start = time.perf_counter()
     n_cpu = sum(d.platform == "cpu" for d in _all_devices())
     mem = {device_name(d): _memory_bytes(d, n_cpu) for d in devs}
-    specs = _collect_specs(settings)
-    op_todo = [(s, d) for s in specs for d in devs if (device_name(d), s.signature)
-               not in done_ops]
+    models = [m for m in settings.models if m not in done_ops]
     sizes = links_mod.link_sizes(min(settings.link_max_nbytes, int(min(mem.values()) / 16)),
                                  settings.link_factor)
     link_todo = []
@@ -267,46 +264,91 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
     excl_todo = [(a, b) for a, b in itertools.combinations(devs, 2)
                  if (device_name(a), device_name(b)) not in done_excl]
     # Weights in rough seconds, so the ETA is sensible from the first step on.
-    w_op = 0.04 + settings.op_budget_s / 3
+    w_rt = 0.5
+    w_model = 4.0 + 20 * settings.op_budget_s
     w_link = settings.link_budget_s
     w_excl = 3 * settings.excl_budget_s + 1.0
-    bar = Progress(w_op * len(op_todo) + w_link * len(link_todo) + w_excl * len(excl_todo),
-                   stream=sys.stderr if show else None)
-    op_kw = dict(min_repeats=settings.op_min_repeats, max_repeats=settings.op_max_repeats,
-                 budget_s=settings.op_budget_s, rel_tol=settings.op_rel_tol)
+    bar = Progress(w_rt * len(devs) + w_model * len(models) + w_link * len(link_todo)
+                   + w_excl * len(excl_todo), stream=sys.stderr if show else None)
+    seg_kw = dict(min_repeats=settings.op_min_repeats, max_repeats=settings.op_max_repeats,
+                  budget_s=settings.op_budget_s, rel_tol=settings.op_rel_tol)
 
     def over(frac: float) -> bool:
-        """Whether ``frac`` of the budget is spent (model ops stop at 0.7, links 0.9)."""
+        """Whether ``frac`` of the budget is spent (segments stop at 0.7, links 0.9)."""
         return budget_s is not None and time.perf_counter() > start + frac * budget_s
 
     with RecordWriter(rec_path) as out:
-        t0, n_done, n_cut = time.perf_counter(), 0, 0
-        for spec, dev in op_todo:
+        t0 = time.perf_counter()
+        for dev in devs:
             dn = device_name(dev)
-            if spec.set == "model" and over(0.7):
+            if ("runtime", dn) not in done_ops:
+                rt = seg_mod.time_runtime(dev, **seg_kw)
+                out.write({"kind": "runtime", "device": dn, "block": rt["block"].to_dict(),
+                           "host": rt["host"].to_dict()})
+            bar.step(w_rt, f"launch/dispatch {dn}")
+        for a, b in itertools.permutations(devs, 2):
+            key = ("put_host", (device_name(a), device_name(b)))
+            if key not in done_ops:
+                out.write({"kind": "put_host", "src": device_name(a), "dst": device_name(b),
+                           "timing": seg_mod.time_put_host(a, b).to_dict()})
+        out.write({"kind": "phase", "phase": "runtime", "wall_s": time.perf_counter() - t0,
+                   "measured": len(devs), "skipped_for_budget": 0})
+
+        t0, n_done, n_cut = time.perf_counter(), 0, 0
+        rng = np.random.default_rng(settings.seed)
+        kinds: dict = {}
+        for dev in devs:  # one device per kind of hardware
+            kinds.setdefault((dev.platform, str(dev.device_kind)), dev)
+        probe_devs = list(kinds.values())
+        for m in models:
+            if over(0.7) and n_done:
                 n_cut += 1
                 continue
-            if ops_mod.spec_nbytes(spec) > mem[dn] / 8:
-                out.write({"kind": "op_error", "device": dn, "signature": spec.signature,
-                           "error": "inputs too large to time safely (> 1/8 of memory)"})
-            else:
-                try:
-                    tm = ops_mod.time_spec(spec, dev, seed=settings.seed, **op_kw)
-                except CalibrationError as err:
-                    out.write({"kind": "op_error", "device": dn, "signature": spec.signature,
-                               "error": str(err)})
-                else:
-                    out.write({"kind": "op", "device": dn, "signature": spec.signature,
-                               "primitive": spec.primitive_name, "op_class": spec.op_class,
-                               "flops": spec.flops, "bytes_accessed": spec.bytes_accessed,
-                               "set": spec.set, "timing": tm.to_dict()})
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # trace notes do not matter here
+                    fn, args = load_function(m, small=True, abstract=False, training=True)
+                    program = prepare(fn, args, name=m)
+                graph = program.graph
+                # Each op signature alone, on one device of each kind of hardware: which
+                # ops the runtime spreads over a thread pool (a launch cost of its own).
+                for spec in seg_mod.model_specs(fn, args):
+                    for dev in probe_devs:
+                        key = (device_name(dev), spec.signature)
+                        if key in done_ops:
+                            continue
+                        done_ops.add(key)
+                        try:
+                            tm = ops_mod.time_spec(spec, dev, seed=settings.seed, **seg_kw)
+                        except CalibrationError:
+                            continue  # cannot run alone: the segment fit covers it
+                        out.write({"kind": "op", "device": device_name(dev),
+                                   "signature": spec.signature,
+                                   "primitive": spec.primitive_name, "op_class": spec.op_class,
+                                   "flops": spec.flops, "bytes_accessed": spec.bytes_accessed,
+                                   "set": "model", "timing": tm.to_dict()})
+                # Host time of whole steps that dispatch many segments and puts: the
+                # dispatch and put costs in context.
+                for p in (seg_mod.host_placements(graph.num_ops, len(devs), rng)
+                          if graph.num_ops <= HOST_MAX_OPS else []):
+                    h = seg_mod.time_host(program, args, p, devs)
+                    out.write({"kind": "host", "model": m, "segments": h["segments"],
+                               "puts": h["puts"], "timing": h["host"].to_dict()})
+                for p in seg_mod.cut_placements(graph.num_ops, len(devs), rng):
+                    for dev_i, first, stop, tm in seg_mod.time_segments(
+                            program, args, p, devs, **seg_kw):
+                        out.write({"kind": "segment", "device": device_name(devs[dev_i]),
+                                   "model": m, "first": first, "stop": stop,
+                                   **seg_mod.segment_features(graph, first, stop),
+                                   "timing": tm.to_dict()})
+            except Exception as err:  # noqa: BLE001 - one model that fails is reported
+                out.write({"kind": "segment_error", "model": m,
+                           "error": f"{type(err).__name__}: {err}"[:500]})
             n_done += 1
-            if n_done % 500 == 0:
-                jax.clear_caches()  # thousands of single-op executables: keep memory flat
-            bar.step(w_op, f"ops {dn} {spec.primitive_name}")
-        out.write({"kind": "phase", "phase": "ops", "wall_s": time.perf_counter() - t0,
+            jax.clear_caches()
+            bar.step(w_model, f"segments {m}")
+        out.write({"kind": "phase", "phase": "segments", "wall_s": time.perf_counter() - t0,
                    "measured": n_done, "skipped_for_budget": n_cut})
-        jax.clear_caches()
 
         t0, n_done, n_cut = time.perf_counter(), 0, 0
         for k, (a, b, todo) in enumerate(link_todo):

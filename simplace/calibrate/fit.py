@@ -200,6 +200,10 @@ class LinkFit:
         return self.latency_s + np.asarray(nbytes, dtype=np.float64) / self.bandwidth_bytes_per_s
 
 
+# No copy between devices runs faster than this (NVLink 5 is ~1e12 B/s per direction).
+LINK_BANDWIDTH_MAX_BYTES_PER_S = 1e13
+
+
 def fit_link(nbytes: Sequence[float], time_s: Sequence[float]) -> LinkFit:
     """Fit latency and bandwidth to transfer times (seconds) of sizes ``nbytes``.
 
@@ -229,4 +233,180 @@ def fit_link(nbytes: Sequence[float], time_s: Sequence[float]) -> LinkFit:
     res = _least_squares(residuals, x0, lo, hi)
     lat, bw = float(np.exp(res.x[0])), float(np.exp(res.x[1]))
     pred = lat + n / bw
+    # Refuse what no link does: a bandwidth pinned at the bound (the times did not grow
+    # with size) would make every copy free.
+    if bw > LINK_BANDWIDTH_MAX_BYTES_PER_S or t[large] < 1.2 * t[small]:
+        raise CalibrationError(
+            f"the transfer times do not grow with size ({n[small]:.0f} B: "
+            f"{t[small] * 1e6:.1f} us, {n[large]:.0f} B: {t[large] * 1e6:.1f} us; fitted "
+            f"{bw:.3g} B/s): the link cannot be fitted. Measure it again on an idle "
+            "machine, with larger sizes (a calibration without --quick).")
     return LinkFit(lat, bw, n, t, pred / t - 1.0)
+
+
+# --------------------------------------------------------------------------- segments
+# Bounds that keep a segment fit physical: rates between a slow embedded core and a
+# whole GPU, per-op costs inside a fused computation below 1 ms.
+_PEAK_FLOPS_BOUNDS = (1e8, 1e16)
+_BANDWIDTH_BOUNDS = (1e8, 1e14)
+_OP_OVERHEAD_MAX_S = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentFit:
+    """In-segment op costs fitted to timed segments of one device.
+
+    A segment timed alone (blocking) costs ``base_s`` (dispatch + launch + wait, from a
+    tiny call) plus the sum of its ops' roofline times (``Device.roofline_s``) under
+    ``peak_flops_per_s``, ``memory_bandwidth_bytes_per_s``, ``efficiency`` and
+    ``class_overhead_s`` per class and ``fused_bytes_fraction``.
+    """
+
+    peak_flops_per_s: float
+    memory_bandwidth_bytes_per_s: float
+    efficiency: Mapping[str, float]
+    class_overhead_s: Mapping[str, float]
+    fused_bytes_fraction: float
+    classes_fitted: tuple[str, ...]
+    parallel_launch_s: float = 0.0
+    unfused_overhead_s: float = 0.0
+
+    def device(self, **fields):
+        """A ``Device`` with these costs (``fields``: name, kind, memory_bytes...)."""
+        from simplace.cost_model import Device
+
+        return Device(peak_flops_per_s=self.peak_flops_per_s,
+                      memory_bandwidth_bytes_per_s=self.memory_bandwidth_bytes_per_s,
+                      efficiency=dict(self.efficiency),
+                      class_overhead_s=dict(self.class_overhead_s),
+                      overhead_s=float(np.median(list(self.class_overhead_s.values()))),
+                      fused_bytes_fraction=self.fused_bytes_fraction,
+                      parallel_launch_s=self.parallel_launch_s,
+                      unfused_overhead_s=self.unfused_overhead_s, **fields)
+
+
+def _segment_arrays(segments: Sequence[Mapping]):
+    """Flat op arrays of segments: class index, flops, bytes, segment id."""
+    from simplace.cost_model import OP_CLASSES, op_class
+
+    idx = {c: k for k, c in enumerate(OP_CLASSES)}
+    cls, fl, by, seg, loc = [], [], [], [], []
+    for k, s in enumerate(segments):
+        cls += [idx[op_class(p)] for p in s["primitive"]]
+        fl += list(s["flops"])
+        by += list(s["bytes_accessed"])
+        seg += [k] * len(s["primitive"])
+        loc += list(s.get("local_input", [True] * len(s["primitive"])))
+    return (np.asarray(cls, np.int64), np.asarray(fl, np.float64), np.asarray(by, np.float64),
+            np.asarray(seg, np.int64), np.asarray(loc, bool))
+
+
+def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
+                 parallel=None) -> SegmentFit:
+    """Fit in-segment op costs to segments timed alone.
+
+    Args:
+      segments: per segment its ops' ``primitive``, ``flops``, ``bytes_accessed`` lists
+        (``simplace.calibrate.segments.segment_features``).
+      time_s: each segment's measured (blocking) time.
+      base_s: what each segment costs besides its ops when timed alone (a tiny call's
+        blocking time: dispatch + launch + wait, plus its largest primitive launch);
+        a number, or one per segment.
+      parallel: bool per segment: it holds an op the runtime runs on a thread pool, and
+        pays ``parallel_launch_s`` (fitted) once; None: no segment does.
+
+    Robust (soft-L1) least squares on log segment times. A class no segment has enough
+    work of keeps the default efficiency and a zero per-op cost. Raises
+    CalibrationError when the segments cannot pin the costs (too few, or every one
+    about as fast as an empty call).
+    """
+    from simplace.cost_model import DEFAULT_EFFICIENCY, OP_CLASSES, WORK_CLASSES
+
+    t = np.asarray(time_s, dtype=np.float64)
+    if len(t) != len(segments):
+        raise CalibrationError(f"fit_segments: {len(segments)} segments but {len(t)} times.")
+    if len(t) < 8:
+        raise CalibrationError(
+            f"Only {len(t)} timed segments to fit op costs on (8 needed): calibrate again "
+            "with more --models or without a tight --budget-s.")
+    if not np.all(np.isfinite(t) & (t > 0)):
+        raise CalibrationError("fit_segments: segment times must be finite and > 0.")
+    base_s = np.broadcast_to(np.asarray(base_s, dtype=np.float64), t.shape)
+    if np.median(t / base_s) < 1.05:
+        raise CalibrationError(
+            f"The timed segments (median {np.median(t) * 1e6:.1f} us) are hardly slower than "
+            f"an empty call ({np.median(base_s) * 1e6:.1f} us): their op costs cannot be "
+            "told apart from noise. Calibrate with larger --models.")
+    par = np.zeros(len(t), bool) if parallel is None else np.asarray(parallel, dtype=bool)
+    cls, fl, by, seg, loc = _segment_arrays(segments)
+    n_seg = len(t)
+    work_cls = [OP_CLASSES.index(c) for c in WORK_CLASSES]
+    free_k, dm_k = OP_CLASSES.index("free"), OP_CLASSES.index("data_movement")
+    # free ops that do work are charged like data_movement (cost_model.op_times)
+    eff_cls = np.where(cls == free_k, dm_k, cls)
+    no_work = (cls == free_k) & (fl == 0) & (by == 0)
+    fused = np.isin(cls, [OP_CLASSES.index("elementwise"), free_k])
+    unfused = fused & ~no_work & ~loc
+    present = [k for k in work_cls if np.any((eff_cls == k) & ~no_work)]
+    kpos = {k: n for n, k in enumerate(present)}
+    pos = np.array([kpos.get(int(k), -1) for k in eff_cls])
+    npres = len(present)
+    log_t = np.log(t)
+    us = 1e-6
+
+    def unpack(x):
+        peak, bw = math.exp(x[0]), math.exp(x[1])
+        eff = np.exp(x[2:2 + npres])
+        ovh = x[2 + npres:2 + 2 * npres] * us
+        frac = x[-3]
+        return peak, bw, eff, ovh, frac
+
+    def op_costs(x):
+        peak, bw, eff, ovh, frac = unpack(x)
+        p = np.maximum(pos, 0)
+        charged = np.where(fused, frac * by, by)
+        c = ovh[p] + np.maximum(fl / peak, charged / bw) / eff[p] + unfused * x[-2] * us
+        return np.where(no_work | (pos < 0), 0.0, c)
+
+    def residuals(x):
+        per_seg = np.bincount(seg, weights=op_costs(x), minlength=n_seg)
+        return np.log(base_s + par * x[-1] * us + per_seg) - log_t
+
+    x0 = np.concatenate([[math.log(1e11), math.log(2e10)], np.log(np.full(npres, 0.5)),
+                         np.full(npres, 1.0), [0.5], [1.0], [10.0 if par.any() else 0.0]])
+    lo = np.concatenate([[math.log(_PEAK_FLOPS_BOUNDS[0]), math.log(_BANDWIDTH_BOUNDS[0])],
+                         np.full(npres, math.log(1e-3)), np.zeros(npres), [0.0], [0.0], [0.0]])
+    hi = np.concatenate([[math.log(_PEAK_FLOPS_BOUNDS[1]), math.log(_BANDWIDTH_BOUNDS[1])],
+                         np.zeros(npres), np.full(npres, _OP_OVERHEAD_MAX_S / us), [1.0],
+                         [_OP_OVERHEAD_MAX_S / us],
+                         [_OP_OVERHEAD_MAX_S / us if par.any() else 1.0]])
+    res = _least_squares(residuals, x0, lo, hi)
+    peak, bw, eff, ovh, frac = unpack(res.x)
+    # The efficiency of the best class is 1 by convention: fold it into the peaks.
+    top = float(eff.max()) if npres else 1.0
+    eff_out = {c: DEFAULT_EFFICIENCY[c] for c in WORK_CLASSES}
+    ovh_out = {c: 0.0 for c in WORK_CLASSES}
+    for k, n in kpos.items():
+        eff_out[OP_CLASSES[k]] = float(min(eff[n] / top, 1.0))
+        ovh_out[OP_CLASSES[k]] = float(ovh[n])
+    return SegmentFit(peak_flops_per_s=peak * top, memory_bandwidth_bytes_per_s=bw * top,
+                      efficiency=eff_out, class_overhead_s=ovh_out,
+                      fused_bytes_fraction=float(frac),
+                      classes_fitted=tuple(OP_CLASSES[k] for k in present),
+                      parallel_launch_s=float(res.x[-1] * us) if par.any() else 0.0,
+                      unfused_overhead_s=float(res.x[-2] * us))
+
+
+def predict_segments(device, segments: Sequence[Mapping], base_s) -> np.ndarray:
+    """float64[S]: ``base_s`` plus the sum of ``device.roofline_s`` over each segment's
+    ops: the time of each segment timed alone under a fitted device (``base_s``: a
+    number, or one per segment)."""
+    from simplace.cost_model import OP_CLASSES
+
+    cls, fl, by, seg, loc = _segment_arrays(segments)
+    costs = device.roofline_s(cls, fl, by)
+    free_k = OP_CLASSES.index("free")
+    fusible = np.isin(cls, [OP_CLASSES.index("elementwise"), free_k]) & ~(
+        (cls == free_k) & (fl == 0) & (by == 0))
+    costs = costs + np.where(fusible & ~loc, device.unfused_overhead_s, 0.0)
+    return base_s + np.bincount(seg, weights=costs, minlength=len(segments))

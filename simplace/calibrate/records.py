@@ -4,7 +4,19 @@
 
 * one ``header`` (first line): schema, name, host, date, JAX versions, the devices seen
   (name, kind, JAX id, memory_bytes) and the settings of the run;
-* ``op`` records: one op signature timed on one device (``device``, ``signature``,
+* ``runtime`` records: per device, a tiny jitted call's blocking time (``block``) and
+  host time when only dispatched (``host``);
+* ``segment`` records: a run of ops ``first..stop-1`` of a zoo graph (``model``) timed
+  alone as one jitted computation on ``device``, with its ops' ``primitive``, ``flops``
+  and ``bytes_accessed``; ``segment_error``: a model whose segments could not be run;
+* ``host`` records: the host time of one step of a placement of a ``model`` (calls
+  only, not waiting), with the segments it dispatched per device and the puts per
+  link (``puts[from][to]``);
+* ``put_host`` records: the host time of one ``jax.device_put`` call from ``src`` to
+  ``dst``;
+* ``op`` records: one op signature of a ``--models`` graph timed alone on one device
+  of each kind of hardware (which ops the runtime runs on a thread pool) (``device``,
+  ``signature``,
   ``primitive``, ``op_class``, ``flops``, ``bytes_accessed``, ``set`` = ``micro`` for
   the fit's microbenchmarks or ``model`` for signatures of the graphs named with
   ``--models``, and ``timing``: every sample and the robust statistics);
@@ -32,7 +44,7 @@ from simplace.calibrate.harness import Timing
 from simplace.errors import CalibrationError
 
 SCHEMA = "simplace.calibration_records"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 1: single-op timings (dispatch and launch in every op)
 
 # Fields every record of a kind must carry (besides "kind"), and their JSON types.
 _NUM = (int, float)
@@ -43,12 +55,20 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "op": {"device": (str,), "signature": (str,), "primitive": (str,), "op_class": (str,),
            "flops": _NUM, "bytes_accessed": _NUM, "set": (str,), "timing": (dict,)},
     "op_error": {"device": (str,), "signature": (str,), "error": (str,)},
+    "runtime": {"device": (str,), "block": (dict,), "host": (dict,)},
+    "put_host": {"src": (str,), "dst": (str,), "timing": (dict,)},
+    "segment": {"device": (str,), "model": (str,), "first": (int,), "stop": (int,),
+                "primitive": (list,), "flops": (list,), "bytes_accessed": (list,),
+                "timing": (dict,)},
+    "segment_error": {"model": (str,), "error": (str,)},
+    "host": {"model": (str,), "segments": (list,), "puts": (list,), "timing": (dict,)},
     "link": {"src": (str,), "dst": (str,), "nbytes": _NUM, "timing": (dict,)},
     "exclusive": {"a": (str,), "b": (str,), "alone_a": (dict,), "alone_b": (dict,),
                   "together": (dict,)},
     "phase": {"phase": (str,)},
 }
-_TIMING_FIELDS = {"op": ("timing",), "link": ("timing",),
+_TIMING_FIELDS = {"op": ("timing",), "link": ("timing",), "runtime": ("block", "host"),
+                  "put_host": ("timing",), "segment": ("timing",), "host": ("timing",),
                   "exclusive": ("alone_a", "alone_b", "together")}
 DEVICE_FIELDS = ("name", "kind", "id", "memory_bytes")
 

@@ -31,6 +31,13 @@ class SimInputs(NamedTuple):
     dispatch_s: float64[D] >= 0, host time to dispatch one segment to the device.
     put_s: float64[D, D] >= 0, host time of one ``jax.device_put`` call on each ordered
       link (diagonal unused).
+    op_launch_s: float64[M, D] >= 0, extra launch time a segment pays when it holds op
+      i (the largest over its ops counts once: e.g. XLA:CPU wakes its thread pool for a
+      segment with a matmul or a convolution, however many it has).
+    op_unfused_s: float64[M, D] >= 0, extra time op i costs when none of its inputs
+      comes from its own segment: XLA fuses an elementwise op into the loop of an
+      in-segment producer, but one that starts a segment's data flow runs a loop of its
+      own.
 
     ``op_time_s`` holds in-segment (fused) op costs: no launch, no dispatch; see
     ``simplace.sim.reference`` for how the simulators combine these arrays.
@@ -44,6 +51,8 @@ class SimInputs(NamedTuple):
     launch_s: np.ndarray
     dispatch_s: np.ndarray
     put_s: np.ndarray
+    op_launch_s: np.ndarray
+    op_unfused_s: np.ndarray
 
     @property
     def num_ops(self) -> int:
@@ -66,11 +75,12 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                     exclusive_group=None, launch_s=None, dispatch_s=None,
-                    put_s=None) -> SimInputs:
+                    put_s=None, op_launch_s=None, op_unfused_s=None) -> SimInputs:
     """Validate and normalise raw arrays into a ``SimInputs`` (read-only float64/int32).
 
-    ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``
-    and ``put_s`` default to zeros (a machine whose segments and transfers cost no host
+    ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``,
+    ``put_s``, ``op_launch_s`` and ``op_unfused_s`` default to zeros (a machine whose
+    segments and transfers cost no host
     time and no launch). Raises ``CostModelError`` naming the bad field.
     """
     t = np.asarray(op_time_s, dtype=np.float64)
@@ -86,10 +96,15 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     launch = np.zeros(d) if launch_s is None else np.asarray(launch_s, dtype=np.float64)
     dispatch = np.zeros(d) if dispatch_s is None else np.asarray(dispatch_s, dtype=np.float64)
     put = np.zeros((d, d)) if put_s is None else np.asarray(put_s, dtype=np.float64)
+    op_launch = np.zeros((m, d)) if op_launch_s is None else np.asarray(op_launch_s,
+                                                                        dtype=np.float64)
+    unfused = np.zeros((m, d)) if op_unfused_s is None else np.asarray(op_unfused_s,
+                                                                       dtype=np.float64)
     for name, arr, shape in (("latency_s", lat, (d, d)), ("bandwidth_bytes_per_s", bw, (d, d)),
                              ("memory_bytes", mem, (d,)), ("exclusive_group", grp, (d,)),
                              ("launch_s", launch, (d,)), ("dispatch_s", dispatch, (d,)),
-                             ("put_s", put, (d, d))):
+                             ("put_s", put, (d, d)), ("op_launch_s", op_launch, (m, d)),
+                             ("op_unfused_s", unfused, (m, d))):
         if arr.shape != shape:
             raise CostModelError(f"{name} must have shape {shape} for {d} devices (op_time_s "
                                  f"has {d} columns), got {arr.shape}.")
@@ -104,7 +119,8 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
         raise CostModelError("bandwidth_bytes_per_s must be > 0 on every link (inf allowed).")
     if np.any(np.isnan(mem)) or np.any(mem < 0):
         raise CostModelError("memory_bytes must be >= 0 (inf allowed for 'unlimited').")
-    for name, arr in (("launch_s", launch), ("dispatch_s", dispatch), ("put_s", put)):
+    for name, arr in (("launch_s", launch), ("dispatch_s", dispatch), ("put_s", put),
+                      ("op_launch_s", op_launch), ("op_unfused_s", unfused)):
         if not np.all(np.isfinite(arr) & (arr >= 0)):
             raise CostModelError(f"{name} must be finite and >= 0 seconds, got {arr.tolist()}.")
     if grp.dtype.kind not in "iu":
@@ -120,7 +136,8 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     _, grp = np.unique(grp, return_inverse=True)
     return SimInputs(_frozen(t), _frozen(lat), _frozen(bw), _frozen(mem),
                      _frozen(grp.reshape(-1).astype(np.int32)), _frozen(launch),
-                     _frozen(dispatch), _frozen(put))
+                     _frozen(dispatch), _frozen(put), _frozen(op_launch),
+                     _frozen(unfused))
 
 
 def sim_inputs(graph, cost_model) -> SimInputs:
@@ -129,8 +146,9 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     ``cost_model`` is either a ``SimInputs`` (checked against the graph and returned) or
     any object with the cost-model interface: ``op_times(graph) -> float[M, D]``,
     ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``,
-    optionally ``launch_s``, ``dispatch_s`` (float[D]) and ``put_s`` (float[D, D]) (missing
-    means zeros), and optionally ``corrections.link_scale`` (float[D, D] multiplying
+    optionally ``launch_s``, ``dispatch_s`` (float[D]), ``put_s`` (float[D, D]) and
+    ``op_launch_times(graph)`` and ``op_unfused_times(graph)`` (-> float[M, D])
+    (missing means zeros), and optionally ``corrections.link_scale`` (float[D, D] multiplying
     transfer times; missing means all ones). The link scale is folded in as
     ``latency * scale`` and ``bandwidth / scale``.
     """
@@ -146,6 +164,10 @@ def sim_inputs(graph, cost_model) -> SimInputs:
             launch = getattr(cost_model, "launch_s", None)
             dispatch = getattr(cost_model, "dispatch_s", None)
             put = getattr(cost_model, "put_s", None)
+            op_launch = (cost_model.op_launch_times(graph)
+                         if hasattr(cost_model, "op_launch_times") else None)
+            unfused = (cost_model.op_unfused_times(graph)
+                       if hasattr(cost_model, "op_unfused_times") else None)
         except AttributeError as err:
             raise CostModelError(
                 f"{type(cost_model).__name__} is neither SimInputs nor a cost model "
@@ -155,7 +177,8 @@ def sim_inputs(graph, cost_model) -> SimInputs:
         if scale is not None:
             scale = np.asarray(scale, dtype=np.float64)
             lat, bw = lat * scale, bw / scale
-        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put)
+        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, op_launch,
+                              unfused)
     if inp.num_ops != graph.num_ops:
         raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
                              f"{graph.num_ops}: build SimInputs for this graph.")

@@ -7,9 +7,11 @@ semantics"), not an op-by-op executor:
 1. **Segments.** Ops, in graph order, fall into segments: maximal runs of consecutive
    ops on one device. Each segment is one jitted XLA computation: it starts once, when
    every input it reads from outside itself is on its device, and all its outputs
-   appear together at its end. It lasts ``launch_s[d]`` plus the sum of its ops' fused
-   costs ``op_time_s[i, d]``. Segments of one exclusive group run one at a time, in
-   graph order; a segment's inputs from earlier segments of its own device are ready by
+   appear together at its end. It lasts ``launch_s[d]``, plus the largest
+   ``op_launch_s[i, d]`` of its ops, plus the sum of its ops' fused costs
+   ``op_time_s[i, d]``, plus ``op_unfused_s[i, d]`` for each op none of whose inputs
+   comes from the segment itself (it cannot fuse into an in-segment producer).
+   Segments of one exclusive group run one at a time, in graph order; a segment's inputs from earlier segments of its own device are ready by
    then (the device ran them first).
 2. **One host thread** dispatches everything in graph order; each call costs host
    time and is asynchronous. For each segment, in order: first the transfers its ops
@@ -173,10 +175,14 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
     for s_, (a, b) in enumerate(segs):
         dev = p[a]
         ready = group_free[group[dev]]
+        work = launch[dev] + float(inp.op_launch_s[a:b, dev].max())
         for i in range(a, b):
+            work += float(op_time[i, dev])
+            fused = False
             for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
                 j = src[e]
                 if j >= a:  # produced inside this segment: fused, no wait
+                    fused = True
                     continue
                 frm = p[j]
                 if frm == dev:  # an earlier segment of this device: done before this one
@@ -190,15 +196,17 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
                     arrival[j][dev] = arrive
                     transfers.append((j, frm, dev, nbytes, host, t0, arrive))
                 ready = max(ready, arrival[j][dev])
+            if not fused:
+                work += float(inp.op_unfused_s[i, dev])
         host += dispatch[dev]
         seg_disp[s_] = host
         seg_start[s_] = max(ready, host)
-        seg_end[s_] = seg_start[s_] + launch[dev] + float(op_time[a:b, dev].sum())
+        seg_end[s_] = seg_start[s_] + work
         group_free[group[dev]] = seg_end[s_]
 
     step_time = max([0.0, host] + seg_end + [t[6] for t in transfers])
     busy = np.zeros(d_count)
-    for s_, (a, b) in enumerate(segs):
+    for s_, (a, _) in enumerate(segs):
         busy[p[a]] += seg_end[s_] - seg_start[s_]
     peak = _peak_memory(graph, inp, p, seg_of, seg_start, seg_end, arrival, outs_on,
                         tensor_bytes, step_time)
@@ -210,7 +218,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
         op_start = np.zeros(m)
         op_end = np.zeros(m)
         for s_, (a, b) in enumerate(segs):
-            t = seg_start[s_] + launch[p[a]]
+            t = seg_start[s_] + launch[p[a]] + float(inp.op_launch_s[a:b, p[a]].max())
             for i in range(a, b):
                 op_start[i] = t
                 t += float(op_time[i, p[a]])
