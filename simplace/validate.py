@@ -7,14 +7,15 @@
   measured times (``kendall_tau``). Its ``records`` go to
   ``calibration/NAME/validation.jsonl`` (``append_records``).
 * ``fit_drift(records, graphs, cost_model, held_out=...)`` fits drift ``Corrections``
-  (per-device compute scale, per-op extra overhead per device, per-link scale) by least
-  squares on the log ratio of simulated to measured step time, re-simulating every
-  record (the step time is a max-plus function of the corrections; its exact
-  subgradient comes from the critical path of each simulated schedule). Corrections are
-  fitted on the *uncorrected* model, so they never compound, and appended to the
-  corrections' history with what they were fitted on. The error before and after is
-  reported on the records fitted and on held-out ones, so a correction that does not
-  generalise shows.
+  (per-device compute scale of fused op times, per-device extra overhead of each
+  segment launch, per-link scale of copy times) by least squares on the log ratio of
+  simulated to measured step time, re-simulating every record (the step time is a
+  max-plus function of the corrections; its exact subgradient comes from the critical
+  path of each simulated segment schedule). Corrections are fitted on the *uncorrected*
+  model, so they never compound, and appended to the corrections' history with what
+  they were fitted on. The error of the raw (uncorrected) and the corrected model is
+  reported side by side on the records fitted and on held-out ones, so a correction
+  that does not generalise shows.
 * ``make_validation_callback(...)``: the hook a search calls every N updates (RL) or
   rounds (local search) with its best candidates; it validates them, refits the drift
   on every record so far and returns the corrected cost model.
@@ -42,7 +43,8 @@ from simplace.placement import Placement, check_placement
 
 __all__ = ["DriftFit", "ValidationReport", "ValidationRow", "append_records", "rl_status_callback",
            "calibration_dir", "fit_drift", "kendall_tau", "make_validation_callback",
-           "mape", "read_records", "split_records", "validate", "validation_path"]
+           "mape", "raw_model", "read_records", "split_records", "validate",
+           "validation_path"]
 
 RECORD_SCHEMA = "simplace.validation_record"
 RECORD_SCHEMA_VERSION = 1
@@ -191,8 +193,12 @@ def split_records(records: Sequence[dict], fraction: float = 0.5, *, seed: int =
 # --------------------------------------------------------------------------- validation
 @dataclasses.dataclass(frozen=True)
 class ValidationRow:
-    """One candidate: predicted and measured step time (s), relative error
-    ``(predicted - measured) / measured``, and the placed step's shape."""
+    """One candidate: the step time (s) predicted by the cost model as given
+    (``predicted_s``, its drift corrections applied) and by the raw, uncorrected model
+    (``raw_predicted_s``; the same when the model carries no corrections), the measured
+    time, relative errors ``(predicted - measured) / measured``, and the placed step's
+    shape as the executor ran it (``num_segments``, ``num_transfers``) and as the
+    simulator counted it (``sim_num_segments``, ``sim_num_transfers``; -1: unknown)."""
 
     label: str
     method: str
@@ -201,10 +207,21 @@ class ValidationRow:
     measured_mad_s: float
     num_segments: int
     num_transfers: int
+    raw_predicted_s: float | None = None
+    sim_num_segments: int = -1
+    sim_num_transfers: int = -1
+
+    def __post_init__(self):
+        if self.raw_predicted_s is None:
+            object.__setattr__(self, "raw_predicted_s", self.predicted_s)
 
     @property
     def rel_error(self) -> float:
         return (self.predicted_s - self.measured_s) / self.measured_s
+
+    @property
+    def raw_rel_error(self) -> float:
+        return (self.raw_predicted_s - self.measured_s) / self.measured_s
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -212,7 +229,9 @@ class ValidationReport:
     """Predicted vs measured step times of several placements on one machine.
 
     rows: one ``ValidationRow`` per candidate, in the order given.
-    mape: mean |relative error| (fraction). kendall_tau: rank agreement (NaN below 2).
+    mape, kendall_tau: mean |relative error| (fraction) and rank agreement (NaN below
+      2) of the model as given (``corrected``: whether it carries drift corrections);
+      raw_mape, raw_kendall_tau: the same for the uncorrected model.
     records: the JSON records (``append_records``), one per row.
     """
 
@@ -220,10 +239,15 @@ class ValidationReport:
     graph_name: str
     rows: tuple[ValidationRow, ...]
     records: tuple[dict, ...]
+    corrected: bool = False
 
     @property
     def predicted_s(self) -> np.ndarray:
         return np.array([r.predicted_s for r in self.rows])
+
+    @property
+    def raw_predicted_s(self) -> np.ndarray:
+        return np.array([r.raw_predicted_s for r in self.rows])
 
     @property
     def measured_s(self) -> np.ndarray:
@@ -237,21 +261,49 @@ class ValidationReport:
     def kendall_tau(self) -> float:
         return kendall_tau(self.predicted_s, self.measured_s)
 
+    @property
+    def raw_mape(self) -> float:
+        return mape(self.raw_predicted_s, self.measured_s)
+
+    @property
+    def raw_kendall_tau(self) -> float:
+        return kendall_tau(self.raw_predicted_s, self.measured_s)
+
+    def summary(self) -> str:
+        """MAPE and Kendall tau of the raw and the corrected model, one line each."""
+        n = f"({len(self.rows)} candidates)"
+        raw = f"MAPE {_fmt_pct(self.raw_mape):>6}   Kendall tau {_fmt_tau(self.raw_kendall_tau)}"
+        if not self.corrected:
+            return (f"raw model:       {raw}   {n}\n"
+                    "corrected model: the same (the cost model carries no drift corrections)")
+        return (f"raw model:       {raw}   {n}\n"
+                f"corrected model: MAPE {_fmt_pct(self.mape):>6}   Kendall tau "
+                f"{_fmt_tau(self.kendall_tau)}")
+
     def table(self) -> str:
-        """A text table: one line per candidate, then MAPE and Kendall tau."""
-        head = (f"{'candidate':<22} {'method':<12} {'predicted ms':>12} {'measured ms':>12} "
-                f"{'+-mad ms':>9} {'error':>8} {'segments':>8} {'moves':>6}")
-        lines = [f"validation of {self.graph_name} on {self.cost_model}", head,
-                 "-" * len(head)]
+        """A text table: one line per candidate (raw and corrected prediction, measured
+        time, both errors, segments and transfers), then ``summary()``. A segment or
+        transfer count the simulator does not share with the executor shows as
+        ``executor/simulator``."""
+        head = (f"{'candidate':<22} {'method':<12} {'raw ms':>10} {'corr. ms':>10} "
+                f"{'measured ms':>11} {'+-mad ms':>9} {'raw err':>8} {'corr err':>8} "
+                f"{'segments':>8} {'moves':>7}")
+        lines = [f"validation of {self.graph_name} on {self.cost_model} "
+                 f"({'drift-corrected' if self.corrected else 'no drift corrections'})",
+                 head, "-" * len(head)]
+
+        def count(run, sim):
+            return str(run) if sim < 0 or sim == run else f"{run}/{sim}"
+
         for r in self.rows:
-            lines.append(f"{r.label[:22]:<22} {r.method[:12]:<12} {r.predicted_s * 1e3:>12.3f} "
-                         f"{r.measured_s * 1e3:>12.3f} {r.measured_mad_s * 1e3:>9.3f} "
-                         f"{100 * r.rel_error:>+7.1f}% {r.num_segments:>8} "
-                         f"{r.num_transfers:>6}")
-        tau = self.kendall_tau
-        lines.append(f"MAPE {100 * self.mape:.1f}%   Kendall tau "
-                     f"{'n/a' if math.isnan(tau) else f'{tau:.2f}'}   ({len(self.rows)} "
-                     "candidates)")
+            lines.append(
+                f"{r.label[:22]:<22} {r.method[:12]:<12} {r.raw_predicted_s * 1e3:>10.3f} "
+                f"{r.predicted_s * 1e3:>10.3f} {r.measured_s * 1e3:>11.3f} "
+                f"{r.measured_mad_s * 1e3:>9.3f} {100 * r.raw_rel_error:>+7.1f}% "
+                f"{100 * r.rel_error:>+7.1f}% "
+                f"{count(r.num_segments, r.sim_num_segments):>8} "
+                f"{count(r.num_transfers, r.sim_num_transfers):>7}")
+        lines.append(self.summary())
         return "\n".join(lines)
 
 
@@ -297,7 +349,8 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
       progress: called with a line per candidate.
 
     Returns:
-      A ``ValidationReport`` (rows, ``mape``, ``kendall_tau``, ``records``).
+      A ``ValidationReport`` (rows, ``mape``/``kendall_tau`` of the model as given,
+      ``raw_mape``/``raw_kendall_tau`` of the uncorrected model, ``records``).
     """
     from simplace.calibrate.harness import robust_stats
     from simplace.execute import measure, prepare, resolve_devices
@@ -326,6 +379,7 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
     if int(rounds) < 1:
         raise SimplaceError(f"validate: rounds must be >= 1, got {rounds}.")
     rows, records = [], []
+    raw_cm = raw_model(cost_model)
     host = platform.node()
     jobs = []
     for k, (a, method, label) in enumerate(items):
@@ -333,9 +387,11 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
             label = labels[k]
         if methods is not None:
             method = methods[k]
-        pred = float(simulate(graph, cost_model, a).step_time_s)
+        sim = simulate(graph, cost_model, a)
+        pred = float(sim.step_time_s)
+        raw = pred if raw_cm is cost_model else float(simulate(graph, raw_cm, a).step_time_s)
         placed = program.place(a, devices=devices, transfers=transfers)
-        jobs.append((a, method, label, pred, placed))
+        jobs.append((a, method, label, (pred, raw, sim), placed))
     # Time in rounds over all candidates (each round a share of the timing budget) and
     # pool the samples: a change of machine load during the validation then hits every
     # candidate alike instead of the few timed while it lasted.
@@ -349,11 +405,13 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
             samples[k] += list(m.step.samples_s)
             if meas_first[k] is None:
                 meas_first[k] = m
-    for k, (a, method, label, pred, _) in enumerate(jobs):
+    for k, (a, method, label, (pred, raw, sim), _) in enumerate(jobs):
         step = robust_stats(samples[k])
         meas = meas_first[k]
         row = ValidationRow(label, method, pred, float(step.median_s), float(step.mad_s),
-                            meas.num_segments, meas.num_transfers)
+                            meas.num_segments, meas.num_transfers, raw_predicted_s=raw,
+                            sim_num_segments=sim.num_segments,
+                            sim_num_transfers=sim.num_transfers)
         rows.append(row)
         records.append({
             "schema": RECORD_SCHEMA, "schema_version": RECORD_SCHEMA_VERSION,
@@ -363,85 +421,124 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
             "graph_hash": graph.hash, "graph_name": graph.name,
             "device_names": list(cost_model.device_names), "label": label, "method": method,
             "assignment": a.tolist(), "predicted_step_time_s": pred,
+            "raw_predicted_step_time_s": raw,
             "measured_step_time_s": float(step.median_s), "timing": step.to_dict(),
             "rounds": int(rounds),
             "num_segments": meas.num_segments, "num_transfers": meas.num_transfers,
             "bytes_transferred": meas.bytes_transferred, "transfers": transfers,
+            "sim_num_segments": sim.num_segments, "sim_num_transfers": sim.num_transfers,
+            "sim_bytes_moved": sim.bytes_moved, "sim_host_s": sim.host_s,
         })
         if progress:
-            progress(f"{label}: predicted {pred * 1e3:.3f} ms, measured "
-                     f"{step.median_s * 1e3:.3f} ms ({100 * row.rel_error:+.1f}%)")
+            corr = "" if raw_cm is cost_model else f", corrected {pred * 1e3:.3f} ms " \
+                f"({100 * row.rel_error:+.1f}%)"
+            progress(f"{label}: measured {step.median_s * 1e3:.3f} ms, predicted raw "
+                     f"{raw * 1e3:.3f} ms ({100 * row.raw_rel_error:+.1f}%){corr}")
     if records_path is not None:
         append_records(records_path, records)
-    return ValidationReport(cost_model.name, graph.name, tuple(rows), tuple(records))
+    return ValidationReport(cost_model.name, graph.name, tuple(rows), tuple(records),
+                            corrected=raw_cm is not cost_model)
 
 
 # --------------------------------------------------------------------------- drift fit
-def _critical_path(graph: OpGraph, group: np.ndarray, p: np.ndarray, sched
-                   ) -> tuple[list[int], list[int]]:
-    """(ops, transfers) on one critical path of a simulated schedule: walking back from
-    the last event, each op's start came from its group's previous op or an input's
-    arrival, each transfer's from its producer's end or the link's previous transfer."""
-    m = graph.num_ops
-    end = sched.op_end_s
+def _critical_path(graph: OpGraph, group: np.ndarray, placement: np.ndarray, sched,
+                   step_time_s: float | None = None) -> tuple[list[int], list[int]]:
+    """(segments, transfers) on one critical path of a simulated schedule.
+
+    Walking back from the last event (``simplace.sim.reference``'s semantics): a segment
+    started when its exclusive group's previous segment ended, when one of its input
+    copies arrived, or when the host dispatched it; a copy started when its
+    ``device_put`` call was made, when its producer's segment ended, or when the previous
+    copy on its link arrived. Host calls cost fixed host time (``dispatch_s``, ``put_s``:
+    no correction scales them), so a path that reaches one ends there, and a step that
+    ends with a host call (host-bound) has an empty path. At ties a device event wins
+    over a host call (the right derivative). Each step goes to an earlier segment, or to
+    a copy issued no later, so the walk ends.
+    """
+    first = sched.segment_first.tolist()
+    stop = sched.segment_stop.tolist()
+    dev = sched.segment_device.tolist()
+    s_disp, s_end = sched.segment_dispatch_s.tolist(), sched.segment_end_s.tolist()
     t_op, t_to = sched.transfer_op.tolist(), sched.transfer_to.tolist()
     t_from = sched.transfer_from.tolist()
-    t_start, t_end = sched.transfer_start_s, sched.transfer_end_s
-    grp = group[p]
-    prev_in_group = np.full(m, -1, dtype=np.int64)
-    last: dict[int, int] = {}
-    for i, g in enumerate(grp.tolist()):
-        prev_in_group[i] = last.get(g, -1)
-        last[g] = i
+    t_issue, t_end = sched.transfer_issue_s.tolist(), sched.transfer_end_s.tolist()
+    n_seg = len(first)
+    if n_seg == 0:
+        return [], []
+    p = np.asarray(placement).tolist()
+    grp = np.asarray(group)[sched.segment_device].tolist()
+    seg_of = sched.op_segment.tolist()
+    prev_in_group, last = [-1] * n_seg, {}
+    for s, g in enumerate(grp):
+        prev_in_group[s] = last.get(g, -1)
+        last[g] = s
     tr_of: dict[tuple[int, int], int] = {}
-    link_prev: list[int] = []
-    last_link: dict[tuple[int, int], int] = {}
+    link_prev, last_link = [], {}
     for t, (o, a, b) in enumerate(zip(t_op, t_from, t_to, strict=True)):
         tr_of[(o, b)] = t
         link_prev.append(last_link.get((a, b), -1))
         last_link[(a, b)] = t
-    in_ptr, in_order = graph.in_edges
-    src = graph.src
-    ops: list[int] = []
-    trs: list[int] = []
-    if m == 0:
-        return ops, trs
-    i_last = int(np.argmax(end))
-    if len(t_end) and t_end.max() > end[i_last]:
-        cur: tuple | None = ("tr", int(np.argmax(t_end)))
+    in_ptr, in_order = (a.tolist() for a in graph.in_edges)
+    src = graph.src.tolist()
+
+    def copies_into(s: int) -> set[int]:
+        a, d = first[s], dev[s]
+        out = set()
+        for i in range(a, stop[s]):
+            for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
+                j = src[e]
+                if j < a and p[j] != d:
+                    out.add(tr_of[(j, d)])
+        return out
+
+    s_last = max(range(n_seg), key=s_end.__getitem__)
+    t_last = max(range(len(t_end)), key=t_end.__getitem__) if t_end else -1
+    if t_last >= 0 and t_end[t_last] > s_end[s_last]:
+        cur, top = ("tr", t_last), t_end[t_last]
     else:
-        cur = ("op", i_last)
+        cur, top = ("seg", s_last), s_end[s_last]
+    if step_time_s is not None and step_time_s > top:
+        return [], []  # the host's last call ends the step: nothing corrected moves it
+    segs: list[int] = []
+    trs: list[int] = []
     while cur is not None:
         kind, k = cur
-        if kind == "op":
-            ops.append(k)
-            best, cur = 0.0, None
-            j = int(prev_in_group[k])
-            if j >= 0 and end[j] > best:
-                best, cur = end[j], ("op", j)
-            for e in in_order[in_ptr[k]:in_ptr[k + 1]].tolist():
-                s = int(src[e])
-                if p[s] == p[k]:
-                    if end[s] > best:
-                        best, cur = end[s], ("op", s)
-                else:
-                    t = tr_of[(s, int(p[k]))]
-                    if t_end[t] > best:
-                        best, cur = t_end[t], ("tr", t)
-            if best <= 0.0:
-                cur = None
+        if kind == "seg":
+            segs.append(k)
+            best, nxt = s_disp[k], None  # dispatched: the host chain, fixed time
+            j = prev_in_group[k]
+            if j >= 0 and s_end[j] >= best:
+                best, nxt = s_end[j], ("seg", j)
+            for t in sorted(copies_into(k)):
+                if t_end[t] > best or (t_end[t] == best and nxt is None):
+                    best, nxt = t_end[t], ("tr", t)
         else:
             trs.append(k)
-            o, j = t_op[k], link_prev[k]
-            if j >= 0 and t_end[j] > end[o] and t_end[j] >= t_start[k]:
-                cur = ("tr", j)
-            else:
-                cur = ("op", o)
-    return ops, trs
+            best, nxt = t_issue[k], None  # the put call: the host chain, fixed time
+            s = seg_of[t_op[k]]
+            if s_end[s] >= best:
+                best, nxt = s_end[s], ("seg", s)
+            j = link_prev[k]
+            if j >= 0 and (t_end[j] > best or (t_end[j] == best and nxt is None)):
+                best, nxt = t_end[j], ("tr", j)
+        cur = nxt
+    return segs, trs
 
 
 class _DriftProblem:
-    """The step times of records as functions of the corrections, with their gradient."""
+    """The step times of records as functions of the corrections, with their gradient.
+
+    The variables ``z``: log compute scale [D], extra launch overhead in units of
+    ``_OVERHEAD_UNIT_S`` [D], log link scale on the D*(D-1) ordered links. Under them
+    (as ``CostModel`` applies corrections) op times are ``compute_scale[d] * t0``, each
+    segment's launch ``max(launch_s[d] + extra_overhead_s[d], 0)`` and each copy
+    ``link_scale * (latency + bytes / bandwidth)``; dispatch and put calls (host time)
+    are not corrected. A step time is a max-plus function of these, so its derivative is
+    that of its critical path (``_critical_path``): d step / d log compute_scale[d] is
+    the fused op time of the path's segments on d, d step / d extra_overhead[d] the
+    number of those segments (where the launch is not clipped at 0), d step / d log
+    link_scale[i, j] the duration of the path's copies over that link.
+    """
 
     def __init__(self, base: CostModel, records: Sequence[dict], graphs: Mapping[str, OpGraph],
                  params: Sequence[str], tie: Sequence[str] = ()):
@@ -454,9 +551,11 @@ class _DriftProblem:
         if unknown:
             raise SimplaceError(f"fit_drift: unknown parameter kind(s) {unknown}; choose from "
                                 f"{', '.join(FIT_PARAMS)}.")
+        if not base.corrections.is_identity:
+            raise SimplaceError("fit_drift: the drift problem is posed on the uncorrected "
+                                "model.")
         self.per_graph: dict[str, tuple] = {}
         self.items = []
-        ones = Corrections(np.ones(d), np.ones(d), np.ones((d, d)))
         for k, r in enumerate(records):
             h = r["graph_hash"]
             if h not in graphs:
@@ -470,15 +569,14 @@ class _DriftProblem:
                     f"but cost model '{base.name}' has {base.device_names}.")
             g = graphs[h]
             if h not in self.per_graph:
-                inp = sim_inputs(g, base)
-                t0 = inp.op_time_s
-                works = base.with_corrections(ones).op_times(g) != t0
-                self.per_graph[h] = (g, inp, t0, works)
+                # Uncorrected inputs: op times scale linearly with compute_scale (ops that
+                # do no work cost 0 either way), so t0 is all a correction needs.
+                self.per_graph[h] = (g, sim_inputs(g, base))
             a = check_placement(r["assignment"], g.num_ops, d)
             self.items.append((h, a, float(r["measured_step_time_s"])))
-        # Free variables: log compute scale [D], extra overhead in _OVERHEAD_UNIT_S [D],
-        # log link scale on the D*(D-1) ordered links.
         self.off = np.argwhere(~np.eye(d, dtype=bool))
+        self.link_index = np.full((d, d), -1, dtype=np.int64)
+        self.link_index[self.off[:, 0], self.off[:, 1]] = np.arange(len(self.off))
         free = []
         if "compute_scale" in params:
             free += list(range(d))
@@ -487,23 +585,29 @@ class _DriftProblem:
         if "link_scale" in params:
             free += list(range(2 * d, 2 * d + len(self.off)))
         self.free = np.asarray(free, dtype=np.int64)
-        # Tied kinds share one value: the fitted vector x maps to the free entries of z
-        # through ``tie_map`` (z[free] = x[tie_map]).
+        self.tie_map, self.num_vars = self.variables(tie)
+        self._cache: tuple | None = None
+
+    def variables(self, tie: Sequence[str] = (), *, coarse: bool = False
+                  ) -> tuple[np.ndarray, int]:
+        """(tie_map, number of variables): the fitted vector x maps to the free entries
+        of z as ``z[free] = x[tie_map]``. Tied kinds share one value per exclusive group
+        (device kinds) or one for all links; ``coarse``: one value per kind."""
+        d = self.d
         groups: dict[Any, int] = {}
         tie_map = []
         for f in self.free.tolist():
             kind = "compute_scale" if f < d else "extra_overhead_s" if f < 2 * d \
                 else "link_scale"
-            if kind in tie:
-                # within an exclusive group for device kinds, across all links for links
+            if coarse:
+                key: tuple = (kind,)
+            elif kind in tie:
                 key = (kind, None if kind == "link_scale" else
-                       int(base.exclusive_group_ids[f % d]))
+                       int(self.base.exclusive_group_ids[f % d]))
             else:
                 key = (kind, f)
             tie_map.append(groups.setdefault(key, len(groups)))
-        self.tie_map = np.asarray(tie_map, dtype=np.int64)
-        self.num_vars = len(groups)
-        self._cache: tuple | None = None
+        return np.asarray(tie_map, dtype=np.int64), len(groups)
 
     def full(self, corr: Corrections) -> np.ndarray:
         return np.concatenate([np.log(corr.compute_scale),
@@ -516,47 +620,51 @@ class _DriftProblem:
         ls[self.off[:, 0], self.off[:, 1]] = np.exp(z[2 * d:])
         return Corrections(np.exp(z[:d]), z[d:2 * d] * _OVERHEAD_UNIT_S, ls, tuple(history))
 
+    def inputs(self, h: str, z: np.ndarray):
+        """(SimInputs of graph ``h`` under ``z``, bool[D]: launch not clipped at 0).
+        Only what corrections scale changes; every other input (host costs...) is the
+        uncorrected model's."""
+        d = self.d
+        _g, inp = self.per_graph[h]
+        cs, eo = np.exp(z[:d]), z[d:2 * d] * _OVERHEAD_UNIT_S
+        ls = self.corrections(z).link_scale
+        launch = inp.launch_s + eo
+        return inp._replace(op_time_s=inp.op_time_s * cs[None, :],
+                            latency_s=inp.latency_s * ls,
+                            bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / ls,
+                            launch_s=np.maximum(launch, 0.0)), launch >= 0
+
     def evaluate(self, z: np.ndarray, *, grad: bool = True):
-        """(step_s[R], d step / d z [R, Z]) under full variable vector ``z``."""
+        """(step_s[R], d step / d z [R, Z]) under the full variable vector ``z``."""
         from simplace.sim import simulate
-        from simplace.sim.inputs import make_sim_inputs
 
         if self._cache is not None and np.array_equal(self._cache[0], z):
             return self._cache[1], self._cache[2]
         d = self.d
-        cs, eo = np.exp(z[:d]), z[d:2 * d] * _OVERHEAD_UNIT_S
-        corr = self.corrections(z)
-        ls = corr.link_scale
         steps = np.empty(len(self.items))
         jac = np.zeros((len(self.items), len(z)))
-        inputs = {}
-        for h, (_g, inp, t0, works) in self.per_graph.items():
-            raw = cs[None, :] * t0 + eo[None, :]
-            t = np.where(works, np.maximum(raw, 0.0), t0)
-            live = works & (raw > 0)
-            inputs[h] = (make_sim_inputs(t, inp.latency_s * ls, inp.bandwidth_bytes_per_s / ls,
-                                         inp.memory_bytes, inp.exclusive_group), live)
+        inputs = {h: self.inputs(h, z) for h in self.per_graph}
         for r, (h, a, _) in enumerate(self.items):
-            g, inp0, t0, _works = self.per_graph[h]
+            g = self.per_graph[h][0]
             inp, live = inputs[h]
             res = simulate(g, inp, a, schedule=grad)
             steps[r] = res.step_time_s
             if not grad:
                 continue
-            ops, trs = _critical_path(g, inp.exclusive_group, a, res.schedule)
-            ops = np.asarray(ops, dtype=np.int64)
-            if len(ops):
-                dev = a[ops]
-                on = live[ops, dev]
-                np.add.at(jac[r], dev[on], cs[dev[on]] * t0[ops[on], dev[on]])
-                np.add.at(jac[r], d + dev[on], _OVERHEAD_UNIT_S)
             sch = res.schedule
+            segs, trs = _critical_path(g, inp.exclusive_group, a, sch, res.step_time_s)
+            for s in segs:
+                k = int(sch.segment_device[s])
+                lo, hi = int(sch.segment_first[s]), int(sch.segment_stop[s])
+                jac[r, k] += float(inp.op_time_s[lo:hi, k].sum())
+                if live[k]:
+                    jac[r, d + k] += _OVERHEAD_UNIT_S
             for t in trs:
                 i, j = int(sch.transfer_from[t]), int(sch.transfer_to[t])
-                link = 2 * d + int(np.flatnonzero((self.off[:, 0] == i)
-                                                  & (self.off[:, 1] == j))[0])
-                jac[r, link] += float(sch.transfer_end_s[t] - sch.transfer_start_s[t])
-        self._cache = (z.copy(), steps, jac)
+                jac[r, 2 * d + self.link_index[i, j]] += float(sch.transfer_end_s[t]
+                                                               - sch.transfer_start_s[t])
+        if grad:
+            self._cache = (z.copy(), steps, jac)
         return steps, jac
 
     def measured(self) -> np.ndarray:
@@ -569,8 +677,10 @@ class DriftFit:
 
     cost_model: the given model with the fitted corrections (history extended).
     corrections: those corrections.
-    fit: error of the records fitted on, ``{"n", "mape_before", "mape_after",
-      "tau_before", "tau_after"}``; held_out: the same on held-out records (None if none).
+    fit: error of the records fitted on: ``{"n", "mape_raw", "tau_raw", "mape_previous",
+      "tau_previous", "mape_corrected", "tau_corrected"}``: the uncorrected model (raw),
+      the model as given (its previous corrections; the same as raw when it had none)
+      and the fitted corrections. held_out: the same on held-out records (None if none).
     entry: the history entry appended to the corrections (what was fitted, on what).
     """
 
@@ -581,32 +691,46 @@ class DriftFit:
     entry: dict
 
     def summary(self) -> str:
-        def line(name, s):
-            return (f"{name:<9} n={s['n']:<3} MAPE {100 * s['mape_before']:6.1f}% -> "
-                    f"{100 * s['mape_after']:6.1f}%   Kendall tau {_fmt_tau(s['tau_before'])}"
-                    f" -> {_fmt_tau(s['tau_after'])}")
-
         c = self.corrections
-        lines = [line("fitted", self.fit)]
+        lines = [_score_line("fitted", self.fit)]
         if self.held_out is not None:
-            lines.append(line("held-out", self.held_out))
+            lines.append(_score_line("held-out", self.held_out))
         lines.append("compute_scale " + " ".join(f"{x:.3f}" for x in c.compute_scale))
-        lines.append("extra_overhead_us " + " ".join(f"{x * 1e6:.2f}"
-                                                      for x in c.extra_overhead_s))
+        lines.append("extra_overhead_us (per segment launch) "
+                     + " ".join(f"{x * 1e6:.2f}" for x in c.extra_overhead_s))
         off = c.link_scale[~np.eye(c.num_devices, dtype=bool)]
         lines.append(f"link_scale min {off.min():.3f} median {np.median(off):.3f} "
                      f"max {off.max():.3f}" if off.size else "link_scale (one device)")
         return "\n".join(lines)
 
 
-def _fmt_tau(t: float) -> str:
+def _fmt_tau(t: float | None) -> str:
     return "n/a" if t is None or math.isnan(t) else f"{t:.2f}"
 
 
-def _scores(pred_before, pred_after, meas) -> dict:
-    return {"n": int(len(meas)), "mape_before": mape(pred_before, meas),
-            "mape_after": mape(pred_after, meas), "tau_before": kendall_tau(pred_before, meas),
-            "tau_after": kendall_tau(pred_after, meas)}
+def _fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None or math.isnan(x) else f"{100 * x:.1f}%"
+
+
+def _score_line(name: str, s: dict) -> str:
+    """``name n=.. MAPE raw x% -> corrected y%   Kendall tau raw a -> corrected b``, and
+    the previous corrections' figures when they differ from raw."""
+    line = (f"{name:<9} n={s['n']:<3} MAPE raw {_fmt_pct(s['mape_raw']):>6} -> corrected "
+            f"{_fmt_pct(s['mape_corrected']):>6}   Kendall tau raw {_fmt_tau(s['tau_raw'])} "
+            f"-> corrected {_fmt_tau(s['tau_corrected'])}")
+    if s.get("mape_previous") is not None and s["mape_previous"] != s["mape_raw"]:
+        line += (f"   (previous corrections: MAPE {_fmt_pct(s['mape_previous'])}, tau "
+                 f"{_fmt_tau(s['tau_previous'])})")
+    return line
+
+
+def _scores(pred_raw, pred_previous, pred_corrected, meas) -> dict:
+    return {"n": int(len(meas)),
+            "mape_raw": mape(pred_raw, meas), "tau_raw": kendall_tau(pred_raw, meas),
+            "mape_previous": mape(pred_previous, meas),
+            "tau_previous": kendall_tau(pred_previous, meas),
+            "mape_corrected": mape(pred_corrected, meas),
+            "tau_corrected": kendall_tau(pred_corrected, meas)}
 
 
 def _predict(cost_model: CostModel, records: Sequence[dict], graphs) -> np.ndarray:
@@ -614,6 +738,13 @@ def _predict(cost_model: CostModel, records: Sequence[dict], graphs) -> np.ndarr
 
     return np.array([simulate(graphs[r["graph_hash"]], cost_model,
                               np.asarray(r["assignment"])).step_time_s for r in records])
+
+
+def raw_model(cost_model: CostModel) -> CostModel:
+    """``cost_model`` without drift corrections (itself when it has none)."""
+    if cost_model.corrections.is_identity:
+        return cost_model
+    return cost_model.with_corrections(Corrections.identity(cost_model.num_devices))
 
 
 def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[OpGraph],
@@ -624,9 +755,15 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
     """Fit drift corrections so that simulated step times match measured ones.
 
     Minimises ``sum_r log(sim_r / measured_r)^2 + regularization * |z|^2`` over
-    ``z`` = (log compute_scale per device, extra_overhead_s per device in units of 10 us,
-    log link_scale per ordered link) with ``scipy.optimize.least_squares`` (trust region,
-    exact subgradients from each record's critical path). The regulariser pulls
+    ``z`` = (log compute_scale per device, extra_overhead_s (added to each segment's
+    launch) per device in units of 10 us, log link_scale per ordered link) with
+    ``scipy.optimize.least_squares`` (trust region, exact subgradients from each
+    record's critical path through its segment schedule). The step time is piecewise
+    linear in the corrections, so the fit has local minima: it is solved from the
+    current corrections, from identity and from a coarse fit (one value per kind), and
+    again with runaway scales reset, and the best solution is kept. Host time (dispatch
+    and put calls) is not corrected: the path of a step stops at a host call. The
+    regulariser pulls
     corrections that the records cannot see (a link no record uses) to identity.
     Corrections are fitted on the uncorrected model (``cost_model`` with identity
     corrections), starting from its current corrections.
@@ -635,7 +772,7 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
       records: validation records (``validate(...).records`` or ``read_records``).
       graphs: the OpGraphs the records are for, as ``{hash: graph}`` or a list.
       cost_model: the machine's model; its ``name``/devices must match the records'.
-      held_out: records NOT fitted on; the error before and after is reported on them.
+      held_out: records NOT fitted on; the raw and corrected errors are reported on them.
       params: which kinds of correction to fit (others keep their current values).
       tie: kinds fitted as one shared value: ``link_scale`` (one scale for every link),
         ``compute_scale``/``extra_overhead_s`` (one per exclusive group). ``"auto"``:
@@ -649,7 +786,8 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
       note: free text kept in the history entry.
 
     Returns:
-      A ``DriftFit``: the corrected model, the corrections and the errors.
+      A ``DriftFit``: the corrected model, the corrections and the errors (raw,
+      previous corrections, fitted corrections).
     """
     from scipy.optimize import least_squares
 
@@ -670,46 +808,85 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
     problem = _DriftProblem(base, records, graphs, params, tie)
     meas = problem.measured()
     z0 = problem.full(cost_model.corrections)
-    free, tmap, nv = problem.free, problem.tie_map, problem.num_vars
+    free = problem.free
     lam = math.sqrt(max(regularization, 0.0))
-    # one-hot [free entries, variables]: dz[free]/dx
-    onehot = np.zeros((len(free), nv))
-    onehot[np.arange(len(free)), tmap] = 1.0
 
-    def expand(x):
-        z = z0.copy()
-        z[free] = x[tmap]
-        return z
+    def solve(z_start: np.ndarray, tmap: np.ndarray, nv: int):
+        """least_squares over the variables of ``tmap``, from ``z_start``'s values (the
+        mean of tied entries); entries not fitted keep ``z0``'s."""
+        onehot = np.zeros((len(free), nv))  # dz[free] / dx
+        onehot[np.arange(len(free)), tmap] = 1.0
 
-    def fun(x):
-        steps, _ = problem.evaluate(expand(x))
-        r = np.log(np.maximum(steps, 1e-15) / meas)
-        return np.concatenate([r, lam * x])
+        def expand(x):
+            z = z0.copy()
+            z[free] = x[tmap]
+            return z
 
-    def jac(x):
-        steps, j = problem.evaluate(expand(x))
-        jr = (j[:, free] @ onehot) / np.maximum(steps, 1e-15)[:, None]
-        return np.vstack([jr, lam * np.eye(nv)])
+        def fun(x):
+            steps, _ = problem.evaluate(expand(x))
+            r = np.log(np.maximum(steps, 1e-15) / meas)
+            return np.concatenate([r, lam * x])
 
-    if nv:
-        # start from the current corrections (the mean of tied entries)
-        x0 = (z0[free] @ onehot) / np.maximum(onehot.sum(axis=0), 1)
+        def jac(x):
+            steps, j = problem.evaluate(expand(x))
+            jr = (j[:, free] @ onehot) / np.maximum(steps, 1e-15)[:, None]
+            return np.vstack([jr, lam * np.eye(nv)])
+
+        x0 = (z_start[free] @ onehot) / np.maximum(onehot.sum(axis=0), 1)
         is_log = ((free < d) | (free >= 2 * d)) @ onehot > 0
         lower = np.where(is_log, math.log(1e-3), -np.inf)
         upper = np.where(is_log, math.log(1e3), np.inf)
         x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
         sol = least_squares(fun, x0, jac=jac, method="trf", bounds=(lower, upper),
-                            loss=loss, f_scale=0.1, max_nfev=max_nfev)
-        z = expand(sol.x)
+                            loss=loss, f_scale=0.1, max_nfev=max_nfev, x_scale="jac")
+        return expand(sol.x), sol
+
+    tmap, nv = problem.tie_map, problem.num_vars
+    if nv:
+        # The step time is piecewise linear in the corrections (max-plus), so the fit has
+        # local minima: solve from the current corrections, from identity, and from a
+        # coarse fit (one value per kind) refined to the ties asked for; keep the best.
+        starts = {"current": z0}
+        if not cost_model.corrections.is_identity:
+            starts["identity"] = problem.full(Corrections.identity(d))
+        ctmap, cnv = problem.variables(coarse=True)
+        if cnv < nv:
+            starts["coarse"] = solve(z0, ctmap, cnv)[0]
+        best = None
+        for how, zs in starts.items():
+            z_try, sol = solve(zs, tmap, nv)
+            if best is None or sol.cost < best[2].cost:
+                best = (how, z_try, sol)
+        # A scale pushed towards 0 takes its copies or ops off every critical path, or
+        # nearly (the gradient of a log scale is the time it scales): nothing pulls it
+        # back. Reset such dead or extreme (beyond 10x) variables to identity and solve
+        # again from there.
+        _, jz = problem.evaluate(best[1])
+        zf = best[1][free]
+        is_log_entry = (free < d) | (free >= 2 * d)
+        dead = free[(~np.any(jz[:, free] != 0, axis=0) | (is_log_entry
+                                                           & (np.abs(zf) > math.log(10))))
+                    & (zf != 0)]
+        if dead.size:
+            zs = best[1].copy()
+            zs[dead] = 0.0
+            starts["revived"] = zs
+            z_try, sol = solve(zs, tmap, nv)
+            if sol.cost < best[2].cost:
+                best = ("revived", z_try, sol)
+        how, z, sol = best
         status = {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status),
-                  "variables": int(nv)}
+                  "variables": int(nv), "start": how, "starts": list(starts)}
     else:
         z, status = z0, {"note": "nothing to fit"}
-    pred_before = _predict(cost_model, records, graphs)
+    pred_raw = _predict(base, records, graphs)
+    pred_prev = (pred_raw if cost_model.corrections.is_identity
+                 else _predict(cost_model, records, graphs))
     dates = [r["date"] for r in records if r.get("date")]
     entry = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "method": "fit_drift (scipy least_squares on log step-time ratios)",
+        "method": "fit_drift (scipy least_squares on log step-time ratios, segment "
+                  "critical-path subgradients)",
         "params": list(params), "tied": list(tie), "regularization": regularization,
         "loss": loss,
         "fitted_on": {"records": len(records),
@@ -723,12 +900,14 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
     new_corr = problem.corrections(z)
     corrected = cost_model.with_corrections(new_corr)
     pred_after = _predict(corrected, records, graphs)
-    fit_s = _scores(pred_before, pred_after, meas)
+    fit_s = _scores(pred_raw, pred_prev, pred_after, meas)
     held = None
     if held_out:
         hm = np.array([r["measured_step_time_s"] for r in held_out], dtype=float)
-        held = _scores(_predict(cost_model, held_out, graphs),
-                       _predict(corrected, held_out, graphs), hm)
+        h_raw = _predict(base, held_out, graphs)
+        h_prev = (h_raw if cost_model.corrections.is_identity
+                  else _predict(cost_model, held_out, graphs))
+        held = _scores(h_raw, h_prev, _predict(corrected, held_out, graphs), hm)
     entry["fit"] = _jsonable(fit_s)
     entry["held_out"] = _jsonable(held)
     corr = problem.corrections(z, history=tuple(cost_model.corrections.history) + (entry,))
@@ -810,8 +989,9 @@ def make_validation_callback(graph: OpGraph, fn, args, cost_model: CostModel, to
         for a, r in zip(chosen, rep.rows, strict=True):
             state["measured"][a.tobytes()] = r.measured_s
         if progress:
-            progress(f"validation at update {update_index}: MAPE {100 * rep.mape:.1f}% on "
-                     f"{len(chosen)} candidates")
+            progress(f"validation at update {update_index} on {len(chosen)} candidates: "
+                     f"MAPE raw {_fmt_pct(rep.raw_mape)}"
+                     + (f", corrected {_fmt_pct(rep.mape)}" if rep.corrected else ""))
         recs = state["records"]
         if len(recs) < int(min_records):
             return None

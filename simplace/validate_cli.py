@@ -46,7 +46,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp = subparsers.add_parser(
         "validate", help="run placements on this machine: predicted vs measured step time",
         description="Run each placement for real, compare the measured step time with the "
-                    "cost model's prediction (relative error, MAPE, Kendall tau), append the "
+                    "cost model's predictions, raw (without drift corrections) and corrected "
+                    "side by side (relative error, MAPE, Kendall tau), append the "
                     "records to calibration/NAME/validation.jsonl, and with --update fit drift "
                     "corrections into the cost model.")
     _model_args(sp)
@@ -235,8 +236,9 @@ def validate_options(args, graph, cost_model, progress=None) -> dict:
 
 
 def report_winner(best, graph, cost_model, options: dict) -> str:
-    """Predicted (by the last corrected model) and measured step time of the winner of a
-    search run with ``validate_options``; '' when there was no validation."""
+    """Predicted (by the raw, uncorrected model and by the last corrected one) and
+    measured step time of the winner of a search run with ``validate_options``; '' when
+    there was no validation."""
     cb = options.get("callback")
     if cb is None:
         return ""
@@ -251,17 +253,28 @@ def report_winner(best, graph, cost_model, options: dict) -> str:
         placed = cb.program.place(best.placement, cost_model=model)
         measured = measure(placed, cb.run_args, **cb.timing).step_time_s
     from simplace.sim import simulate
+    from simplace.validate import raw_model
 
+    raw = float(simulate(graph, raw_model(cost_model), best.placement).step_time_s)
     pred = float(simulate(graph, model, best.placement).step_time_s)
-    err = (pred - measured) / measured
-    lines = [f"validated winner: predicted {pred * 1e3:.3f} ms (cost model "
-             f"{'corrected' if model is not cost_model else 'as given'}), measured "
-             f"{measured * 1e3:.3f} ms ({100 * err:+.1f}%)",
+
+    def err(t):
+        return f"{100 * (t - measured) / measured:+.1f}%"
+
+    if model.corrections.is_identity:
+        corr = "corrected: the same (no drift corrections)"
+    else:
+        whose = ("fitted during the search" if model is not cost_model
+                 else "the cost model's own")
+        corr = f"corrected {pred * 1e3:.3f} ms ({err(pred)}; corrections {whose})"
+    lines = [f"validated winner: predicted raw {raw * 1e3:.3f} ms ({err(raw)}), {corr}; "
+             f"measured {measured * 1e3:.3f} ms",
              f"validations: {len(cb.reports)}, drift fits: {len(cb.fits)}, records: "
              f"{len(cb.records)}"]
     if cb.fits:
         lines.append("last drift fit: " + cb.fits[-1].summary().splitlines()[0])
-    mape_all = [r.mape for r in cb.reports]
-    if mape_all and not math.isnan(mape_all[-1]):
-        lines.append(f"MAPE of the last validation: {100 * mape_all[-1]:.1f}%")
+    if cb.reports and not math.isnan(cb.reports[-1].raw_mape):
+        last = cb.reports[-1]
+        lines.append(f"MAPE of the last validation: raw {100 * last.raw_mape:.1f}%"
+                     + (f", corrected {100 * last.mape:.1f}%" if last.corrected else ""))
     return "\n".join(lines)

@@ -28,11 +28,24 @@ TIMING = {"warmup": 1, "min_repeats": 3, "max_repeats": 5, "budget_s": 0.1}
 
 
 def cpu_model(d: int = 4, name: str = "test_cpu") -> CostModel:
-    """A made-up model of the fake CPU devices (names cpu:0..), one exclusive group."""
+    """A made-up model of the fake CPU devices (names cpu:0..), one exclusive group: each
+    segment costs a launch (device) and a dispatch (host), each device_put host time."""
     devs = [Device(name=f"cpu:{k}", kind="cpu", memory_bytes=2.0 ** 33,
                    peak_flops_per_s=5e10 * (1 + 0.3 * k), memory_bandwidth_bytes_per_s=1e10,
-                   overhead_s=5e-6, exclusive_group="host") for k in range(d)]
-    return CostModel.from_devices(name, devs, 5e-5, 5e9)
+                   overhead_s=1e-6, launch_s=2e-5, dispatch_s=1e-5, exclusive_group="host")
+            for k in range(d)]
+    return CostModel.from_devices(name, devs, 5e-5, 5e9, put_s=1e-5)
+
+
+def tiny_machine(*, launch_s=(1e-5, 2e-5), dispatch_s=(1e-6, 1e-6), put_s=1e-6,
+                 group=("a", "b")) -> CostModel:
+    """Two devices with given per-segment launch and dispatch costs (exclusive groups
+    ``group``)."""
+    devs = [Device(name=f"dev:{k}", kind="gpu", memory_bytes=2.0 ** 34,
+                   peak_flops_per_s=1e12 * (k + 1), memory_bandwidth_bytes_per_s=2e11,
+                   overhead_s=1e-6, launch_s=launch_s[k], dispatch_s=dispatch_s[k],
+                   exclusive_group=group[k]) for k in range(2)]
+    return CostModel.from_devices("tiny", devs, 5e-6, 1e10, put_s=put_s)
 
 
 @pytest.fixture(scope="module")
@@ -85,15 +98,26 @@ def test_validate_reports_every_candidate_and_writes_records(mlp, tmp_path):
                    records_path=path)
     assert len(rep.rows) == 3 and rep.rows[2].method == "single"
     for row, p in zip(rep.rows, [placements[0], half, placements[2].assignment], strict=True):
-        assert row.predicted_s == pytest.approx(simulate(graph, cm, p).step_time_s)
+        sim = simulate(graph, cm, p)
+        assert row.predicted_s == pytest.approx(sim.step_time_s)
+        assert row.raw_predicted_s == row.predicted_s  # the model carries no corrections
         assert row.measured_s > 0
+        # the executor runs the segments and device_puts the simulator counts
+        assert (row.num_segments, row.num_transfers) == (sim.num_segments, sim.num_transfers)
+        assert (row.sim_num_segments, row.sim_num_transfers) == (sim.num_segments,
+                                                                 sim.num_transfers)
     assert rep.rows[0].num_segments == 1 and rep.rows[1].num_segments == 2
+    assert rep.rows[0].num_transfers == 0 and rep.rows[1].num_transfers >= 1
     assert rep.mape == pytest.approx(np.mean([abs(r.rel_error) for r in rep.rows]))
+    assert rep.raw_mape == rep.mape and not rep.corrected
     assert -1 <= rep.kendall_tau <= 1
-    assert "MAPE" in rep.table()
+    table = rep.table()
+    assert "MAPE" in table and "raw model:" in table and "no drift corrections" in table
     back = read_records(path)
     assert len(back) == 3 and back[1]["assignment"] == half.tolist()
     assert back[0]["measured_step_time_s"] == rep.rows[0].measured_s
+    assert back[1]["raw_predicted_step_time_s"] == back[1]["predicted_step_time_s"]
+    assert back[1]["sim_num_segments"] == 2 and back[1]["sim_num_transfers"] >= 1
     # An append cut short (an interrupted run) loses that line only, not the next ones.
     text = path.read_text()
     path.write_text(text + text.splitlines()[0][:40])
@@ -104,6 +128,32 @@ def test_validate_reports_every_candidate_and_writes_records(mlp, tmp_path):
     # fn= works as program= does
     rep2 = validate(graph, cm, placements[:1], fn=fn, args=args, timing=TIMING)
     assert len(rep2.rows) == 1
+
+
+def test_validate_reports_raw_and_corrected_predictions(mlp):
+    fn, args, program, graph = mlp
+    cm = cpu_model(2)
+    corr = Corrections([2.0, 0.5], [1e-5, -1e-5], [[1, 3.0], [3.0, 1]])
+    ccm = cm.with_corrections(corr)
+    m = graph.num_ops
+    half = np.zeros(m, np.int32)
+    half[m // 3:] = 1
+    rep = validate(graph, ccm, [half, np.ones(m, np.int32)], program=program, args=args,
+                   timing=TIMING, rounds=1)
+    assert rep.corrected
+    for row, p in zip(rep.rows, [half, np.ones(m)], strict=True):
+        assert row.predicted_s == pytest.approx(simulate(graph, ccm, p).step_time_s)
+        assert row.raw_predicted_s == pytest.approx(simulate(graph, cm, p).step_time_s)
+        assert row.raw_predicted_s != pytest.approx(row.predicted_s)
+    assert rep.raw_mape == pytest.approx(np.mean([abs(r.raw_rel_error) for r in rep.rows]))
+    assert rep.raw_mape != pytest.approx(rep.mape)
+    table = rep.table()
+    assert "raw ms" in table and "corr. ms" in table and "drift-corrected" in table
+    assert "corrected model: MAPE" in table
+    assert f"{rep.rows[0].raw_predicted_s * 1e3:.3f}" in table
+    assert f"{rep.rows[0].predicted_s * 1e3:.3f}" in table
+    assert rep.records[0]["raw_predicted_step_time_s"] == rep.rows[0].raw_predicted_s
+    assert rep.records[0]["corrected"] is True
 
 
 def test_validate_refuses_other_graphs_and_bad_records(mlp, tmp_path):
@@ -144,9 +194,10 @@ def test_drift_fit_recovers_known_scales(mlp):
     np.testing.assert_allclose(res.corrections.compute_scale, truth.compute_scale, rtol=0.02)
     for i, j in ((0, 1), (1, 2), (2, 0)):
         assert res.corrections.link_scale[i, j] == pytest.approx(truth_ls[i, j], rel=0.05)
-    assert res.fit["mape_before"] > 0.05 and res.fit["mape_after"] < 0.005
-    assert res.held_out["mape_after"] < 0.01 < res.held_out["mape_before"]
-    assert res.held_out["tau_after"] > 0.95
+    assert res.fit["mape_raw"] > 0.05 and res.fit["mape_corrected"] < 0.005
+    assert res.fit["mape_previous"] == res.fit["mape_raw"]  # cm had no corrections
+    assert res.held_out["mape_corrected"] < 0.01 < res.held_out["mape_raw"]
+    assert res.held_out["tau_corrected"] > 0.95
     # the corrected model predicts the truth; its history says what it was fitted on
     entry = res.cost_model.corrections.history[-1]
     assert entry["fitted_on"]["records"] == 20 and entry["held_out"]["n"] == 10
@@ -165,11 +216,130 @@ def test_drift_fit_with_overheads_matches_held_out_and_keeps_history(mlp):
     assert len(fit) == len(held) == 8
     first = fit_drift(fit, {graph.hash: graph}, cm, held_out=held, tie=(),
                       regularization=1e-8, max_nfev=60)
-    assert first.held_out["mape_after"] < 0.02 < first.held_out["mape_before"]
+    assert first.held_out["mape_corrected"] < 0.02 < first.held_out["mape_raw"]
     again = fit_drift(recs, [graph], first.cost_model, tie=(), regularization=1e-8,
                       max_nfev=60)
     assert len(again.corrections.history) == 2  # corrections never compound: history grows
-    assert again.fit["mape_after"] < 0.02
+    assert again.fit["mape_corrected"] < 0.02
+    # raw is the uncorrected model even though the model given carries corrections;
+    # "previous" are those corrections
+    assert again.fit["mape_raw"] == pytest.approx(
+        mape([simulate(graph, cm, p).step_time_s for p in ps], meas))
+    assert again.fit["mape_previous"] == pytest.approx(
+        mape([simulate(graph, first.cost_model, p).step_time_s for p in ps], meas))
+    assert again.fit["mape_previous"] < again.fit["mape_raw"]
+    text = again.summary()
+    assert "MAPE raw" in text and "-> corrected" in text and "previous corrections" in text
+
+
+def test_drift_fit_recovers_compute_launch_and_link_corrections(mlp):
+    """Known corrections of every kind (compute scale, extra launch overhead per segment,
+    per-link scale) come back from 'measured' times simulated with them."""
+    *_, graph = mlp
+    cm = CostModel.synthetic(3, seed=5)
+    ls = np.ones((3, 3))
+    ls[0, 1], ls[1, 0], ls[1, 2], ls[2, 1], ls[0, 2], ls[2, 0] = 1.8, 1.6, 0.7, 0.8, 2.2, 1.3
+    truth = Corrections([1.5, 0.8, 1.2], [6e-6, -2e-6, 1e-5], ls)
+    rng = np.random.default_rng(5)
+    ps = _placements(rng, graph.num_ops, 3, 40)
+    meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
+    recs = _records(graph, cm, ps, meas)
+    res = fit_drift(recs[:30], [graph], cm, held_out=recs[30:], tie=(), regularization=1e-8,
+                    max_nfev=100)
+    c = res.corrections
+    np.testing.assert_allclose(c.compute_scale, truth.compute_scale, rtol=0.03)
+    np.testing.assert_allclose(c.extra_overhead_s, truth.extra_overhead_s, atol=3e-7)
+    off = ~np.eye(3, dtype=bool)
+    np.testing.assert_allclose(c.link_scale[off], ls[off], rtol=0.03)
+    assert res.held_out["mape_raw"] > 0.03 and res.held_out["mape_corrected"] < 0.002
+    # the fitted launch correction is what CostModel applies to each segment
+    np.testing.assert_allclose(res.cost_model.launch_s, cm.launch_s + c.extra_overhead_s)
+
+
+def test_drift_jacobian_is_the_derivative_of_the_segment_schedule(mlp):
+    """The critical-path subgradient equals central finite differences of the simulated
+    step time (away from ties), for every kind of correction, and the problem's step
+    times are those of the corrected CostModel."""
+    from simplace.validate import FIT_PARAMS, _DriftProblem
+
+    *_, graph = mlp
+    for seed, excl in ((0, False), (2, True)):
+        cm = CostModel.synthetic(3, seed=seed, exclusive_pair=excl)
+        rng = np.random.default_rng(seed)
+        ps = _placements(rng, graph.num_ops, 3, 9)
+        prob = _DriftProblem(cm, _records(graph, cm, ps, np.ones(len(ps))),
+                             {graph.hash: graph}, FIT_PARAMS)
+        z = rng.normal(0.0, 0.3, 2 * 3 + 6)
+        steps, jac = prob.evaluate(z)
+        corrected = cm.with_corrections(prob.corrections(z))
+        np.testing.assert_allclose(steps, [simulate(graph, corrected, p).step_time_s
+                                           for p in ps], rtol=1e-12)
+        fd = np.zeros_like(jac)
+        for v in range(len(z)):
+            zp, zm = z.copy(), z.copy()
+            zp[v] += 1e-6
+            zm[v] -= 1e-6
+            fd[:, v] = (prob.evaluate(zp)[0] - prob.evaluate(zm)[0]) / 2e-6
+        np.testing.assert_allclose(jac, fd, atol=1e-6 * steps.max())
+        assert np.all(jac[:, :3].sum(axis=1) > 0)  # every step has compute on its path
+
+
+def test_drift_jacobian_counts_segment_launches_on_the_path():
+    """d step / d extra_overhead is one launch per segment on the critical path,
+    d step / d log compute_scale those segments' fused op times, d step / d log link_scale
+    the durations of the path's copies; a launch clipped at 0 moves nothing, and the path
+    stops at a host call."""
+    import jax.numpy as jnp
+
+    from simplace.sim.reference import segments_of
+    from simplace.validate import _OVERHEAD_UNIT_S, FIT_PARAMS, _DriftProblem
+
+    def chain(x):
+        for _ in range(6):
+            x = jnp.tanh(x @ x)
+        return x
+
+    g = simplace.trace(chain, jnp.ones((64, 64)))
+    m = g.num_ops
+    work = np.flatnonzero(g.flops > 0)
+    # dev:0 and dev:1 share one exclusive group: their segments run one after another,
+    # each waiting for the copy of its input: every segment and copy is on the path
+    cm = tiny_machine(group=("x", "x"))
+    t = cm.op_times(g)
+    alt = np.zeros(m, np.int32)
+    alt[work[len(work) // 2]:] = 1
+    alt2 = alt.copy()
+    alt2[work[-1]:] = 0
+    for p, n_seg, links in ((np.zeros(m, np.int32), 1, ()), (alt, 2, ((0, 1),)),
+                            (alt2, 3, ((0, 1), (1, 0)))):
+        res = simulate(g, cm, p, schedule=True)
+        assert res.num_segments == n_seg
+        prob = _DriftProblem(cm, _records(g, cm, [p], [1.0]), {g.hash: g}, FIT_PARAMS)
+        steps, jac = prob.evaluate(np.zeros(2 * 2 + 2))
+        assert steps[0] == res.step_time_s
+        on_dev0 = sum(p[a] == 0 for a, _ in segments_of(p))
+        assert jac[0, 2:4] / _OVERHEAD_UNIT_S == pytest.approx([on_dev0, n_seg - on_dev0])
+        assert jac[0, :2] == pytest.approx([t[p == 0, 0].sum(), t[p == 1, 1].sum()])
+        sch = res.schedule
+        for k, (i, j) in enumerate(((0, 1), (1, 0))):
+            on = (sch.transfer_from == i) & (sch.transfer_to == j)
+            dur = float((sch.transfer_end_s - sch.transfer_start_s)[on].sum())
+            assert jac[0, 4 + k] == pytest.approx(dur)
+            assert (dur > 0) == ((i, j) in links)
+    # dev:0's launch pushed below 0 is clipped: only dev:1's launch still moves the step
+    z = np.zeros(6)
+    z[2] = -2e-5 / _OVERHEAD_UNIT_S  # 1e-5 - 2e-5 < 0
+    _, jac = prob.evaluate(z)
+    assert jac[0, 2] == 0 and jac[0, 3] == pytest.approx(_OVERHEAD_UNIT_S)
+    # a slow host: the last segment waits for its dispatch, and the path stops there (host
+    # time is not corrected): only that segment's launch and ops are on it
+    slow = tiny_machine(dispatch_s=(1e-2, 1e-2), group=("x", "x"))
+    prob = _DriftProblem(slow, _records(g, slow, [alt2], [1.0]), {g.hash: g}, FIT_PARAMS)
+    steps, jac = prob.evaluate(np.zeros(6))
+    res = simulate(g, slow, alt2, schedule=True)
+    assert res.schedule.segment_start_s[-1] == res.schedule.segment_dispatch_s[-1]
+    last = slice(int(res.schedule.segment_first[-1]), m)
+    assert jac[0] == pytest.approx([t[last, 0].sum(), 0, _OVERHEAD_UNIT_S, 0, 0, 0])
 
 
 def test_drift_fit_ties_devices_that_share_compute(mlp):
@@ -265,16 +435,30 @@ def test_validate_cli(mlp, tmp_path, monkeypatch, capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "MAPE" in out and "Kendall tau" in out and "held-out" in out
+    # the table and both fits report the raw and the corrected model side by side
+    assert "raw ms" in out and "corr. ms" in out and "no drift corrections" in out
+    assert out.count("MAPE raw") >= 3 and out.count("-> corrected") >= 3
     recs = read_records(tmp_path / "cal" / "clitest_cpu" / "validation.jsonl")
     assert len(recs) == 4 and recs[0]["model_spec"]["model"] == "mlp"
     updated = json.loads((cm_dir / "clitest_cpu.json").read_text())
     assert len(updated["corrections"]["history"]) == 1
-    # --top-k validates only the candidates predicted fastest
+    fitted = CostModel.load(cm_dir / "clitest_cpu.json")
+    assert not fitted.corrections.is_identity
+    # --top-k validates only the candidates predicted fastest, now against the corrected
+    # model: raw and corrected predictions differ
     args = parser.parse_args(["validate", "mlp", "--small", "--cost-model", "clitest_cpu",
                               *files, "--top-k", "1", "--records-dir", str(tmp_path / "cal"),
                               "--repeats", "3", "--budget-s", "0.1"])
     assert args.func(args) == 0
-    assert len(read_records(tmp_path / "cal" / "clitest_cpu" / "validation.jsonl")) == 5
+    out = capsys.readouterr().out
+    assert "drift-corrected" in out and "corrected model: MAPE" in out
+    recs = read_records(tmp_path / "cal" / "clitest_cpu" / "validation.jsonl")
+    assert len(recs) == 5 and recs[-1]["corrected"] is True
+    p = np.asarray(recs[-1]["assignment"])
+    assert recs[-1]["raw_predicted_step_time_s"] == pytest.approx(
+        simulate(graph, cm, p).step_time_s)
+    assert recs[-1]["predicted_step_time_s"] == pytest.approx(
+        simulate(graph, fitted, p).step_time_s)
 
 
 def test_optimize_options_validate_the_winner(mlp, tmp_path, capsys):
@@ -300,7 +484,13 @@ def test_optimize_options_validate_the_winner(mlp, tmp_path, capsys):
     best = simplace.optimize(g, cm, "local", max_evaluations=128, batch=64,
                              starts=["single"], **opts)
     text = validate_cli.report_winner(best, g, cm, opts)
-    assert "validated winner: predicted" in text and "measured" in text
+    assert "validated winner: predicted raw" in text and "measured" in text
+    raw = simulate(g, cm, best.placement).step_time_s
+    assert f"raw {raw * 1e3:.3f} ms" in text
+    corrected = best.info["corrected_cost_model"]  # the fit at the end of the search
+    assert not corrected.corrections.is_identity
+    assert f"corrected {simulate(g, corrected, best.placement).step_time_s * 1e3:.3f} ms" \
+        in text and "fitted during the search" in text
     assert opts["callback"].reports  # validated once, at the end of the search
     args.method = "rl-gnn"  # RL gets the validation behind its own hook's adapter
     rl_opts = validate_cli.validate_options(args, g, cm)
