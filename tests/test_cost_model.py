@@ -144,18 +144,68 @@ def test_measured_table_overrides_roofline():
     np.testing.assert_array_equal(t[rest], base[rest])
 
 
-def test_corrections_scale_and_shift_op_times_of_working_ops_only():
+def test_corrections_scale_op_times_of_working_ops_only():
     cm = two_devices(op_times_s={"add:sig1": 3.25e-4})
     base = cm.op_times(tiny_graph())
     corr = Corrections(compute_scale=[2.0, 0.5], extra_overhead_s=[1e-6, -1.0],
                        link_scale=np.ones((2, 2)), history=({"fitted_on": "test"},))
     t = cm.with_corrections(corr).op_times(tiny_graph())
     works = np.array([not (f == 0 and b == 0) for _, f, b in TINY])
-    np.testing.assert_allclose(t[works, 0], 2.0 * base[works, 0] + 1e-6)
+    # Op times are only scaled: extra_overhead_s goes to segment launches (below).
+    np.testing.assert_allclose(t[works, 0], 2.0 * base[works, 0])
+    np.testing.assert_allclose(t[works, 1], 0.5 * base[works, 1])
+    assert t[1, 1] == 0.5 * 3.25e-4  # a measured time is scaled too
     assert np.all(t[~works] == 0)
-    assert np.all(t[:, 1] == 0)  # 0.5 * t - 1 s clips at 0
     assert corr.history[0]["fitted_on"] == "test"
     assert not corr.is_identity and Corrections.identity(3).is_identity
+
+
+def test_corrections_shift_segment_launches_never_below_zero():
+    cm = two_devices(launch_s=5e-6, dispatch_s=7e-6)  # the GPU; the CPU has none
+    np.testing.assert_array_equal(cm.launch_s, [0.0, 5e-6])
+    np.testing.assert_array_equal(cm.dispatch_s, [0.0, 7e-6])
+    corr = Corrections(compute_scale=[1.0, 1.0], extra_overhead_s=[1e-6, -2e-6],
+                       link_scale=np.ones((2, 2)))
+    fixed = cm.with_corrections(corr)
+    # launch: max(0, launch_s + extra_overhead_s) = [0 + 1e-6, 5e-6 - 2e-6]
+    np.testing.assert_allclose(fixed.launch_s, [1e-6, 3e-6])
+    np.testing.assert_array_equal(fixed.dispatch_s, cm.dispatch_s)  # host time: not shifted
+    np.testing.assert_array_equal(fixed.op_times(tiny_graph()), cm.op_times(tiny_graph()))
+    clipped = cm.with_corrections(Corrections([1.0, 1.0], [-1.0, -1.0], np.ones((2, 2))))
+    np.testing.assert_array_equal(clipped.launch_s, [0.0, 0.0])
+
+
+def test_fused_bytes_fraction_charges_part_of_the_bytes_of_fused_classes():
+    frac = two_devices(fused_bytes_fraction=0.25).op_times(tiny_graph())
+    full = two_devices().op_times(tiny_graph())
+    # add (elementwise, memory-bound): 5e-6 + 0.25 * 1.2e7 / 1e12 / efficiency
+    assert frac[1, 1] == pytest.approx(
+        5e-6 + (0.25 * 1.2e7 / 1e12) / DEFAULT_EFFICIENCY["elementwise"])
+    # convert_element_type (free class, copies bytes): fused too, at data_movement's rate
+    assert frac[3, 1] == pytest.approx(
+        5e-6 + (0.25 * 8e3 / 1e12) / DEFAULT_EFFICIENCY["data_movement"])
+    # matmul, reduction, data_movement, conv: all their bytes; views stay free
+    for i in (0, 2, 4, 5, 6, 7):
+        assert frac[i, 1] == full[i, 1], TINY[i][0]
+    np.testing.assert_array_equal(frac[:, 0], full[:, 0])  # the CPU's fraction is 1
+    with pytest.raises(CostModelError, match="fused_bytes_fraction"):
+        two_devices(fused_bytes_fraction=1.5)
+
+
+def test_put_s_matrix_defaults_to_zero_and_has_a_zero_diagonal():
+    assert np.all(two_devices().put_s == 0) and two_devices().put_s.shape == (2, 2)
+    cpu, gpu = two_devices().devices
+    cm = CostModel.from_devices("p", [cpu, gpu], 1e-5, 1e10, put_s=[[3.0, 2e-5], [4e-5, 3.0]])
+    np.testing.assert_array_equal(cm.put_s, [[0.0, 2e-5], [4e-5, 0.0]])
+    np.testing.assert_array_equal(
+        CostModel.from_devices("q", [cpu, gpu], 1e-5, 1e10, put_s=1e-5).put_s,
+        [[0.0, 1e-5], [1e-5, 0.0]])
+    # Corrections scale the link's copy, not the host's call.
+    scaled = cm.with_corrections(Corrections([1, 1], [0, 0], [[1, 3.0], [1, 1]]))
+    np.testing.assert_array_equal(scaled.put_s, cm.put_s)
+    np.testing.assert_array_equal(cm.subset([1, 0]).put_s, [[0.0, 4e-5], [2e-5, 0.0]])
+    with pytest.raises(CostModelError, match="put_s"):
+        CostModel.from_devices("r", [cpu, gpu], 1e-5, 1e10, put_s=-1.0)
 
 
 def test_op_times_of_empty_graph():
@@ -241,11 +291,13 @@ def test_synthetic_is_deterministic_per_seed():
 def rich_model() -> CostModel:
     cm = CostModel.synthetic(3, seed=5, exclusive_pair=True)
     devs = list(cm.devices)
-    devs[2] = dataclasses.replace(devs[2], op_times_s={"dot_general:f32[8,8]": 1.5e-5})
+    devs[2] = dataclasses.replace(devs[2], op_times_s={"dot_general:f32[8,8]": 1.5e-5},
+                                  fused_bytes_fraction=0.3)
     corr = Corrections([1.1, 0.9, 1.0], [1e-7, 0.0, -1e-7], np.full((3, 3), 1.2),
                        history=({"date": "2026-01-01", "runs": 3},))
     return CostModel.from_devices(
-        "rich", devs, cm.latency_s, cm.bandwidth_bytes_per_s, corrections=corr,
+        "rich", devs, cm.latency_s, cm.bandwidth_bytes_per_s, put_s=cm.put_s,
+        corrections=corr,
         provenance=Provenance(source="measured", host="box", date="2026-01-02",
                               jax_version="0.10.2", jaxlib_version="0.10.2",
                               notes=("a note",), meta={"quick": True}))
@@ -261,12 +313,21 @@ def test_save_load_round_trip(tmp_path):
     assert back.devices[2].op_times_s == {"dot_general:f32[8,8]": 1.5e-5}
     np.testing.assert_array_equal(back.op_times(tiny_graph()), cm.op_times(tiny_graph()))
     assert back.provenance.meta == {"quick": True}
+    # Schema 2: segment launch and dispatch per device, device_put host time per link.
+    assert back.devices[2].fused_bytes_fraction == 0.3
+    for f in ("launch_s", "dispatch_s"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(cm, f))
+        assert np.all(getattr(cm, f) > 0)
+    np.testing.assert_array_equal(back.put_s, cm.put_s)
+    assert np.all(cm.put_s[~np.eye(3, dtype=bool)] > 0)
     assert [p.name for p in tmp_path.iterdir()] == ["rich.json"]  # no temporary left
     text = path.read_text()
     assert "Infinity" not in text and "NaN" not in text
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
     d = json.loads(text)
-    assert d["schema"] == "simplace.cost_model" and d["schema_version"] == 1
+    assert d["schema"] == "simplace.cost_model" and d["schema_version"] == 2
+    assert d["links"]["put_s"] == cm.put_s.tolist()
+    assert {"launch_s", "dispatch_s", "fused_bytes_fraction"} <= set(d["devices"][0])
     assert d["links"]["bandwidth_bytes_per_s"][0][0] == "inf"
 
 
@@ -318,18 +379,38 @@ def test_committed_datasheets_load_and_validate(path):
     # sanity of units: every GPU here streams at least 50 GB/s (an iGPU's DDR5)
     assert all(g.memory_bandwidth_bytes_per_s >= 50e9 for g in gpus)
     assert np.all(cm.op_times(tiny_graph()) >= 0)
+    # Segment costs: every device has a launch and a dispatch, every link a put.
+    assert np.all(cm.launch_s > 0) and np.all(cm.dispatch_s > 0)
+    assert np.all(cm.put_s[~np.eye(cm.num_devices, dtype=bool)] > 0)
 
 
 @pytest.mark.parametrize("path", MEASURED, ids=[p.stem for p in MEASURED])
 def test_committed_measured_models_load_and_say_where_they_come_from(path):
+    # the raw records it was fitted from are committed beside it
+    assert (REPO / "calibration" / path.stem / "records.jsonl").is_file()
+    if json.loads(path.read_text())["schema_version"] == 1:
+        # Measured before segment semantics: refused with how to re-measure, never
+        # reinterpreted (test_schema_1_files_are_refused covers the message).
+        with pytest.raises(CostModelError, match="simplace calibrate"):
+            CostModel.load(path)
+        return
     cm = CostModel.load(path)
     assert cm.name == path.stem
     assert cm.provenance.source == "measured"
     assert cm.provenance.host and cm.provenance.date and cm.provenance.jax_version
-    # the raw records it was fitted from are committed beside it
-    assert (REPO / "calibration" / path.stem / "records.jsonl").is_file()
     times = cm.op_times(tiny_graph())
     assert np.all(np.isfinite(times)) and np.all(times >= 0) and times.max() > 0
+    assert np.all(cm.launch_s >= 0) and np.all(cm.dispatch_s > 0)
+
+
+def test_schema_1_files_are_refused_with_how_to_remeasure():
+    d = rich_model().to_dict()
+    d["schema_version"] = 1
+    with pytest.raises(CostModelError) as err:
+        CostModel.from_dict(d, source="old.json")
+    msg = str(err.value)
+    assert msg.startswith("old.json: schema_version 1 is not supported")
+    assert "simplace calibrate" in msg and "make_datasheets.py" in msg
 
 
 def test_expected_datasheets_exist():
@@ -405,12 +486,21 @@ CORRUPTIONS = [
     (_set(["devices", 0, "peak_flops"], 1e12), "devices[0].peak_flops is not a known field"),
     (_delete(["devices", 1, "name"]), "devices[1].name is missing"),
     (_delete(["devices", 1, "overhead_s"]), "devices[1].overhead_s is missing"),
+    (_delete(["devices", 0, "launch_s"]), "devices[0].launch_s is missing"),
+    (_delete(["devices", 2, "dispatch_s"]), "devices[2].dispatch_s is missing"),
+    (_set(["devices", 1, "launch_s"], -1e-6), "devices[1].launch_s must be >= 0"),
+    (_set(["devices", 0, "dispatch_s"], float("inf")), "devices[0].dispatch_s must be finite"),
+    (_set(["devices", 0, "fused_bytes_fraction"], 1.5),
+     "devices[0].fused_bytes_fraction must be <= 1"),
     (_dup_name, "devices[2].name 'cpu:0' repeats devices[0].name"),
     (_set(["devices"], []), "devices must be a non-empty list"),
     (_set(["devices"], {"cpu": {}}), "devices must be a non-empty list"),
     (_set(["devices", 1], "gpu"), "devices[1] must be an object"),
     (_delete(["links"]), "links is missing"),
     (_delete(["links", "bandwidth_bytes_per_s"]), "links.bandwidth_bytes_per_s is missing"),
+    (_delete(["links", "put_s"]), "links.put_s is missing"),
+    (_set(["links", "put_s", 0, 1], -1e-6), "links.put_s[0][1] must be >= 0"),
+    (_set(["links", "put_s"], [[0.0]]), "links.put_s must be 3x3 for 3 devices"),
     (_drop_row, "links.latency_s must be 3x3 for 3 devices, got 2x3"),
     (_set(["links", "latency_s", 1], [0, 0]), "links.latency_s must be 3x3 for 3 devices"),
     (_set(["links", "latency_s"], 5), "links.latency_s must be a 3x3 matrix"),
@@ -427,7 +517,8 @@ CORRUPTIONS = [
      "links.bandwidth_bytes_per_s[1][0] must be a number"),
     (_set(["links", "bandwidth_bytes_per_s", 2, 2], 1e9),
      "links.bandwidth_bytes_per_s[2][2] must be infinite"),
-    (_set(["schema_version"], 2), "schema_version 2 is not supported"),
+    (_set(["schema_version"], 3), "schema_version 3 is not supported"),
+    (_set(["schema_version"], 1), "schema_version 1 is not supported"),
     (_delete(["schema_version"]), "schema_version None is not supported"),
     (_set(["schema"], "simplace.opgraph"), "schema must be 'simplace.cost_model'"),
     (_set(["name"], 7), "name must be a string"),
