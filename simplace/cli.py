@@ -128,8 +128,11 @@ def report_result(result, cost_model, bound_s: float) -> str:
     step_s = float(result.step_time_s)
     gap = f"{step_s / bound_s:.2f}x the lower bound" if bound_s > 0 else "lower bound 0"
     lines = [f"step time {step_s * 1e3:.3f} ms   ({gap}: {bound_s * 1e3:.3f} ms)",
-             f"bytes moved between devices {_fmt_bytes(float(result.bytes_moved))}"
-             + ("   OUT OF MEMORY" if result.oom else "")]
+             f"bytes moved between devices {_fmt_bytes(float(result.bytes_moved))} in "
+             f"{result.num_transfers} device_put calls"
+             + ("   OUT OF MEMORY" if result.oom else ""),
+             f"{result.num_segments} segment{'s' * (result.num_segments != 1)} (one jitted "
+             f"call each); host busy {result.host_s * 1e3:.3f} ms dispatching calls"]
     rows = []
     for d, name in enumerate(cost_model.device_names):
         peak, cap = float(result.peak_memory_bytes[d]), float(cost_model.memory_bytes[d])

@@ -4,8 +4,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from simplace import OpGraph
+from simplace import CostModel, OpGraph
 from simplace.cli import main
+from simplace.cost_model import Device
 from simplace.placement import Placement
 
 FACTORY = textwrap.dedent("""
@@ -88,6 +89,8 @@ def test_simulate_single_and_placement_file(capsys, tmp_path):
     code, out, _ = run(capsys, "simulate", "mlp", "--small", "--cost-model",
                        "cpu_h100x4_nvlink", "--single", "fastest", "--out", str(p_path))
     assert code == 0 and "step time" in out and "lower bound" in out
+    # One device: one segment, nothing moved.
+    assert "1 segment (one jitted call each)" in out and "in 0 device_put calls" in out
     p = Placement.load(p_path)
     assert p.cost_model == "cpu_h100x4_nvlink" and len(set(p.assignment.tolist())) == 1
     # The placement file simulates to the same step time.
@@ -135,20 +138,34 @@ def test_simulate_gantt(capsys, tmp_path):
     assert np.frombuffer(png.read_bytes()[:8], dtype=np.uint8).tolist()[1:4] == [80, 78, 71]
 
 
+def cpu_model_file(tmp_path, d: int = 4):
+    """A made-up model of ``d`` virtual CPU devices of one host (one exclusive group),
+    with segment launch and dispatch costs and device_put host time, saved as JSON."""
+    devs = [Device(name=f"cpu:{k}", kind="cpu", memory_bytes=2.0 ** 33,
+                   peak_flops_per_s=5e10 * (1 + 0.3 * k), memory_bandwidth_bytes_per_s=1e10,
+                   overhead_s=1e-6, launch_s=2e-5, dispatch_s=1e-5, exclusive_group="host")
+            for k in range(d)]
+    cm = CostModel.from_devices(f"cpu_test_x{d}", devs, 5e-5, 5e9, put_s=1e-5)
+    path = tmp_path / f"{cm.name}.json"
+    cm.save(path)
+    return path
+
+
 def test_optimize_validates_on_the_virtual_cpu_devices_of_a_cpu_cost_model(tmp_path):
-    # A fresh process with one CPU device: validating against the committed 4-device CPU
-    # model must split the CPU before tracing starts JAX.
+    # A fresh process with one CPU device: validating against a 4-device CPU model must
+    # split the CPU before tracing starts JAX.
     import os
     import subprocess
     import sys
 
+    model = cpu_model_file(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run(
         [sys.executable, "-m", "simplace.cli", "optimize", "mlp", "--small", "--inference",
-         "--cost-model", "cpu_vm2core_x4", "--method", "local", "--budget-s", "1",
+         "--cost-model", str(model), "--method", "local", "--budget-s", "1",
          "--validate-every", "0", "--top-k", "1", "--validation-repeats", "2",
-         "--validation-budget-s", "0.05", "--records-dir", str(tmp_path)],
+         "--validation-budget-s", "0.05", "--records-dir", str(tmp_path / "records")],
         capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "validated winner: predicted" in proc.stdout
-    assert (tmp_path / "cpu_vm2core_x4" / "validation.jsonl").stat().st_size > 0
+    assert (tmp_path / "records" / "cpu_test_x4" / "validation.jsonl").stat().st_size > 0

@@ -37,8 +37,9 @@ class OptimizeResult:
     """The result of ``optimize``.
 
     placement: int32[M], device index per op.
-    step_time_s, oom, peak_memory_bytes [D], busy_s [D], bytes_moved: the reference
-      simulator's verdict on ``placement``.
+    step_time_s, oom, peak_memory_bytes [D], busy_s [D], bytes_moved, num_segments,
+      num_transfers, host_s: the reference simulator's verdict on ``placement`` (see
+      ``SimResult``: segments run, ``device_put`` calls, host time spent dispatching).
     wall_s: the method's own wall time (seconds), simulation of the result excluded.
     method, seed: what produced it.
     history: search curve rows (method-specific; may be empty).
@@ -56,6 +57,9 @@ class OptimizeResult:
     seed: int
     history: list[dict]
     info: dict[str, Any]
+    num_segments: int = 0
+    num_transfers: int = 0
+    host_s: float = 0.0
 
 
 class PlacerContext:
@@ -213,7 +217,8 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
         placement=placement, step_time_s=float(res.step_time_s), oom=bool(res.oom),
         peak_memory_bytes=res.peak_memory_bytes, busy_s=res.busy_s,
         bytes_moved=float(res.bytes_moved), wall_s=wall_s, method=method, seed=int(seed),
-        history=list(out.history), info=dict(out.info))
+        history=list(out.history), info=dict(out.info), num_segments=int(res.num_segments),
+        num_transfers=int(res.num_transfers), host_s=float(res.host_s))
 
 
 def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int = 0,
