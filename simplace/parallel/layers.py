@@ -36,7 +36,7 @@ from collections import defaultdict
 import networkx as nx
 import numpy as np
 
-from simplace.cost_model import CostModel
+from simplace.cost_model import CostModel, op_classes
 from simplace.errors import SimplaceError
 from simplace.graph import BACKWARD_PREFIX, OpGraph, split_name_path
 
@@ -126,9 +126,10 @@ class Layer:
     configuration may split it; batch_dim: index of the batch dim or -1; ops: forward op
     indices; backward_ops: the attributed backward op indices; time_s: seconds of all
     those ops on one reference device; overhead_s: the part of ``time_s`` that is per-op
-    launch overhead (does not shrink when split); tensors: boundary tensors and
-    parameters; steps: time steps of an LSTM layer (1 otherwise); window: kernel or
-    pooling window along (h, w) for halo exchange (``(1, 1)`` when none).
+    overhead (each op's class overhead inside a segment; does not shrink when split);
+    tensors: boundary tensors and parameters; steps: time steps of an LSTM layer (1
+    otherwise); window: kernel or pooling window along (h, w) for halo exchange
+    (``(1, 1)`` when none).
     """
 
     name: str
@@ -488,8 +489,11 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
             f"Graph {graph.name!r} has no forward ops ({m} ops in all), so it has no "
             "layers to split. Trace a model function (simplace.trace) with at least one op.")
     times = cost_model.op_times(graph)[:, device]
-    overhead_dev = cost_model.devices[device].overhead_s
-    works = times > 0
+    # The per-op part of each op's time, which does not shrink when the op is split:
+    # its class's in-segment overhead (elementwise ops fused into a neighbour's loop may
+    # have none), never more than the op's whole time.
+    overhead_op = np.minimum(
+        times, cost_model.devices[device]._overhead_by_class[op_classes(graph)])
     batch = _batch_size(graph, forward)
     lstm = _lstm_prefixes(graph, forward)
     group, names, keys, key_of = _group_ops(graph, forward, lstm)
@@ -582,7 +586,7 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
                                   default=((), ()))
             tensors.append(Tensor(shape, float(graph.param_sizes[k]), axis, "param", param=k))
         all_ops = ops + bwd_members[g]
-        n_work = int(works[all_ops].sum())
+        over = float(overhead_op[all_ops].sum())
         t = float(times[all_ops].sum() + bwd_extra_s[g])
         batch_dim = space.names.index("b") if "b" in space.names else (
             0 if space.kind == "conv" else -1)
@@ -592,7 +596,7 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
             splittable=tuple(bool(x) and n > 1 for x, n in zip(space.splittable, space.sizes,
                                                                 strict=True)),
             batch_dim=batch_dim, ops=tuple(ops), backward_ops=tuple(bwd_members[g]),
-            time_s=t, overhead_s=min(t, n_work * overhead_dev), tensors=tuple(tensors),
+            time_s=t, overhead_s=min(t, over), tensors=tuple(tensors),
             itemsize=space.itemsize, steps=space.steps, window=space.window))
     edges = []
     for e in cross:
