@@ -1,7 +1,13 @@
-"""Calibration without hardware: the harness's statistics and stopping rule, the fits on
-synthetic measurements with noise and outliers, records files (round trip, bad lines),
-and cost models built and refitted from records."""
+"""Calibration without hardware: the harness's statistics and stopping rule, the link fit
+(and its refusal of links whose times do not grow with size), the old single-op roofline
+fit, records files (round trip, bad lines, schema), and cost models built and refitted
+from synthetic records of a made-up machine with known costs: launch and dispatch per
+device, put costs per link from the host time of whole steps, in-segment op costs fitted
+to timed segments, links, exclusive groups.
 
+The segment fit itself is tested in ``test_calibrate_segments``."""
+
+import copy
 import json
 import math
 import sys
@@ -21,10 +27,11 @@ from simplace.calibrate import (
     write_records,
 )
 from simplace.calibrate.exclusive import exclusive_groups, overlap
-from simplace.calibrate.fit import roofline_time
+from simplace.calibrate.fit import LINK_BANDWIDTH_MAX_BYTES_PER_S, predict_segments, roofline_time
 from simplace.calibrate.records import SCHEMA, SCHEMA_VERSION
 from simplace.cost_model import CostModel, Device
 from simplace.errors import CalibrationError, CostModelError, SimplaceError
+from tests.test_calibrate_segments import random_segments, segment_times, true_fit
 
 
 # --------------------------------------------------------------------------- harness
@@ -197,6 +204,7 @@ def test_fit_roofline_bad_input(args, match):
         fit_roofline(*args)
 
 
+# --------------------------------------------------------------------------- links
 def test_fit_link_recovers_latency_and_bandwidth():
     rng = np.random.default_rng(0)
     n = 4.0 * 4.0 ** np.arange(13)  # 4 B .. 64 MiB
@@ -207,6 +215,8 @@ def test_fit_link_recovers_latency_and_bandwidth():
     assert lf.bandwidth_bytes_per_s == pytest.approx(8e9, rel=0.05)
     assert lf.median_abs_rel_error < 0.05
     assert lf.rel_residuals.shape == n.shape
+    bw = lf.bandwidth_bytes_per_s
+    assert lf.predict([0, bw]) == pytest.approx([lf.latency_s, lf.latency_s + 1.0])
 
 
 def test_fit_link_bad_input():
@@ -214,6 +224,44 @@ def test_fit_link_bad_input():
         fit_link([8, 8], [1e-5, 1e-5])
     with pytest.raises(CalibrationError, match="finite"):
         fit_link([8, 16], [1e-5, -1.0])
+    with pytest.raises(CalibrationError, match="equal-length"):
+        fit_link([8, 16, 32], [1e-5, 2e-5])
+
+
+def test_fit_link_refuses_times_that_do_not_grow_with_size():
+    n = [4, 1024, 2 ** 20, 2 ** 23]
+    with pytest.raises(CalibrationError, match=r"do not grow with size \(4 B: 20\.0 us, "
+                                               r"8388608 B: 21\.0 us.*idle machine") as err:
+        fit_link(n, [20e-6, 19e-6, 20.5e-6, 21e-6])
+    assert "cannot be fitted" in str(err.value)
+    # falling times too (the largest size first: sizes need not be sorted)
+    with pytest.raises(CalibrationError, match=r"8388608 B: 10\.0 us"):
+        fit_link(n[::-1], [10e-6, 30e-6, 30e-6, 30e-6])
+
+
+def test_fit_link_never_fits_a_bandwidth_above_the_bound():
+    # times that grow a little, over sizes that make that a bandwidth no link has
+    n = [1e3, 1e6, 4e6]
+    t = [1.0e-6, 1.0e-6, 1.25e-6]
+    with pytest.raises(CalibrationError, match="do not grow with size"):
+        fit_link(n, t)
+    # and whatever the times, a fit that comes back stays under the bound
+    rng = np.random.default_rng(1)
+    fitted = 0
+    for _ in range(60):
+        sizes = np.sort(rng.choice(4.0 ** np.arange(1, 14), int(rng.integers(3, 7)),
+                                   replace=False))
+        times = rng.uniform(5e-6, 50e-6) + sizes / 10 ** rng.uniform(9, 14.5)
+        times = times * np.exp(rng.normal(0, 0.05, sizes.size))
+        try:
+            lf = fit_link(sizes, times)
+        except CalibrationError as err:
+            assert "do not grow with size" in str(err)
+            continue
+        fitted += 1
+        assert 0 < lf.bandwidth_bytes_per_s <= LINK_BANDWIDTH_MAX_BYTES_PER_S
+        assert lf.latency_s > 0
+    assert 10 < fitted < 60  # both outcomes seen
 
 
 def test_exclusive_groups_are_connected_components():
@@ -227,50 +275,133 @@ def test_exclusive_groups_are_connected_components():
     assert g["gpu:0"] == "gpu:0"
 
 
-# --------------------------------------------------------------------------- records
-def _timing(rng, median_s, n=7):
-    return robust_stats(list(median_s * np.exp(rng.normal(0, 0.02, n)))).to_dict()
+# --------------------------------------------------------------------------- synthetic
+# A made-up machine: two virtual CPU devices of one socket and one accelerator, with
+# known costs that the records below are generated from.
+DEVICES = (("cpu:0", "cpu", "cpu"), ("cpu:1", "cpu", "cpu"), ("gpu:0", "gpu", "FakeGPU"))
+BLOCK_S = {"cpu:0": 30e-6, "cpu:1": 32e-6, "gpu:0": 50e-6}  # tiny call, blocking
+HOST_S = {"cpu:0": 8e-6, "cpu:1": 8.5e-6, "gpu:0": 6e-6}  # tiny call, dispatched only
+DISPATCH_S = {"cpu": 9e-6, "gpu": 4e-6}  # per segment call in a real step (NNLS)
+PUT_S = {("cpu", "cpu"): 6e-6, ("cpu", "gpu"): 7e-6, ("gpu", "cpu"): 8e-6}  # in a step
+PUT_READY_S = 5e-6  # host time of a device_put call of a small ready array
+LINK = {("cpu", "cpu"): (20e-6, 1e10), ("cpu", "gpu"): (15e-6, 2e10),
+        ("gpu", "cpu"): (18e-6, 2.5e10)}  # latency, bandwidth
+LINK_SIZES = (4, 1024, 2 ** 16, 2 ** 20, 2 ** 24)
+PARALLEL_MIN_BYTES = 1e5  # dot_general from this size runs on the CPU's thread pool
+WALL_S = {"runtime": 0.5, "segments": 10.0, "links": 2.0, "exclusive": 1.0}
 
 
-def synthetic_records(seed=0, devices=("cpu:0", "cpu:1"), name="syn"):
-    """Records of a made-up two-device machine with known figures."""
+def _timing(rng, median_s, n=5, noise=0.0):
+    if not noise:
+        return robust_stats([float(median_s)] * n).to_dict()
+    return robust_stats(list(median_s * np.exp(rng.normal(0, noise, n)))).to_dict()
+
+
+def _kind(name):
+    return dict((d, k) for d, k, _ in DEVICES)[name]
+
+
+def _holds_parallel(seg):
+    return any(p == "dot_general" and b >= PARALLEL_MIN_BYTES
+               for p, b in zip(seg["primitive"], seg["bytes_accessed"], strict=True))
+
+
+def segment_base_s(kind):
+    """What a segment timed alone costs besides its ops on ``kind``: the median blocking
+    time of a tiny call over the devices of that kind."""
+    return float(np.median([BLOCK_S[d] for d, k, _ in DEVICES if k == kind]))
+
+
+def synthetic_records(seed=3, name="syn", segments_per_kind=60, host_steps=12,
+                      flat_links=(), few_sizes_links=()):
+    """Schema-2 records of the made-up machine (every kind of record), deterministic.
+
+    (Seed 3: with several other seeds the accelerator's segment fit stops in a local
+    minimum, see ``test_fit_segments_does_not_stop_in_a_local_minimum``.)"""
     rng = np.random.default_rng(seed)
-    head = {"kind": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-            "name": name, "host": "testhost", "date": "2026-11-21T00:00:00Z",
-            "jax_version": "0.0", "jaxlib_version": "0.0",
-            "devices": [{"name": d, "kind": "cpu", "id": k, "device_kind": "cpu",
-                         "memory_bytes": 2.0 ** 33} for k, d in enumerate(devices)],
-            "settings": {"quick": True}}
-    recs = [head]
-    f, b, cls, t = _synthetic_ops(rng, n_per_class=16, noise=0.0, outlier_every=None)
-    for dev in devices:
-        for k, (ff, bb, c, tt) in enumerate(zip(f, b, cls, t, strict=True)):
-            recs.append({"kind": "op", "device": dev, "signature": f"syn|{c}|{k}",
-                         "primitive": {"matmul": "dot_general", "conv": "conv_general_dilated",
-                                       "elementwise": "add", "reduction": "reduce_sum",
-                                       "data_movement": "transpose"}[c],
-                         "op_class": c, "flops": float(ff), "bytes_accessed": float(bb),
-                         "set": "micro" if k % 2 else "model",
-                         "timing": _timing(rng, tt)})
-    recs.append({"kind": "phase", "phase": "ops", "wall_s": 10.0})
-    for a in devices:
-        for c in devices:
-            if a != c:
-                for n in (4, 1024, 2 ** 20, 2 ** 24):
-                    recs.append({"kind": "link", "src": a, "dst": c, "nbytes": n,
-                                 "timing": _timing(rng, 30e-6 + n / 1e10)})
-    recs.append({"kind": "exclusive", "a": devices[0], "b": devices[1],
-                 "alone_a": _timing(rng, 0.01), "alone_b": _timing(rng, 0.01),
-                 "together": _timing(rng, 0.02)})
-    recs.append({"kind": "phase", "phase": "links", "wall_s": 2.5})
-    return recs
+    names = [d for d, _, _ in DEVICES]
+    recs = [{"kind": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+             "name": name, "host": "testhost", "date": "2026-11-23T00:00:00Z",
+             "jax_version": "0.0", "jaxlib_version": "0.0",
+             "devices": [{"name": d, "kind": k, "id": i, "device_kind": dk,
+                          "memory_bytes": 2.0 ** 33} for i, (d, k, dk) in enumerate(DEVICES)],
+             "settings": {"quick": True, "models": ["syn"], "seed": 0}}]
+    for d in names:
+        recs.append({"kind": "runtime", "device": d, "block": _timing(rng, BLOCK_S[d]),
+                     "host": _timing(rng, HOST_S[d])})
+    for a in names:
+        for b in names:
+            if a != b:
+                recs.append({"kind": "put_host", "src": a, "dst": b,
+                             "timing": _timing(rng, PUT_READY_S)})
+    recs.append({"kind": "phase", "phase": "runtime", "wall_s": WALL_S["runtime"]})
+    # Single ops alone on one CPU device: dot_general from PARALLEL_MIN_BYTES wakes the
+    # thread pool; add never does.
+    base = segment_base_s("cpu")
+    for nb in (1e3, 1e4, PARALLEL_MIN_BYTES, 1e6, 1e7):
+        extra = 40e-6 if nb >= PARALLEL_MIN_BYTES else 2e-6
+        recs.append({"kind": "op", "device": "cpu:0", "signature": f"dot|{nb:g}",
+                     "primitive": "dot_general", "op_class": "matmul", "flops": nb,
+                     "bytes_accessed": nb, "set": "model",
+                     "timing": _timing(rng, base + extra)})
+        recs.append({"kind": "op", "device": "cpu:0", "signature": f"add|{nb:g}",
+                     "primitive": "add", "op_class": "elementwise", "flops": nb / 8,
+                     "bytes_accessed": nb, "set": "model", "timing": _timing(rng, base + 1e-6)})
+    # Host time of whole steps: segment calls per device and puts per link.
+    for k in range(host_steps):
+        segs = [int(x) for x in rng.integers(0, 20, len(names))]
+        puts = [[0 if i == j else int(rng.integers(0, 12)) for j in range(len(names))]
+                for i in range(len(names))]
+        t = sum(c * DISPATCH_S[_kind(d)] for d, c in zip(names, segs, strict=True))
+        t += sum(puts[i][j] * PUT_S[(_kind(a), _kind(b))] for i, a in enumerate(names)
+                 for j, b in enumerate(names) if i != j)
+        recs.append({"kind": "host", "model": f"syn{k % 2}", "segments": segs, "puts": puts,
+                     "timing": _timing(rng, t)})
+    # Segments timed alone, spread over the devices of each kind.
+    for kind in ("cpu", "gpu"):
+        members = [d for d, k, _ in DEVICES if k == kind]
+        segs = random_segments(rng, segments_per_kind)
+        par = np.array([kind == "cpu" and _holds_parallel(s) for s in segs])
+        t = segment_times(true_fit(kind), segs, segment_base_s(kind), par, rng, noise=0.005)
+        for k, (s, x) in enumerate(zip(segs, t, strict=True)):
+            recs.append({"kind": "segment", "device": members[k % len(members)],
+                         "model": "syn", "first": k, "stop": k + len(s["primitive"]), **s,
+                         "timing": _timing(rng, x)})
+    recs.append({"kind": "segment_error", "model": "broken", "error": "ValueError: no"})
+    recs.append({"kind": "phase", "phase": "segments", "wall_s": WALL_S["segments"]})
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            lat, bw = LINK[(_kind(a), _kind(b))]
+            sizes = LINK_SIZES[:2] if (a, b) in few_sizes_links else LINK_SIZES
+            for n in sizes:
+                t = PUT_READY_S + (lat if (a, b) in flat_links else lat + n / bw)
+                recs.append({"kind": "link", "src": a, "dst": b, "nbytes": n,
+                             "timing": _timing(rng, t, noise=0.01)})
+    recs.append({"kind": "phase", "phase": "links", "wall_s": WALL_S["links"]})
+    # cpu:0 and cpu:1 take turns (one socket); the accelerator runs beside them.
+    for a, b, together in (("cpu:0", "cpu:1", 0.02), ("cpu:0", "gpu:0", 0.0101),
+                           ("cpu:1", "gpu:0", 0.0102)):
+        recs.append({"kind": "exclusive", "a": a, "b": b, "alone_a": _timing(rng, 0.01),
+                     "alone_b": _timing(rng, 0.01), "together": _timing(rng, together)})
+    recs.append({"kind": "phase", "phase": "exclusive", "wall_s": WALL_S["exclusive"]})
+    return json.loads(json.dumps(recs))  # as read back from a file
 
 
+def _index(recs, kind):
+    return next(k for k, r in enumerate(recs) if r["kind"] == kind)
+
+
+# --------------------------------------------------------------------------- records
 def test_records_round_trip(tmp_path):
     recs = synthetic_records()
+    assert {r["kind"] for r in recs} == {"header", "runtime", "put_host", "phase", "op", "host",
+                                         "segment", "segment_error", "link", "exclusive"}
     path = tmp_path / "records.jsonl"
     write_records(path, recs)
-    assert read_records(path) == json.loads(json.dumps(recs))
+    assert read_records(path) == recs
+    assert len(path.read_text().splitlines()) == len(recs)
 
 
 def _bad_file(tmp_path, recs, mutate):
@@ -301,7 +432,12 @@ def test_truncated_last_line_is_an_error_but_resume_repairs_it(tmp_path):
         read_records(path)
     with pytest.warns(UserWarning, match="truncated last record"):
         got = read_records(path, repair_tail=True)
-    assert got == json.loads(json.dumps(recs[:-1]))
+    assert got == recs[:-1]
+    # a cut line that is not the last is never dropped
+    path.write_text("\n".join([json.dumps(r) for r in recs[:3]] + ["{\"kind\": \"ru"]
+                              + [json.dumps(r) for r in recs[3:]]) + "\n")
+    with pytest.raises(CalibrationError, match="line 4 is not valid JSON"):
+        read_records(path, repair_tail=True)
 
 
 def test_appending_after_a_missing_final_newline(tmp_path):
@@ -312,23 +448,26 @@ def test_appending_after_a_missing_final_newline(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in recs[:3]))  # cut before the newline
     with RecordWriter(path) as w:
         w.write(recs[3])
-    assert read_records(path) == json.loads(json.dumps(recs[:4]))
+    assert read_records(path) == recs[:4]
 
 
-def test_missing_field_names_the_line_and_field(tmp_path):
+def test_schema_1_records_are_refused(tmp_path):
     recs = synthetic_records()
-    del recs[3]["flops"]
-    path = _bad_file(tmp_path, recs, lambda lines: lines)
-    with pytest.raises(CalibrationError, match=r"line 4: op record is missing field 'flops'"):
+    recs[0]["schema_version"] = 1
+    path = _bad_file(tmp_path, recs[:1], lambda lines: lines)
+    with pytest.raises(CalibrationError,
+                       match=rf"line 1: schema_version 1 is not supported; this simplace "
+                             rf"reads {SCHEMA_VERSION}") as err:
         read_records(path)
+    assert str(path) in str(err.value)
+    assert SCHEMA_VERSION == 2
 
 
 @pytest.mark.parametrize("mutate, match", [
     (lambda r: r[2].update(kind="opp"), r"line 3: 'kind' must be one of"),
-    (lambda r: r[2].update(flops="many"), r"line 3: field 'flops' .* must be int or float"),
-    (lambda r: r[2]["timing"].update(samples_s=[]), r"line 3: field 'timing': No timing"),
     (lambda r: r[0].update(schema="other"), r"line 1: schema must be"),
     (lambda r: r[0].update(schema_version=99), r"line 1: schema_version 99"),
+    (lambda r: r[0]["devices"][1].pop("memory_bytes"), r"line 1: devices\[1\] must be"),
     (lambda r: r.insert(4, dict(r[0])), r"line 5: a second header"),
     (lambda r: r.pop(0), r"line 1: the first record must be the header"),
 ])
@@ -341,58 +480,296 @@ def test_bad_records(tmp_path, mutate, match):
     assert isinstance(err.value, SimplaceError) and str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("kind, mutate, match", [
+    ("runtime", lambda r: r.pop("block"), "runtime record is missing field 'block'"),
+    ("runtime", lambda r: r["host"].update(samples_s=[]), "field 'host': No timing"),
+    ("put_host", lambda r: r.update(dst=1), "field 'dst' of a put_host record must be str"),
+    ("op", lambda r: r.update(flops="many"), r"field 'flops' .* must be int or float"),
+    ("op", lambda r: r.pop("flops"), "op record is missing field 'flops'"),
+    ("host", lambda r: r.update(segments=3), "field 'segments' of a host record must be list"),
+    ("host", lambda r: r.pop("puts"), "host record is missing field 'puts'"),
+    ("segment", lambda r: r.pop("primitive"), "segment record is missing field 'primitive'"),
+    ("segment", lambda r: r.update(first=1.5), "field 'first' of a segment record must be int"),
+    ("segment", lambda r: r.update(stop=True), "field 'stop' of a segment record must be int"),
+    ("segment", lambda r: r["timing"].update(samples_s=[-1.0]), "field 'timing'"),
+    ("segment_error", lambda r: r.pop("error"), "segment_error record is missing field"),
+    ("link", lambda r: r.update(nbytes="4"), "field 'nbytes' of a link record"),
+    ("exclusive", lambda r: r.pop("together"), "exclusive record is missing field 'together'"),
+    ("phase", lambda r: r.pop("phase"), "phase record is missing field 'phase'"),
+])
+def test_a_bad_record_of_each_kind_names_its_line_and_field(tmp_path, kind, mutate, match):
+    recs = synthetic_records(segments_per_kind=8, host_steps=2)
+    k = _index(recs, kind)
+    mutate(recs[k])
+    path = _bad_file(tmp_path, recs, lambda lines: lines)
+    with pytest.raises(CalibrationError, match=rf"line {k + 1}: .*{match}"):
+        read_records(path)
+
+
 def test_empty_line_and_missing_file(tmp_path):
     path = _bad_file(tmp_path, synthetic_records(), lambda lines: lines[:2] + [""] + lines[2:])
     with pytest.raises(CalibrationError, match="line 3 is empty"):
         read_records(path)
     with pytest.raises(CalibrationError, match="does not exist"):
         read_records(tmp_path / "nope.jsonl")
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(CalibrationError, match="empty"):
+        read_records(tmp_path / "empty.jsonl")
 
 
 # --------------------------------------------------------------------------- models
-def test_build_cost_model_from_records():
-    recs = json.loads(json.dumps(synthetic_records()))
-    model, report = build_cost_model(recs)
-    assert model.provenance.source == "measured"
-    assert model.provenance.host == "testhost"
-    assert model.device_names == ["cpu:0", "cpu:1"]
-    dev = model.devices[0]
-    assert dev.class_overhead_s["matmul"] == pytest.approx(40e-6, rel=0.1)
-    assert len(dev.op_times_s) == 80
-    # links: 30 us + n / 10 GB/s, recovered
-    assert model.latency_s[0, 1] == pytest.approx(30e-6, rel=0.05)
-    assert model.bandwidth_bytes_per_s[1, 0] == pytest.approx(1e10, rel=0.05)
-    assert report["links"]["cpu:0->cpu:1"]["median_rel_error"] < 0.05
-    # together = alone_a + alone_b: one exclusive group
-    assert model.devices[0].exclusive_group == model.devices[1].exclusive_group
-    held = report["devices"]["cpu:0"]["held_out"]
-    assert held["n"] == sum(1 for r in recs if r["kind"] == "op" and r["device"] == "cpu:0"
-                            and r["set"] == "model")
-    assert held["median_rel_error"] < 0.05
-    assert report["wall_s"] == pytest.approx(12.5)
-    # the model is a valid file
-    assert CostModel.from_dict(model.to_dict()) == model
-
-
-def test_build_cost_model_errors():
+@pytest.fixture(scope="module")
+def built():
     recs = synthetic_records()
-    no_ops = [r for r in recs if not (r["kind"] == "op" and r["device"] == "cpu:1")]
-    with pytest.raises(CalibrationError, match="No op timings for device 'cpu:1'"):
-        build_cost_model(no_ops)
-    no_links = [r for r in recs if r["kind"] != "link"]
-    with pytest.raises(CalibrationError, match="No link"):
-        build_cost_model(no_links)
+    model, report = build_cost_model(copy.deepcopy(recs))
+    return recs, model, report
+
+
+def _device(model, name):
+    return model.devices[model.device_names.index(name)]
+
+
+def test_build_launch_and_dispatch_per_device(built):
+    recs, model, report = built
+    assert model.device_names == ["cpu:0", "cpu:1", "gpu:0"]
+    assert model.name == "syn"
+    for d in model.device_names:
+        dev = _device(model, d)
+        # launch: a tiny call's blocking time minus its host time
+        assert dev.launch_s == pytest.approx(BLOCK_S[d] - HOST_S[d], rel=1e-9)
+        # dispatch: the per-segment host time of whole steps (NNLS), not the tiny call's
+        assert dev.dispatch_s == pytest.approx(DISPATCH_S[_kind(d)], rel=1e-3)
+        r = report["devices"][d]
+        assert r["launch_s"] == dev.launch_s and r["dispatch_s"] == HOST_S[d]
+        assert r["base_s"] == pytest.approx(segment_base_s(_kind(d)))
+    assert model.launch_s.shape == model.dispatch_s.shape == (3,)
+    assert report["host"]["steps"] == 12 and report["host"]["median_rel_error"] < 1e-3
+
+
+def test_build_put_costs_from_host_steps(built):
+    _, model, _ = built
+    for i, a in enumerate(model.device_names):
+        for j, b in enumerate(model.device_names):
+            want = 0.0 if i == j else PUT_S[(_kind(a), _kind(b))]
+            assert model.put_s[i, j] == pytest.approx(want, rel=1e-3, abs=1e-12), (a, b)
+
+
+def test_build_links_take_the_put_call_out_of_the_latency(built):
+    _, model, report = built
+    names = model.device_names
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if i == j:
+                continue
+            lat, bw = LINK[(_kind(a), _kind(b))]
+            assert model.latency_s[i, j] == pytest.approx(lat, rel=0.1), (a, b)
+            assert model.bandwidth_bytes_per_s[i, j] == pytest.approx(bw, rel=0.05), (a, b)
+            r = report["links"][f"{a}->{b}"]
+            assert r["measured"] and r["sizes"] == len(LINK_SIZES)
+            assert r["median_rel_error"] < 0.03 and len(r["rel_residuals"]) == len(LINK_SIZES)
+            assert r["put_s"] == model.put_s[i, j]
+    assert report["links_missing"] == []
+
+
+def test_build_segment_costs_per_kind_of_hardware(built):
+    _, model, report = built
+    cpu0, cpu1, gpu = (_device(model, d) for d in model.device_names)
+    # devices of the same hardware share one fit; another kind gets its own
+    shared = ("peak_flops_per_s", "memory_bandwidth_bytes_per_s", "efficiency",
+              "class_overhead_s", "fused_bytes_fraction", "parallel_launch_s",
+              "parallel_min_bytes", "unfused_overhead_s")
+    assert all(getattr(cpu0, f) == getattr(cpu1, f) for f in shared)
+    assert cpu0.peak_flops_per_s != gpu.peak_flops_per_s
+    assert report["devices"]["cpu:0"]["shared_with"] == ["cpu:0", "cpu:1"]
+    assert report["devices"]["gpu:0"]["shared_with"] == ["gpu:0"]
+    # the thread pool: dot_general from PARALLEL_MIN_BYTES (the op records), and what a
+    # segment holding one pays (fitted with the segments); the accelerator has none
+    assert dict(cpu0.parallel_min_bytes) == {"dot_general": PARALLEL_MIN_BYTES}
+    assert cpu0.parallel_launch_s == pytest.approx(true_fit("cpu").parallel_launch_s, rel=0.15)
+    assert dict(gpu.parallel_min_bytes) == {} and gpu.parallel_launch_s == 0.0
+    assert report["devices"]["cpu:0"]["parallel_min_bytes"] == {"dot_general": PARALLEL_MIN_BYTES}
+    for d, dev in (("cpu:0", cpu0), ("gpu:0", gpu)):
+        truth = true_fit(_kind(d))
+        assert dev.unfused_overhead_s == pytest.approx(truth.unfused_overhead_s, rel=0.25), d
+        rep = report["devices"][d]
+        assert rep["held_out"]["median_rel_error"] < 0.02, d
+        assert rep["segments_measured"] == 60
+        # a quarter held out, drawn with the header's seed
+        held = np.random.default_rng(0).random(60) < 0.25
+        assert rep["held_out"]["n"] == held.sum() and rep["fitted"]["n"] == (~held).sum()
+        # segments it never saw, on the model's own device: within a few %
+        fresh = random_segments(np.random.default_rng(42), 100)
+        par = np.array([_kind(d) == "cpu" and _holds_parallel(s) for s in fresh])
+        base = segment_base_s(_kind(d))
+        want = segment_times(truth, fresh, base, par)
+        got = predict_segments(dev, fresh, base + par * dev.parallel_launch_s)
+        err = np.abs(got / want - 1)
+        assert np.median(err) < 0.02 and np.percentile(err, 90) < 0.05, d
+
+
+def test_build_exclusive_groups_report_and_provenance(built):
+    recs, model, report = built
+    groups = {d.name: d.exclusive_group for d in model.devices}
+    assert groups == {"cpu:0": "shared:cpu:0", "cpu:1": "shared:cpu:0", "gpu:0": "gpu:0"}
+    assert report["exclusive"]["cpu:0+cpu:1"]["exclusive"] is True
+    assert report["exclusive"]["cpu:0+cpu:1"]["overlap"] == pytest.approx(0.0, abs=1e-9)
+    assert report["exclusive"]["cpu:0+gpu:0"]["exclusive"] is False
+    assert report["wall_s"] == pytest.approx(sum(WALL_S.values()))
+    prov = model.provenance
+    assert prov.source == "measured" and prov.host == "testhost"
+    assert prov.date == recs[0]["date"] and prov.jax_version == "0.0"
+    assert prov.meta["device_kinds"] == {"cpu:0": "cpu", "cpu:1": "cpu", "gpu:0": "FakeGPU"}
+    assert prov.meta["settings"] == recs[0]["settings"]
+    fr = prov.meta["fit_report"]
+    assert set(fr["devices"]) == {"cpu:0", "cpu:1", "gpu:0"}
+    assert all("rel_residuals" not in r for r in fr["links"].values())  # in the records
+    assert all("rel_residuals" in r for r in report["links"].values())
+    # a valid model file, schema 2
+    d = model.to_dict()
+    assert d["schema_version"] == 2
+    assert CostModel.from_dict(json.loads(json.dumps(d))) == model
+
+
+def test_build_is_deterministic_and_takes_the_last_of_repeated_measurements(built):
+    recs, model, report = built
+    model2, report2 = build_cost_model(copy.deepcopy(recs))
+    assert model2 == model
+    assert json.dumps(model2.to_dict(), sort_keys=True) == json.dumps(model.to_dict(),
+                                                                       sort_keys=True)
+    assert build_cost_model(recs, name="other")[0].name == "other"
+    # another seed holds out other segments
+    reseeded = copy.deepcopy(recs)
+    reseeded[0]["settings"]["seed"] = 5
+    held = (np.random.default_rng(5).random(60) < 0.25).sum()
+    assert build_cost_model(reseeded)[1]["devices"]["gpu:0"]["held_out"]["n"] == held
+    # a resumed run may measure a runtime again: the last one counts
+    again = copy.deepcopy(recs)
+    rt = dict(again[_index(again, "runtime")])
+    rt["block"] = robust_stats([40e-6] * 3).to_dict()
+    again.append(rt)
+    m3, _ = build_cost_model(again)
+    assert _device(m3, "cpu:0").launch_s == pytest.approx(40e-6 - HOST_S["cpu:0"])
+
+
+def test_build_without_host_steps_falls_back_to_tiny_calls_and_ready_puts():
+    recs = [r for r in synthetic_records() if r["kind"] != "host"]
+    model, report = build_cost_model(recs)
+    assert "host" not in report
+    for d in model.devices:
+        assert d.dispatch_s == pytest.approx(HOST_S[d.name])
+    off = ~np.eye(3, dtype=bool)
+    assert model.put_s[off] == pytest.approx(np.full(6, PUT_READY_S))
+    # one step is not enough to split either
+    one = synthetic_records(host_steps=1)
+    assert build_cost_model(one)[0].put_s[0, 1] == pytest.approx(PUT_READY_S)
+
+
+def test_build_host_steps_without_a_kind_keep_its_tiny_call():
+    # steps that never dispatch on the accelerator nor put to it: those columns are left
+    # out of the split, and the accelerator keeps the tiny call's host time
+    recs = synthetic_records()
+    for r in recs:
+        if r["kind"] == "host":
+            r["segments"][2] = 0
+            for line in r["puts"]:
+                line[2] = 0
+            r["puts"][2] = [0, 0, 0]
+            t = sum(c * DISPATCH_S["cpu"] for c in r["segments"])
+            t += (r["puts"][0][1] + r["puts"][1][0]) * PUT_S[("cpu", "cpu")]
+            r["timing"] = robust_stats([t] * 3).to_dict()
+    model, _ = build_cost_model(recs)
+    assert _device(model, "gpu:0").dispatch_s == pytest.approx(HOST_S["gpu:0"])
+    assert _device(model, "cpu:1").dispatch_s == pytest.approx(DISPATCH_S["cpu"], rel=1e-3)
+    assert model.put_s[0, 1] == pytest.approx(PUT_S[("cpu", "cpu")], rel=1e-3)
+    assert model.put_s[0, 2] == pytest.approx(PUT_READY_S)  # the ready put's host time
+
+
+def test_build_refuses_a_link_that_does_not_grow_and_uses_the_median_of_the_others():
+    recs = synthetic_records(flat_links={("cpu:1", "gpu:0")},
+                             few_sizes_links={("gpu:0", "cpu:0")})
+    model, report = build_cost_model(recs)
+    bad = report["links"]["cpu:1->gpu:0"]
+    assert bad["measured"] is True and bad["fitted"] is False
+    assert "do not grow with size" in bad["error"]
+    assert report["links"]["gpu:0->cpu:0"] == {"measured": False}
+    assert report["links_missing"] == ["cpu:1->gpu:0", "gpu:0->cpu:0"]
+    names = model.device_names
+    fitted = [(i, j) for i in range(3) for j in range(3)
+              if i != j and (names[i], names[j]) not in {("cpu:1", "gpu:0"), ("gpu:0", "cpu:0")}]
+    assert len(fitted) == 4
+    for i, j in ((1, 2), (2, 0)):
+        assert model.latency_s[i, j] == pytest.approx(
+            np.median([model.latency_s[a, b] for a, b in fitted]))
+        assert model.bandwidth_bytes_per_s[i, j] == pytest.approx(
+            np.median([model.bandwidth_bytes_per_s[a, b] for a, b in fitted]))
+        assert model.bandwidth_bytes_per_s[i, j] <= LINK_BANDWIDTH_MAX_BYTES_PER_S
+    # the others are fitted as before
+    lat, bw = LINK[("cpu", "gpu")]
+    assert model.latency_s[0, 2] == pytest.approx(lat, rel=0.1)
+    assert model.bandwidth_bytes_per_s[0, 2] == pytest.approx(bw, rel=0.05)
+    assert model.put_s[1, 2] == pytest.approx(PUT_S[("cpu", "gpu")], rel=1e-3)
+
+
+def test_build_raises_only_when_no_link_fits():
+    pairs = {(a, b) for a, _, _ in DEVICES for b, _, _ in DEVICES if a != b}
+    with pytest.raises(CalibrationError,
+                       match=r"No link could be fitted .*cpu:0->cpu:1: the transfer times do "
+                             r"not grow with size"):
+        build_cost_model(synthetic_records(flat_links=pairs))
+    with pytest.raises(CalibrationError, match="No link could be fitted"):
+        build_cost_model([r for r in synthetic_records() if r["kind"] != "link"])
+    # one good link is enough
+    model, report = build_cost_model(synthetic_records(flat_links=pairs - {("cpu:0", "gpu:0")}))
+    assert len(report["links_missing"]) == 5
+    assert np.all(model.latency_s[~np.eye(3, dtype=bool)] == model.latency_s[0, 2])
+
+
+@pytest.mark.parametrize("drop, match", [
+    (lambda r: r["kind"] == "header", "must start with a header"),
+    (lambda r: r["kind"] == "runtime" and r["device"] == "cpu:1",
+     r"No launch/dispatch timing for device 'cpu:1'.*--devices"),
+    (lambda r: r["kind"] == "segment" and r["device"] == "gpu:0",
+     r"No timed segments for device\(s\) gpu:0.*--budget-s"),
+    (lambda r: r["kind"] == "segment" and r["device"].startswith("cpu"),
+     r"No timed segments for device\(s\) cpu:0, cpu:1"),
+])
+def test_build_cost_model_errors(drop, match):
+    with pytest.raises(CalibrationError, match=match):
+        build_cost_model([r for r in synthetic_records(segments_per_kind=12) if not drop(r)])
+
+
+def test_build_cost_model_header_errors():
+    recs = synthetic_records(segments_per_kind=12)
+    bad = copy.deepcopy(recs)
+    bad[_index(bad, "segment")]["device"] = "tpu:7"
+    with pytest.raises(CalibrationError, match=r"device 'tpu:7', which is not in the header"):
+        build_cost_model(bad)
+    empty = copy.deepcopy(recs)
+    empty[0]["devices"] = []
+    with pytest.raises(CalibrationError, match="lists no devices"):
+        build_cost_model(empty)
+    with pytest.raises(CalibrationError, match="header"):
+        build_cost_model([])
+    # segments too close to an empty call: the fit says so
+    slow_base = copy.deepcopy(recs)
+    for r in slow_base:
+        if r["kind"] == "runtime":
+            r["block"] = robust_stats([1.0] * 3).to_dict()
+    with pytest.raises(CalibrationError, match="hardly slower than an empty call"):
+        build_cost_model(slow_base)
 
 
 def test_refit_reproduces_the_model_from_records(tmp_path):
     recs = synthetic_records(name="syn")
-    (tmp_path / "rec" / "syn").mkdir(parents=True)
     write_records(tmp_path / "rec" / "syn" / "records.jsonl", recs)
     m1, r1 = refit("syn", records_dir=tmp_path / "rec", cost_model_dir=tmp_path / "cm")
-    text1 = (tmp_path / "cm" / "syn.json").read_text()
+    cm = tmp_path / "cm" / "syn.json"
+    text1 = cm.read_text()
+    assert json.loads(text1)["schema_version"] == 2
     m2, r2 = refit("syn", records_dir=tmp_path / "rec", cost_model_dir=tmp_path / "cm")
-    assert m1 == m2 and (tmp_path / "cm" / "syn.json").read_text() == text1
-    assert CostModel.load(tmp_path / "cm" / "syn.json") == m1
+    assert m1 == m2 and cm.read_text() == text1
+    assert CostModel.load(cm) == m1 == build_cost_model(recs, name="syn")[0]
+    assert r1["devices"]["cpu:0"]["held_out"] == r2["devices"]["cpu:0"]["held_out"]
     with pytest.raises(CalibrationError, match="does not exist"):
         refit("other", records_dir=tmp_path / "rec", cost_model_dir=tmp_path / "cm")
 
