@@ -87,9 +87,10 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
         assert len(r["local_input"]) == n and r["local_input"][0] is False
     assert any(r["first"] == 0 and r["device"] == "cpu:0" for r in segs)  # the whole graph
     hosts = _kinds(recs, "host")
-    assert len(hosts) == 2
+    # two scattered placements, plus each cut placement that uses both devices
+    assert len(hosts) >= 2
     for h in hosts:
-        assert len(h["segments"]) == 2 and sum(h["segments"]) > 2
+        assert len(h["segments"]) == 2 and sum(h["segments"]) >= 2
         assert np.shape(h["puts"]) == (2, 2) and h["puts"][0][0] == h["puts"][1][1] == 0
     assert {(r["src"], r["dst"]) for r in _kinds(recs, "link")} == {("cpu:0", "cpu:1")}
     phases = {r["phase"]: r for r in _kinds(recs, "phase")}
@@ -190,12 +191,6 @@ def test_cli_errors(tmp_path, argv, match):
     assert isinstance(err.value, ValueError)  # SimplaceError subclasses: clean CLI errors
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="library bug (regression in e690e4d): core._measure catches the "
-                          "unknown model per model (a segment_error record) and the build "
-                          "then fails with 'No timed segments for device(s) cpu:0; calibrate "
-                          "again without a tight --budget-s.' after measuring, instead of "
-                          "'Unknown model' before measuring anything")
 def test_cli_unknown_model_is_refused_before_measuring(tmp_path):
     with pytest.raises(ValueError, match="Unknown model"):
         _run(["--name", "x", "--models", "no_such_model", "--devices", "cpu:0"], tmp_path)

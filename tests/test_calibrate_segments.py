@@ -307,9 +307,6 @@ def test_fit_segments_bad_times(times, match):
         fit_segments(segs, times, BASE_S)
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError,
-                   reason="library bug: fit_segments indexes an empty per-class array when "
-                          "no op of any segment does work (fit.py op_costs, ovh[p])")
 def test_fit_segments_with_no_working_op_says_why():
     segs = [{"primitive": ["reshape", "broadcast_in_dim"], "flops": [0.0, 0.0],
              "bytes_accessed": [0.0, 0.0]}] * 10
@@ -317,11 +314,6 @@ def test_fit_segments_with_no_working_op_says_why():
         fit_segments(segs, [2 * BASE_S] * 10, BASE_S)
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="library bug: fit_segments (one start point, x0 peak 1e11 / "
-                          "bandwidth 2e10) stops (ftol) in a local minimum of the roofline's "
-                          "max() for GPU-like rates in about 2 fits of 5: matmuls explained "
-                          "by bytes at a 100x too high peak; loss ~20x that of the truth")
 def test_fit_segments_does_not_stop_in_a_local_minimum():
     rng = np.random.default_rng(4)
     segs = random_segments(rng, 60)

@@ -235,10 +235,22 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
                 "another --name.")
         settings = Settings.make(quick=quick, models=models)
         devs = select_devices(devices)
+        _check_models(settings.models)
         write_records(rec_path, [_header(name, devs, settings)])
 
     _measure(rec_path, devs, settings, budget_s, done_ops, done_links, done_excl, progress)
     return _fit_and_save(rec_path, cm_path, name)
+
+
+def _check_models(models: Sequence[str]) -> None:
+    """Refuse unknown zoo names before anything is measured (a factory spec is only
+    checked when it runs)."""
+    from simplace import zoo
+
+    bad = [m for m in models if ":" not in m and m not in zoo.names()]
+    if bad:
+        raise CalibrationError(f"Unknown model {bad[0]!r} in --models; the zoo has "
+                               f"{', '.join(zoo.names())} (or give file.py:factory).")
 
 
 def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links, done_excl,
@@ -335,6 +347,11 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                     out.write({"kind": "host", "model": m, "segments": h["segments"],
                                "puts": h["puts"], "timing": h["host"].to_dict()})
                 for p in seg_mod.cut_placements(graph.num_ops, len(devs), rng):
+                    # A few long segments and many puts: another mix of host calls.
+                    if graph.num_ops <= HOST_MAX_OPS and len(set(p.tolist())) > 1:
+                        h = seg_mod.time_host(program, args, p, devs)
+                        out.write({"kind": "host", "model": m, "segments": h["segments"],
+                                   "puts": h["puts"], "timing": h["host"].to_dict()})
                     for dev_i, first, stop, tm in seg_mod.time_segments(
                             program, args, p, devs, **seg_kw):
                         out.write({"kind": "segment", "device": device_name(devs[dev_i]),

@@ -348,6 +348,10 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
     fused = np.isin(cls, [OP_CLASSES.index("elementwise"), free_k])
     unfused = fused & ~no_work & ~loc
     present = [k for k in work_cls if np.any((eff_cls == k) & ~no_work)]
+    if not present:
+        raise CalibrationError("No op in the timed segments does any work (all are views "
+                               "such as reshape): nothing to fit op costs on. Calibrate "
+                               "with real --models.")
     kpos = {k: n for n, k in enumerate(present)}
     pos = np.array([kpos.get(int(k), -1) for k in eff_cls])
     npres = len(present)
@@ -380,7 +384,14 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
                          np.zeros(npres), np.full(npres, _OP_OVERHEAD_MAX_S / us), [1.0],
                          [_OP_OVERHEAD_MAX_S / us],
                          [_OP_OVERHEAD_MAX_S / us if par.any() else 1.0]])
-    res = _least_squares(residuals, x0, lo, hi)
+    # The max() of the roofline makes the loss non-convex in the rates: start from a CPU,
+    # a GPU and an accelerator and keep the best.
+    res = None
+    for peak0, bw0 in ((1e11, 2e10), (1e13, 5e11), (3e14, 3e12)):
+        x0[0], x0[1] = math.log(peak0), math.log(bw0)
+        r = _least_squares(residuals, x0, lo, hi)
+        if res is None or r.cost < res.cost:
+            res = r
     peak, bw, eff, ovh, frac = unpack(res.x)
     # The efficiency of the best class is 1 by convention: fold it into the peaks.
     top = float(eff.max()) if npres else 1.0
@@ -394,7 +405,7 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
                       fused_bytes_fraction=float(frac),
                       classes_fitted=tuple(OP_CLASSES[k] for k in present),
                       parallel_launch_s=float(res.x[-1] * us) if par.any() else 0.0,
-                      unfused_overhead_s=float(res.x[-2] * us))
+                      unfused_overhead_s=float(res.x[-2] * us) if unfused.any() else 0.0)
 
 
 def predict_segments(device, segments: Sequence[Mapping], base_s) -> np.ndarray:

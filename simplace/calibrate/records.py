@@ -101,8 +101,12 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
             raise CalibrationError(f"{where}: schema must be {SCHEMA!r}, got "
                                    f"{rec['schema']!r}: not a simplace records file.")
         if rec["schema_version"] != SCHEMA_VERSION:
-            raise CalibrationError(f"{where}: schema_version {rec['schema_version']} is not "
-                                   f"supported; this simplace reads {SCHEMA_VERSION}.")
+            raise CalibrationError(
+                f"{where}: schema_version {rec['schema_version']} is not supported; this "
+                f"simplace reads {SCHEMA_VERSION}" + (
+                    " (version 1 timed single ops, which this simplace no longer fits): "
+                    "measure the machine again with `simplace calibrate --name NAME "
+                    "--overwrite`." if rec["schema_version"] == 1 else "."))
         for k, dev in enumerate(rec["devices"]):
             if not isinstance(dev, dict) or any(f not in dev for f in DEVICE_FIELDS):
                 raise CalibrationError(f"{where}: devices[{k}] must be an object with "
