@@ -141,11 +141,24 @@ def test_each_tensor_moves_once_per_destination_device(mlp):
     want = {(int(s), int(k), int(p[d])) for s, d, k in zip(g.src, g.dst, g.edge_output,
                                                            strict=True) if p[s] != p[d]}
     assert placed.num_transfers == len(want)
-    sim = simplace.simulate(g, simplace.CostModel.synthetic(3), p)
+    # The synthetic machine's dispatches and puts all cost host time, so the simulated
+    # host's calls come at distinct times, in the order it makes them.
+    sim = simplace.simulate(g, simplace.CostModel.synthetic(3), p, schedule=True)
     assert placed.bytes_transferred == pytest.approx(sim.bytes_moved)
     # default: one device_put per producing op and destination, as the simulator sends
     producers = {(s, dev) for s, _, dev in want}
     assert sum(step[0] == "put" for step in placed._steps) == len(producers)
+    assert sim.num_transfers == len(producers) and sim.num_segments == len(placed.segments)
+    # ... over the same links in the same order, each just before the segment call that
+    # first needs it (the simulator's serial host: puts, then the segment's dispatch).
+    sched = sim.schedule
+    assert placed.put_links == list(zip(sched.transfer_from.tolist(),
+                                        sched.transfer_to.tolist(), strict=True))
+    kinds = [step[0] for step in placed._steps]
+    puts_before_call = [kinds[:k].count("put") for k, x in enumerate(kinds) if x == "call"]
+    assert puts_before_call == np.searchsorted(sched.transfer_issue_s,
+                                               sched.segment_dispatch_s).tolist()
+    assert [seg.device for seg in placed.segments] == sched.segment_device.tolist()
     # "segment": one device_put per receiving segment, same results
     batched = program.place(p, transfers="segment")
     assert sum(step[0] == "put" for step in batched._steps) == sum(
