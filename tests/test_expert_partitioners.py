@@ -177,6 +177,31 @@ def test_partitioner_balanced_and_small_cut(method, four_gpus):
     assert cut_bytes(g, res.placement) < min(random_cuts)
 
 
+def test_interchangeable_devices_differ_in_no_simulated_figure(four_gpus):
+    from simplace.placers import PlacerContext
+    from simplace.placers.partitioners import device_classes
+
+    g = grid_graph(4)
+
+    def classes(cm):
+        return device_classes(PlacerContext(g, cm)).tolist()
+
+    assert classes(four_gpus) == [0, 0, 0, 0]  # four equal K40s, equal links
+    # A GPU with a slower dispatch (host time per segment) is not a K40 like the others.
+    devs = list(four_gpus.devices)
+    devs[2] = dataclasses.replace(devs[2], dispatch_s=2 * devs[2].dispatch_s)
+    slow = dataclasses.replace(four_gpus, devices=tuple(devs))
+    assert classes(slow) == [0, 0, 2, 0]
+    devs[2] = dataclasses.replace(four_gpus.devices[2], launch_s=0.0)
+    assert classes(dataclasses.replace(four_gpus, devices=tuple(devs))) == [0, 0, 2, 0]
+    # Links: device_put from GPU 3 costs more host time than from the others.
+    put = np.array(four_gpus.put_s)
+    put[3, :3] *= 3
+    uneven = CostModel.from_devices("uneven", four_gpus.devices, four_gpus.latency_s,
+                                    four_gpus.bandwidth_bytes_per_s, put_s=put)
+    assert classes(uneven) == [0, 0, 0, 3]
+
+
 @pytest.mark.parametrize("method", PARTITIONERS)
 def test_partitioner_on_a_real_model(method):
     g = zoo_graph("resnet50")

@@ -76,21 +76,24 @@ def evaluate(ctx: PlacerContext, placements) -> np.ndarray:
 
 def device_classes(ctx: PlacerContext) -> np.ndarray:
     """int[D]: devices with the same class are interchangeable: swapping any two of them
-    maps the machine onto itself (same op times, memory, exclusive-group structure and
-    links), so a placement and its swapped copy simulate the same."""
-    cm = ctx.cost_model
-    d_count = cm.num_devices
-    t = ctx.op_times
-    lat, bw = cm.corrected_latency_s, cm.corrected_bandwidth_bytes_per_s
-    excl = cm.exclusive_group_ids
+    maps the machine onto itself (the same op costs, memory, segment launch and
+    dispatch, exclusive-group structure, links and device_put costs: every figure the
+    simulators read), so a placement and its swapped copy simulate the same."""
+    inp = ctx.inputs
+    d_count = inp.num_devices
+    # Per device: columns that must be equal; per link: matrices that must map onto
+    # themselves (link scales are already folded into latency and bandwidth).
+    columns = [inp.op_time_s, inp.op_launch_s, inp.op_unfused_s, inp.memory_bytes[None],
+               inp.launch_s[None], inp.dispatch_s[None]]
+    links = [inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s]
+    excl = inp.exclusive_group
 
     def swap_is_automorphism(i: int, j: int) -> bool:
-        if not (np.array_equal(t[:, i], t[:, j]) and cm.memory_bytes[i] == cm.memory_bytes[j]):
+        if not all(np.array_equal(c[:, i], c[:, j]) for c in columns):
             return False
         perm = np.arange(d_count)
         perm[[i, j]] = perm[[j, i]]
-        if not (np.array_equal(lat, lat[np.ix_(perm, perm)])
-                and np.array_equal(bw, bw[np.ix_(perm, perm)])):
+        if not all(np.array_equal(x, x[np.ix_(perm, perm)]) for x in links):
             return False
         # The partition into exclusive groups must map onto itself.
         same = excl[:, None] == excl[None, :]
