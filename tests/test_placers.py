@@ -72,3 +72,32 @@ def test_all_returns_the_best_fitting_result(nmt, k40x4):
     assert {row["method"] for row in compared} >= {"single", "expert", "heft"}
     fitting = [row["step_time_s"] for row in compared if not row["oom"]]
     assert best.step_time_s == min(fitting)
+
+
+def test_single_takes_the_device_with_the_fastest_whole_graph_segment():
+    from simplace.sim import make_sim_inputs, simulate
+    from tests.sim_cases import make_graph
+
+    # 5 ops in a chain. Device 0 (a CPU): 10 us per op, launch 2 us, dispatch 9 us;
+    # device 1 (a GPU): 1 us per op, launch 35 us, dispatch 38 us. Alone, the CPU's one
+    # segment takes 9 + 2 + 5 * 10 = 61 us, the GPU's 38 + 35 + 5 * 1 = 78 us: the CPU
+    # is the faster single device although every op is faster on the GPU.
+    g = make_graph(range(4), range(1, 5), m=5)
+    inp = make_sim_inputs(np.tile([10e-6, 1e-6], (5, 1)), np.zeros((2, 2)),
+                          np.full((2, 2), 1e9), np.full(2, 1e12), None, [2e-6, 35e-6],
+                          [9e-6, 38e-6])
+    res = optimize(g, inp, "single")
+    assert res.placement.tolist() == [0] * 5
+    assert res.step_time_s == pytest.approx(61e-6)
+    assert simulate(g, inp, np.ones(5, int)).step_time_s == pytest.approx(78e-6)
+    # Random machines with launch, dispatch and put costs: the best single device.
+    from tests.sim_cases import random_case
+
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        g, inp = random_case(rng, max_ops=20, max_devices=4)
+        d = inp.num_devices
+        inp = make_sim_inputs(*inp[:5], rng.uniform(0, 5e-3, d), rng.uniform(0, 5e-3, d))
+        res = optimize(g, inp, "single")
+        assert res.step_time_s == pytest.approx(min(
+            simulate(g, inp, np.full(g.num_ops, k)).step_time_s for k in range(d)))
