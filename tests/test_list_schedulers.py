@@ -43,8 +43,12 @@ def check_result(res, graph, cm):
 @pytest.mark.parametrize("method", METHODS)
 def test_valid_on_random_cases(method):
     rng = np.random.default_rng(7)
-    for _ in range(15):
+    for k in range(15):
         g, inp = random_case(rng, max_ops=40, max_devices=5)
+        if k % 2:  # segment launch and dispatch, device_put host time
+            d = inp.num_devices
+            inp = make_sim_inputs(*inp[:5], rng.uniform(0, 2e-3, d), rng.uniform(0, 2e-3, d),
+                                  rng.uniform(0, 1e-3, (d, d)))
         res = optimize(g, inp, method=method)
         check_result(res, g, inp)
         assert res.method == method
