@@ -1,4 +1,5 @@
-"""The two simulators agree on real graphs from the zoo, on datasheet machines."""
+"""The two simulators agree on real graphs from the zoo, on datasheet machines (whose
+devices have segment launch and dispatch costs and whose links have device_put costs)."""
 
 import dataclasses
 
@@ -57,6 +58,12 @@ def test_batched_matches_reference_on_zoo_graphs(name, machine):
             np.testing.assert_allclose(got.peak_memory_bytes[b], ref.peak_memory_bytes,
                                        rtol=1e-9)
             np.testing.assert_allclose(got.bytes_moved[b], ref.bytes_moved, rtol=1e-9)
+            # Segment semantics: device time per device (launches included), segments
+            # run, device_put calls and host time agree too.
+            np.testing.assert_allclose(got.busy_s[b], ref.busy_s, rtol=1e-9)
+            assert (int(got.num_segments[b]), int(got.num_transfers[b])) == \
+                (ref.num_segments, ref.num_transfers)
+            np.testing.assert_allclose(got.host_s[b], ref.host_s, rtol=1e-9)
             assert bool(got.oom[b]) == ref.oom
             assert ref.step_time_s >= bound_s * (1 - 1e-12)
     # The tight machine really exercised OOM, in both directions.
