@@ -11,8 +11,9 @@ semantics"), not an op-by-op executor:
    ``op_launch_s[i, d]`` of its ops, plus the sum of its ops' fused costs
    ``op_time_s[i, d]``, plus ``op_unfused_s[i, d]`` for each op none of whose inputs
    comes from the segment itself (it cannot fuse into an in-segment producer).
-   Segments of one exclusive group run one at a time, in graph order; a segment's inputs from earlier segments of its own device are ready by
-   then (the device ran them first).
+   Segments of one exclusive group run one at a time, in graph order; a segment's
+   inputs from earlier segments of its own device are ready by then (the device ran
+   them first).
 2. **One host thread** dispatches everything in graph order; each call costs host
    time and is asynchronous. For each segment, in order: first the transfers its ops
    need (below), then the segment call itself (``dispatch_s[d]``); a segment cannot
