@@ -55,13 +55,12 @@ class GanttRows:
 
 def gantt_rows(result, cost_model) -> GanttRows:
     """The bars of ``result.schedule`` (from ``simulate(..., schedule=True)``) on the
-    machine ``cost_model`` (a ``CostModel`` or ``SimInputs``: the host calls' lengths are
-    its ``dispatch_s`` and ``put_s``)."""
+    machine ``cost_model`` (a ``CostModel`` or ``SimInputs``; device names and
+    ``dispatch_s`` are read)."""
     sched = result.schedule
     if sched is None:
         raise SimplaceError("This result has no schedule: simulate with schedule=True.")
     dispatch = np.asarray(cost_model.dispatch_s, dtype=np.float64)
-    put = np.asarray(cost_model.put_s, dtype=np.float64)
     names = list(getattr(cost_model, "device_names", None)
                  or [f"device {k}" for k in range(len(dispatch))])
     links = sorted({(int(a), int(b)) for a, b in
@@ -70,12 +69,18 @@ def gantt_rows(result, cost_model) -> GanttRows:
     link_row = {link: 1 + len(names) + k for k, link in enumerate(links)}
 
     # The schedule records when each host call was made (ended): a segment's dispatch,
-    # a transfer's issue; each lasted its dispatch_s or put_s.
-    host = [(float(t - dispatch[d]), float(t), "dispatch", k) for k, (t, d) in enumerate(
-        zip(sched.segment_dispatch_s, sched.segment_device, strict=True))]
-    host += [(float(t - put[a, b]), float(t), "put", k) for k, (t, a, b) in enumerate(
-        zip(sched.transfer_issue_s, sched.transfer_from, sched.transfer_to, strict=True))]
-    host.sort(key=lambda c: c[:2])
+    # a transfer's issue. The host makes them one after another from time 0, so each
+    # starts where the one before ended. Calls ending at the same time: all but the
+    # first took no time; a dispatch that takes time can only be the first of them,
+    # puts come in issue order.
+    calls = [(float(t), 0 if dispatch[d] > 0 else 2, k, "dispatch") for k, (t, d) in
+             enumerate(zip(sched.segment_dispatch_s, sched.segment_device, strict=True))]
+    calls += [(float(t), 1, k, "put") for k, t in enumerate(sched.transfer_issue_s)]
+    calls.sort()
+    host, prev = [], 0.0
+    for end, _, k, kind in calls:
+        host.append((prev, end, kind, k))
+        prev = end
 
     segments, ops = [], []
     op_start, op_end = sched.op_start_s, sched.op_end_s

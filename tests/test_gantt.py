@@ -9,11 +9,11 @@ from simplace.sim import make_sim_inputs, simulate
 from tests.sim_cases import make_graph
 
 
-def chain_case():
+def chain_case(dispatch=(0.1, 0.2), put=0.05):
     """Chain 0 -> 1 -> 2 placed [0, 1, 0]: three segments, two copies."""
     g = make_graph([0, 1], [1, 2], m=3, edge_bytes=[100.0, 100.0])
     inp = make_sim_inputs(np.ones((3, 2)), np.full((2, 2), 0.3), np.full((2, 2), 1000.0),
-                          np.full(2, 1e9), None, [0.5, 0.25], [0.1, 0.2], np.full((2, 2), 0.05))
+                          np.full(2, 1e9), None, [0.5, 0.25], dispatch, np.full((2, 2), put))
     return g, inp, simulate(g, inp, np.array([0, 1, 0]), schedule=True)
 
 
@@ -42,6 +42,24 @@ def test_rows_follow_the_segment_schedule():
     np.testing.assert_allclose([o[1:3] for o in bars.ops], [(0.6, 1.6), (2.25, 3.25),
                                                             (4.15, 5.15)])
     assert res.step_time_s == pytest.approx(5.15)
+
+
+@pytest.mark.parametrize("dispatch, put", [((0.1, 0.0), 0.05), ((0.1, 0.2), 0.0),
+                                           ((0.0, 0.0), 0.05)])
+def test_host_calls_take_their_cost_even_when_some_cost_nothing(dispatch, put):
+    # Calls that cost nothing end when the call before them did: the chart must still
+    # give each call its own length, in the host's order (a segment's puts, then it).
+    _, inp, res = chain_case(dispatch, put)
+    host = gantt_rows(res, inp).host
+    assert [(c[2], c[3]) for c in host] == [("dispatch", 0), ("put", 0), ("dispatch", 1),
+                                            ("put", 1), ("dispatch", 2)]
+    devices = [0, 1, 0]
+    widths = [dispatch[devices[k]] if kind == "dispatch" else put for _, _, kind, k in host]
+    np.testing.assert_allclose([b - a for a, b, _, _ in host], widths, atol=1e-15)
+    assert host[0][0] == 0 and all(host[k][0] == host[k - 1][1] for k in range(1, len(host)))
+    # A host that costs nothing: every call at 0 (their order is then not drawn).
+    free = gantt_rows(chain_case((0.0, 0.0), 0.0)[2], inp).host
+    assert len(free) == 5 and all(a == b == 0 for a, b, _, _ in free)
 
 
 def test_plot_writes_an_image_and_needs_a_schedule(tmp_path):
