@@ -80,7 +80,8 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
 
     ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``,
     ``put_s``, ``op_launch_s`` and ``op_unfused_s`` default to zeros (a machine whose
-    segments and transfers cost no host time and no launch). Raises ``CostModelError`` naming the bad field.
+    segments and transfers cost no host time and no launch). Raises ``CostModelError``
+    naming the bad field.
     """
     t = np.asarray(op_time_s, dtype=np.float64)
     if t.ndim != 2:
