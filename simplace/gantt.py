@@ -3,7 +3,7 @@
 What the simulators model (``simplace.sim.reference``) is what is drawn:
 
 * a ``host`` row: the one host thread's calls, back to back from 0 in the order it makes
-  them: each segment's dispatch (``dispatch_s``) and each ``jax.device_put`` (``put_s``);
+  them: each segment's dispatch and each ``jax.device_put``;
 * one row per device: its segments (one fused XLA computation each) as outlined boxes
   from start to end, the launch (and any thread-pool launch) first, then its ops in
   graph order, coloured by op class. Inside a segment XLA fuses the ops: their
