@@ -659,8 +659,12 @@ class CostModel:
         bad = np.argwhere(~(put >= 0))
         if bad.size:
             i, j = (int(x) for x in bad[0])
-            raise CostModelError(f"links.put_s[{i}][{j}] must be >= 0, got {put[i, j]!r}.")
-        np.fill_diagonal(put, 0.0)
+            raise CostModelError(f"links.put_s[{i}][{j}] must be >= 0, got "
+                                 f"{float(put[i, j])!r}.")
+        for i in range(d):
+            if put[i, i] != 0:
+                raise CostModelError(f"links.put_s[{i}][{i}] must be 0 (no device_put to "
+                                     f"the same device), got {float(put[i, i])!r}.")
         set_("latency_s", _frozen(lat))
         set_("bandwidth_bytes_per_s", _frozen(bw))
         set_("put_s", _frozen(put))
