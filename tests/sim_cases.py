@@ -88,11 +88,16 @@ def random_graph(rng: np.random.Generator, shape: str, m: int) -> OpGraph:
 
 
 def random_inputs(rng: np.random.Generator, m: int, d: int, *, exclusive: bool = False,
-                  integer_times: bool = False, memory_bytes: float = 1e12) -> SimInputs:
+                  integer_times: bool = False, memory_bytes: float = 1e12,
+                  host_costs: bool = False, link_classes: int | None = None) -> SimInputs:
     """A random machine for an ``m``-op graph with ``d`` devices.
 
     ``exclusive``: some devices share an exclusive group. ``integer_times``: whole-number
     op times and latencies, with some zero op times, so that ties are everywhere.
+    ``host_costs``: random segment launch, dispatch, device_put, per-op launch and
+    unfused costs too (each sometimes all zeros); otherwise they are zeros.
+    ``link_classes``: the links take only that many distinct (latency, bandwidth, put)
+    triples (as on real machines, whose links are of one or two kinds).
     """
     if integer_times:
         t = rng.integers(0, 4, (m, d)).astype(float)
@@ -105,18 +110,71 @@ def random_inputs(rng: np.random.Generator, m: int, d: int, *, exclusive: bool =
     group = np.arange(d)
     if exclusive and d > 1:
         group = rng.integers(0, max(1, d - 1), d)
-    return make_sim_inputs(t, lat, bw, np.full(d, float(memory_bytes)), group)
+    host = {}
+    if host_costs:
+        def costs(shape, scale, p_zero=0.25):
+            v = (rng.integers(0, 3, shape).astype(float) if integer_times
+                 else rng.uniform(0, scale, shape))
+            return v * (rng.random() >= p_zero)
+
+        host = dict(launch_s=costs(d, 1e-3), dispatch_s=costs(d, 1e-3),
+                    put_s=costs((d, d), 1e-3), op_launch_s=costs((m, d), 1e-3, 0.5),
+                    op_unfused_s=costs((m, d), 1e-3, 0.5))
+    if link_classes is not None:
+        kind = rng.integers(0, link_classes, (d, d))
+        put = host.get("put_s", np.zeros((d, d)))
+        lat, bw, put = (x.reshape(-1)[:link_classes][kind] for x in (lat, bw, put))
+        if "put_s" in host:
+            host["put_s"] = put
+    return make_sim_inputs(t, lat, bw, np.full(d, float(memory_bytes)), group, **host)
 
 
-def random_case(rng: np.random.Generator, *, max_ops: int = 40, max_devices: int = 5):
+def random_case(rng: np.random.Generator, *, max_ops: int = 40, max_devices: int = 5,
+                host_costs: bool = False):
     """(graph, inputs) of a random shape, size and machine."""
     shape = SHAPES[int(rng.integers(0, len(SHAPES)))]
     m = int(rng.integers(1, max_ops + 1))
     d = int(rng.integers(1, max_devices + 1))
     g = random_graph(rng, shape, m)
     inp = random_inputs(rng, m, d, exclusive=bool(rng.random() < 0.4),
-                        integer_times=bool(rng.random() < 0.3))
+                        integer_times=bool(rng.random() < 0.3), host_costs=host_costs)
     return g, inp
+
+
+def union_graph(graphs, name="") -> OpGraph:
+    """The disjoint union of graphs (ops, edges and parameters of each in turn)."""
+    src, dst, eb, eo, ob, out, sizes, uses = [], [], [], [], [], [], [], []
+    m = n_par = 0
+    for g in graphs:
+        src.append(g.src + m)
+        dst.append(g.dst + m)
+        eb.append(g.edge_bytes)
+        eo.append(g.edge_output)
+        ob.append(g.out_bytes)
+        out.append(g.is_output)
+        sizes.append(g.param_sizes)
+        uses.append(np.stack([g.param_op + m, g.param_index + n_par], axis=1))
+        m += g.num_ops
+        n_par += g.num_params
+    cat = np.concatenate
+    return make_graph(cat(src), cat(dst), m=m, edge_bytes=cat(eb), edge_output=cat(eo),
+                      out_bytes=cat(ob), is_output=cat(out),
+                      params=(cat(sizes), cat(uses).tolist()), name=name)
+
+
+def long_run_placements(rng: np.random.Generator, b: int, m: int, d: int) -> np.ndarray:
+    """``b`` placements made of long runs (8 to 60 ops) on one device, with a few ops
+    elsewhere: segments much longer than the batched simulator's fill window."""
+    p = np.zeros((b, m), np.int32)
+    for row in p:
+        i = 0
+        while i < m:
+            n = int(rng.integers(8, 61))
+            row[i:i + n] = rng.integers(0, d)
+            i += n
+        stray = rng.random(m) < 0.03
+        row[stray] = rng.integers(0, d, int(stray.sum()))
+    return p
 
 
 def random_placements(rng: np.random.Generator, b: int, m: int, d: int) -> np.ndarray:

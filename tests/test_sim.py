@@ -1,13 +1,21 @@
-"""Simulators: the batched simulator against the reference, invariants, corner cases."""
+"""Simulators: the batched simulator against the reference, the reference against numbers
+worked out by hand, invariants, corner cases.
+
+Compiling a batched simulator takes a second or two, so the agreement tests simulate
+unions of random graphs (one compile for many shapes) and many placements per compile.
+"""
 
 import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import simplace.sim as sim
 from simplace.errors import PlacementError
 from simplace.sim import batched_simulator, lower_bound, make_sim_inputs, simulate
+from simplace.sim.batched import BatchedSimulator, _sweep_peaks
 from tests import sim_cases
 from tests.sim_cases import make_graph, simple_inputs
 
@@ -20,11 +28,14 @@ def assert_same(ref, out, b):
     np.testing.assert_allclose(out.peak_memory_bytes[b], ref.peak_memory_bytes, rtol=RTOL)
     np.testing.assert_allclose(out.busy_s[b], ref.busy_s, rtol=RTOL, atol=1e-12)
     np.testing.assert_allclose(out.bytes_moved[b], ref.bytes_moved, rtol=RTOL)
+    np.testing.assert_allclose(out.host_s[b], ref.host_s, rtol=RTOL)
+    assert int(out.num_segments[b]) == ref.num_segments
+    assert int(out.num_transfers[b]) == ref.num_transfers
     assert bool(out.oom[b]) == ref.oom
 
 
-def check_agree(graph, inp, placements):
-    f = batched_simulator(graph, inp)
+def check_agree(graph, inp, placements, f=None):
+    f = batched_simulator(graph, inp) if f is None else f
     out = f(placements)
     refs = [simulate(graph, inp, p) for p in placements]
     for b, ref in enumerate(refs):
@@ -32,26 +43,55 @@ def check_agree(graph, inp, placements):
     return refs, out
 
 
+def hosty_inputs(m, d, *, op_time=1.0, latency=0.5, bandwidth=100.0, launch=0.0,
+                 dispatch=0.0, put=0.0, group=None):
+    """simple_inputs with segment launch, dispatch and device_put costs (powers of two
+    in the hand-worked cases, so that every sum is exact)."""
+    base = simple_inputs(m, d, op_time=op_time, latency=latency, bandwidth=bandwidth,
+                         group=group)
+    return make_sim_inputs(base.op_time_s, base.latency_s, base.bandwidth_bytes_per_s,
+                           base.memory_bytes, base.exclusive_group, np.full(d, launch),
+                           np.full(d, dispatch), np.full((d, d), put))
+
+
 # ---------------------------------------------------------------- reference vs batched
 @pytest.mark.parametrize("seed", range(2))
 def test_batched_matches_reference_on_random_graphs(seed):
-    # 2 x 22 graphs x up to 16 placements: a few hundred cases, one compile per graph.
+    # Three machines per seed (link tables of one, two or many kinds: the batched
+    # simulator's two ways of reading link constants), each running a union of random
+    # graphs of every shape: hundreds of placements, three compiles. Each simulator is
+    # called twice: the second call reuses the first one's segment-end table.
     rng = np.random.default_rng(seed)
-    for _ in range(22):
-        g, inp = sim_cases.random_case(rng)
+    for classes in (1, 2, None):
+        graphs = [sim_cases.random_graph(rng, shape, int(rng.integers(1, 41)))
+                  for shape in rng.permutation(sim_cases.SHAPES)[:4]]
+        g = sim_cases.union_graph(graphs)
+        d = int(rng.integers(2 if classes else 3, 6))
+        inp = sim_cases.random_inputs(
+            rng, g.num_ops, d, exclusive=bool(rng.random() < 0.5),
+            integer_times=bool(classes and rng.random() < 0.5), host_costs=True,
+            link_classes=classes)
         # Tight memory on some machines so that OOM flags are compared too.
-        if rng.random() < 0.3:
-            inp = inp._replace(memory_bytes=np.full(inp.num_devices, 2e4))
-        b = int(rng.integers(1, 17))
-        check_agree(g, inp, sim_cases.random_placements(rng, b, g.num_ops, inp.num_devices))
+        if rng.random() < 0.5:
+            inp = inp._replace(memory_bytes=np.full(d, 3e4))
+        f = BatchedSimulator(g, inp)
+        assert f._static["TABLE"] == (classes is None)  # d > 2: over 4 kinds of link
+        for _ in range(2):
+            p = np.concatenate([sim_cases.random_placements(rng, 8, g.num_ops, d),
+                                sim_cases.long_run_placements(rng, 8, g.num_ops, d)])
+            check_agree(g, inp, p, f)
 
 
-def test_batched_matches_reference_on_bigger_graphs_with_ties():
+def test_batched_matches_reference_with_ties_and_long_segments():
+    # Whole-number times (ties everywhere), exclusive groups, host costs, and segments
+    # running on for tens of ops (the batched simulator's gather path).
     rng = np.random.default_rng(11)
-    for shape in sim_cases.SHAPES:
-        g = sim_cases.random_graph(rng, shape, 150)
-        inp = sim_cases.random_inputs(rng, 150, 4, exclusive=True, integer_times=True)
-        check_agree(g, inp, sim_cases.random_placements(rng, 6, 150, 4))
+    g = sim_cases.union_graph([sim_cases.random_graph(rng, s, 60) for s in sim_cases.SHAPES])
+    inp = sim_cases.random_inputs(rng, g.num_ops, 4, exclusive=True, integer_times=True,
+                                  host_costs=True, link_classes=2)
+    p = np.concatenate([sim_cases.random_placements(rng, 4, g.num_ops, 4),
+                        sim_cases.long_run_placements(rng, 12, g.num_ops, 4)])
+    check_agree(g, inp, p)
 
 
 def test_through_cost_model():
@@ -81,36 +121,100 @@ def test_link_scale_is_folded_into_transfer_times():
         r.step_time_s)
 
 
-# ---------------------------------------------------------------- invariants
-def test_all_on_one_device_is_sum_of_op_times():
+# ---------------------------------------------------------------- worked by hand
+def test_fragmented_placement_pays_a_launch_and_a_dispatch_per_segment():
+    # A chain of four ops (1 s each, 100-byte edges: 0.5 s + 1 s a transfer); each segment
+    # costs a 0.25 s launch and a 0.125 s dispatch, each device_put 0.0625 s of host time.
+    g = make_graph([0, 1, 2], [1, 2, 3], m=4, edge_bytes=[100.0] * 3, out_bytes=[0] * 4)
+    inp = hosty_inputs(4, 2, launch=0.25, dispatch=0.125, put=0.0625)
+    one = simulate(g, inp, [0, 0, 0, 0])
+    # One segment: one dispatch, then one launch and the four ops.
+    assert one.step_time_s == 0.125 + 0.25 + 4.0
+    assert (one.num_segments, one.num_transfers, one.host_s) == (1, 0, 0.125)
+    assert list(one.busy_s) == [4.25, 0.0]
+    frag = simulate(g, inp, [0, 1, 0, 1], schedule=True)
+    s = frag.schedule
+    # Host: dispatch 0 (0.125); put 0->1, dispatch 1 (0.3125); put, dispatch 2 (0.5); put,
+    # dispatch 3 (0.6875). Each copy starts when its producer's segment ends.
+    np.testing.assert_array_equal(s.segment_dispatch_s, [0.125, 0.3125, 0.5, 0.6875])
+    np.testing.assert_array_equal(s.transfer_issue_s, [0.1875, 0.375, 0.5625])
+    np.testing.assert_array_equal(s.transfer_start_s, [1.375, 4.125, 6.875])
+    np.testing.assert_array_equal(s.transfer_end_s, [2.875, 5.625, 8.375])
+    np.testing.assert_array_equal(s.segment_start_s, [0.125, 2.875, 5.625, 8.375])
+    np.testing.assert_array_equal(s.segment_end_s, [1.375, 4.125, 6.875, 9.625])
+    assert frag.step_time_s == 9.625
+    assert (frag.num_segments, frag.num_transfers, frag.host_s) == (4, 3, 0.6875)
+    assert list(frag.busy_s) == [2.5, 2.5]  # two launches and two ops each
+    assert frag.bytes_moved == 300
+    out = batched_simulator(g, inp)(np.array([[0, 0, 0, 0], [0, 1, 0, 1]]))
+    for b, ref in enumerate((one, frag)):
+        assert_same(ref, out, b)
+
+
+def test_all_on_one_device_is_one_segment():
+    # dispatch + launch + the largest op launch + every op's cost + the unfused costs of
+    # the ops with no inputs (the only ones whose inputs are not in the segment).
     rng = np.random.default_rng(2)
     for _ in range(10):
-        g, inp = sim_cases.random_case(rng)
+        g, inp = sim_cases.random_case(rng, host_costs=True)
+        sources = np.diff(g.in_edges[0]) == 0
         for d in range(inp.num_devices):
-            p = np.full(g.num_ops, d)
-            r = simulate(g, inp, p)
-            assert r.step_time_s == pytest.approx(inp.op_time_s[:, d].sum(), rel=1e-12)
-            assert r.bytes_moved == 0
+            r = simulate(g, inp, np.full(g.num_ops, d))
+            expect = (inp.dispatch_s[d] + inp.launch_s[d] + inp.op_launch_s[:, d].max()
+                      + inp.op_time_s[:, d].sum() + inp.op_unfused_s[sources, d].sum())
+            assert r.step_time_s == pytest.approx(expect, rel=1e-12)
+            assert (r.num_segments, r.num_transfers, r.bytes_moved) == (1, 0, 0)
+            assert r.host_s == inp.dispatch_s[d]
 
 
-def test_unused_extra_device_changes_nothing():
-    rng = np.random.default_rng(3)
-    for _ in range(4):
-        g, inp = sim_cases.random_case(rng, max_devices=4)
-        d = inp.num_devices
-        extra = make_sim_inputs(
-            np.concatenate([inp.op_time_s, rng.uniform(0, 1, (g.num_ops, 1))], axis=1),
-            np.pad(inp.latency_s, ((0, 1), (0, 1)), constant_values=1.0),
-            np.pad(inp.bandwidth_bytes_per_s, ((0, 1), (0, 1)), constant_values=10.0),
-            np.append(inp.memory_bytes, 1.0), np.append(inp.exclusive_group, d))
-        p = sim_cases.random_placements(rng, 4, g.num_ops, d)
-        out_a = batched_simulator(g, inp)(p)
-        out_b = batched_simulator(g, extra)(p)
-        np.testing.assert_array_equal(out_a.step_time_s, out_b.step_time_s)
-        np.testing.assert_array_equal(out_a.peak_memory_bytes, out_b.peak_memory_bytes[:, :d])
-        assert np.all(out_b.peak_memory_bytes[:, d] == 0)
-        ra, rb = simulate(g, inp, p[-1]), simulate(g, extra, p[-1])
-        assert ra.step_time_s == rb.step_time_s
+def test_segment_waits_for_a_late_input_of_its_last_op():
+    # Ops 1..3 form one segment on device 1; only its last op reads op 0 (10 s on device
+    # 0, then 0.5 s + 1 s to copy). Fused, the whole segment starts when the copy lands,
+    # even op 1, which reads nothing.
+    g = make_graph([0, 1, 2], [3, 2, 3], m=4, edge_bytes=[100.0] * 3, out_bytes=[0] * 4)
+    inp = simple_inputs(4, 2)
+    t = inp.op_time_s.copy()
+    t[0, 0] = 10.0
+    inp = inp._replace(op_time_s=t)
+    r = simulate(g, inp, [0, 1, 1, 1], schedule=True)
+    s = r.schedule
+    np.testing.assert_array_equal(s.segment_start_s, [0.0, 11.5])
+    np.testing.assert_array_equal(s.segment_end_s, [10.0, 14.5])
+    assert s.op_start_s[1] == 11.5
+    assert r.step_time_s == 14.5
+    assert batched_simulator(g, inp)(np.array([[0, 1, 1, 1]])).step_time_s[0] == 14.5
+
+
+def test_second_consumer_on_a_device_reuses_the_copy():
+    # Ops 1 and 3 (device 1, two segments) both read op 0's output: one device_put, paid
+    # once (0.25 s of host time), made for op 1; op 3's segment waits for nothing more.
+    g = make_graph([0, 0], [1, 3], m=4, edge_bytes=[100.0, 100.0], out_bytes=[0] * 4)
+    inp = hosty_inputs(4, 2, dispatch=0.125, put=0.25)
+    r = simulate(g, inp, [0, 1, 0, 1], schedule=True)
+    s = r.schedule
+    assert (r.num_transfers, r.bytes_moved) == (1, 100)
+    assert list(s.transfer_op) == [0] and list(s.transfer_to) == [1]
+    np.testing.assert_array_equal(s.segment_start_s, [0.125, 2.625, 1.125, 3.625])
+    assert r.step_time_s == 4.625
+    assert r.host_s == 4 * 0.125 + 0.25
+
+
+def test_host_bound_placement_is_serialized_by_the_host():
+    # Four independent 0.1 s ops on four devices: with no host costs they all run at once;
+    # with a 1 s dispatch per segment call the host makes them one after another.
+    g = make_graph([], [], m=4, out_bytes=[0] * 4)
+    p = [0, 1, 2, 3]
+    assert simulate(g, hosty_inputs(4, 4, op_time=0.1), p).step_time_s == 0.1
+    inp = hosty_inputs(4, 4, op_time=0.1, dispatch=1.0)
+    r = simulate(g, inp, p, schedule=True)
+    np.testing.assert_array_equal(r.schedule.segment_start_s, [1.0, 2.0, 3.0, 4.0])
+    assert r.step_time_s == pytest.approx(4.1)
+    assert r.host_s == 4.0
+    # On one device: one segment, one dispatch.
+    assert simulate(g, inp, [2] * 4).step_time_s == pytest.approx(1.4)
+    out = batched_simulator(g, inp)(np.array([p, [2] * 4]))
+    np.testing.assert_allclose(out.step_time_s, [4.1, 1.4], rtol=RTOL)
+    np.testing.assert_array_equal(out.host_s, [4.0, 1.0])
 
 
 def test_zero_byte_tensor_costs_exactly_the_latency():
@@ -119,7 +223,6 @@ def test_zero_byte_tensor_costs_exactly_the_latency():
     assert r.step_time_s == 1 + 0.5 + 1 + 0.5 + 1
     assert r.bytes_moved == 0
     assert len(simulate(g, inp, [0, 1, 0], schedule=True).schedule.transfer_op) == 2
-    assert batched_simulator(g, inp)(np.array([[0, 1, 0]])).step_time_s[0] == r.step_time_s
 
 
 def test_params_larger_than_memory_are_oom():
@@ -128,8 +231,6 @@ def test_params_larger_than_memory_are_oom():
         r = simulate(g, inp, p)
         assert r.oom and r.oom_devices == (p[1],)
         assert r.peak_memory_bytes[p[1]] >= 5e9
-    out = batched_simulator(g, inp)(np.array([[0, 0], [0, 1], [1, 0], [1, 1]]))
-    assert out.oom.all()
 
 
 def test_params_counted_once_per_device():
@@ -139,8 +240,6 @@ def test_params_counted_once_per_device():
     inp = simple_inputs(3, 2)
     assert list(simulate(g, inp, [0, 0, 0]).peak_memory_bytes) == [107, 0]
     assert list(simulate(g, inp, [0, 1, 1]).peak_memory_bytes) == [100, 107]
-    out = batched_simulator(g, inp)(np.array([[0, 0, 0], [0, 1, 1]]))
-    np.testing.assert_array_equal(out.peak_memory_bytes, [[107, 0], [100, 107]])
 
 
 def test_tensor_sent_once_to_a_device_with_two_consumers():
@@ -154,24 +253,26 @@ def test_tensor_sent_once_to_a_device_with_two_consumers():
     assert list(s.transfer_to) == [1, 2] and list(s.transfer_bytes) == [300, 50]
     r2 = simulate(g, inp, [0, 1, 1, 1])  # both outputs in one transfer
     assert r2.bytes_moved == 350
-    assert r2.step_time_s == 1 + 0.5 + 3.5 + 3
+    assert r2.step_time_s == 1 + 0.5 + 3.5 + 3  # one segment of three ops after it
     out = batched_simulator(g, inp)(np.array([[0, 1, 1, 2], [0, 1, 1, 1]]))
     np.testing.assert_array_equal(out.bytes_moved, [350, 350])
+    np.testing.assert_array_equal(out.step_time_s, [r.step_time_s, 8.0])
 
 
 def test_transfers_on_one_link_queue():
-    # Ops 0 and 1 on device 0 each send 500 bytes (5 s + 0.5 s latency) to device 1.
+    # Ops 0 and 1 form one segment on device 0 (ends at 2); ops 2 and 3 read one each
+    # over the same link (500 bytes: 0.5 s + 5 s): the second copy waits for the first.
     g = make_graph([0, 1], [2, 3], m=4, edge_bytes=[500.0, 500.0], out_bytes=[0] * 4)
     inp = simple_inputs(4, 2)
     r = simulate(g, inp, [0, 0, 1, 1], schedule=True)
     s = r.schedule
-    np.testing.assert_allclose(s.transfer_start_s, [1.0, 6.5])  # second waits for the link
-    np.testing.assert_allclose(s.transfer_end_s, [6.5, 12.0])
-    assert r.step_time_s == 13.0
-    assert batched_simulator(g, inp)(np.array([[0, 0, 1, 1]])).step_time_s[0] == 13.0
+    np.testing.assert_allclose(s.transfer_start_s, [2.0, 7.5])
+    np.testing.assert_allclose(s.transfer_end_s, [7.5, 13.0])
+    assert r.step_time_s == 15.0
+    assert batched_simulator(g, inp)(np.array([[0, 0, 1, 1]])).step_time_s[0] == 15.0
 
 
-def test_exclusive_group_runs_one_op_at_a_time():
+def test_exclusive_group_runs_one_segment_at_a_time():
     g = make_graph([], [], m=2)
     shared = simple_inputs(2, 2, group=[0, 0])
     apart = simple_inputs(2, 2, group=[0, 1])
@@ -193,10 +294,35 @@ def test_activation_lives_until_its_transfer_arrives():
     np.testing.assert_array_equal(out.peak_memory_bytes[0], [130, 100])
 
 
+# ---------------------------------------------------------------- invariants
+def test_unused_extra_device_changes_nothing():
+    rng = np.random.default_rng(3)
+    g, inp = sim_cases.random_case(rng, max_devices=4, host_costs=True)
+    d = inp.num_devices
+    col = rng.uniform(0, 1, (g.num_ops, 1))
+    extra = make_sim_inputs(
+        np.concatenate([inp.op_time_s, col], axis=1),
+        np.pad(inp.latency_s, ((0, 1), (0, 1)), constant_values=1.0),
+        np.pad(inp.bandwidth_bytes_per_s, ((0, 1), (0, 1)), constant_values=10.0),
+        np.append(inp.memory_bytes, 1.0), np.append(inp.exclusive_group, d),
+        np.append(inp.launch_s, 1.0), np.append(inp.dispatch_s, 1.0),
+        np.pad(inp.put_s, ((0, 1), (0, 1)), constant_values=1.0),
+        np.concatenate([inp.op_launch_s, col], axis=1),
+        np.concatenate([inp.op_unfused_s, col], axis=1))
+    p = sim_cases.random_placements(rng, 8, g.num_ops, d)
+    out_a = batched_simulator(g, inp)(p)
+    out_b = batched_simulator(g, extra)(p)
+    np.testing.assert_array_equal(out_a.step_time_s, out_b.step_time_s)
+    np.testing.assert_array_equal(out_a.peak_memory_bytes, out_b.peak_memory_bytes[:, :d])
+    assert np.all(out_b.peak_memory_bytes[:, d] == 0)
+    for q in p:
+        assert simulate(g, inp, q).step_time_s == simulate(g, extra, q).step_time_s
+
+
 def test_step_time_at_least_lower_bound():
     rng = np.random.default_rng(4)
     for _ in range(40):
-        g, inp = sim_cases.random_case(rng)
+        g, inp = sim_cases.random_case(rng, host_costs=bool(rng.random() < 0.5))
         lb = lower_bound(g, inp)
         for p in sim_cases.random_placements(rng, 6, g.num_ops, inp.num_devices):
             assert simulate(g, inp, p).step_time_s >= lb * (1 - 1e-12)
@@ -208,17 +334,56 @@ def test_step_time_at_least_lower_bound():
 def test_schedule_is_consistent():
     rng = np.random.default_rng(7)
     g = sim_cases.random_graph(rng, "layered", 40)
-    inp = sim_cases.random_inputs(rng, 40, 3, exclusive=True)
+    inp = sim_cases.random_inputs(rng, 40, 3, exclusive=True, host_costs=True)
     p = rng.integers(0, 3, 40)
     r = simulate(g, inp, p, schedule=True)
     s = r.schedule
     np.testing.assert_array_equal(s.op_device, p)
+    # Segments: maximal runs of one device, in order, covering every op.
+    np.testing.assert_array_equal(s.segment_first, [0] + list(s.segment_stop[:-1]))
+    assert s.segment_stop[-1] == 40
+    np.testing.assert_array_equal(s.segment_device, p[s.segment_first])
+    assert np.all(s.segment_device[1:] != s.segment_device[:-1])
+    seg = s.op_segment
+    # A segment lasts its launch, largest op launch, op costs and unfused costs; it starts
+    # after its host call, and the host calls come in order.
+    for k, (a, b) in enumerate(zip(s.segment_first, s.segment_stop, strict=True)):
+        dev = s.segment_device[k]
+        fused = [any(a <= j < i for j in g.src[g.dst == i]) for i in range(a, b)]
+        work = (inp.launch_s[dev] + inp.op_launch_s[a:b, dev].max()
+                + inp.op_time_s[a:b, dev].sum()
+                + inp.op_unfused_s[a:b, dev][~np.asarray(fused)].sum())
+        assert s.segment_end_s[k] - s.segment_start_s[k] == pytest.approx(work, rel=1e-12)
+    assert np.all(s.segment_start_s >= s.segment_dispatch_s)
+    assert np.all(np.diff(s.segment_dispatch_s) >= 0)
+    # Ops sit inside their segments, back to back.
     np.testing.assert_allclose(s.op_end_s - s.op_start_s, inp.op_time_s[np.arange(40), p])
-    for a, b in zip(g.src, g.dst, strict=True):
-        assert s.op_start_s[b] >= s.op_end_s[a]
-    assert np.all(s.transfer_start_s >= s.op_end_s[s.transfer_op])
-    assert r.step_time_s == max(s.op_end_s.max(), s.transfer_end_s.max(initial=0))
+    assert np.all(s.op_start_s >= s.segment_start_s[seg] - 1e-12)
+    assert np.all(s.op_end_s <= s.segment_end_s[seg] + 1e-12)
+    # Inputs: from an earlier segment of the device (done first) or from a copy.
+    arrival = {(j, t): e for j, t, e in zip(s.transfer_op, s.transfer_to, s.transfer_end_s,
+                                            strict=True)}
+    for j, i in zip(g.src, g.dst, strict=True):
+        if seg[j] == seg[i]:
+            continue
+        assert s.segment_start_s[seg[i]] >= s.segment_end_s[seg[j]] - 1e-12 \
+            if p[j] == p[i] else s.segment_start_s[seg[i]] >= arrival[j, p[i]]
+    # A copy starts after its call and its producer's segment; each link is a FIFO.
+    assert np.all(s.transfer_start_s >= s.transfer_issue_s)
+    assert np.all(s.transfer_start_s >= s.segment_end_s[seg[s.transfer_op]])
+    for a in range(3):
+        for b in range(3):
+            on = (s.transfer_from == a) & (s.transfer_to == b)
+            assert np.all(s.transfer_start_s[on][1:] >= s.transfer_end_s[on][:-1])
+    # An exclusive group runs one segment at a time.
+    grp = inp.exclusive_group[s.segment_device]
+    for x in set(grp.tolist()):
+        ks = np.flatnonzero(grp == x)
+        assert np.all(s.segment_start_s[ks][1:] >= s.segment_end_s[ks][:-1])
+    assert r.step_time_s == max(s.segment_end_s.max(), s.transfer_end_s.max(initial=0),
+                                r.host_s)
     assert r.bytes_moved == s.transfer_bytes.sum()
+    assert (r.num_segments, r.num_transfers) == (len(s.segment_first), len(s.transfer_op))
     assert simulate(g, inp, p).schedule is None
 
 
@@ -263,27 +428,42 @@ def test_bad_placements_raise_placement_error():
     assert simulate(g, inp, np.array([0.0, 1.0])).step_time_s == 1 + 0.5 + 10 + 1
 
 
-# ---------------------------------------------------------------- compilation
+# ---------------------------------------------------------------- compilation, modes
 def test_batched_compiles_once_per_bucket():
     rng = np.random.default_rng(8)
-    g, inp = sim_cases.random_case(rng)
-    f = batched_simulator(g, inp)
+    g, inp = sim_cases.random_case(rng, host_costs=True)
+    f = batched_simulator(g, inp, memory=False)
     for _ in range(3):
         f(sim_cases.random_placements(rng, 5, g.num_ops, inp.num_devices))
-    f(sim_cases.random_placements(rng, 7, g.num_ops, inp.num_devices))  # same bucket (8)
+    p = sim_cases.random_placements(rng, 7, g.num_ops, inp.num_devices)  # bucket 8 too
+    out = f(p)
     assert f.num_traces == 1
+    # memory=False skips the peaks, and gives the same times.
+    assert np.all(np.isnan(out.peak_memory_bytes)) and not out.oom.any()
+    for b, q in enumerate(p):
+        ref = simulate(g, inp, q)
+        np.testing.assert_allclose(out.step_time_s[b], ref.step_time_s, rtol=RTOL)
+        np.testing.assert_allclose(out.busy_s[b], ref.busy_s, rtol=RTOL, atol=1e-12)
     f(sim_cases.random_placements(rng, 9, g.num_ops, inp.num_devices))
     assert f.num_traces == 2
 
 
-def test_memory_off_skips_peak():
-    rng = np.random.default_rng(9)
-    g, inp = sim_cases.random_case(rng)
-    p = sim_cases.random_placements(rng, 3, g.num_ops, inp.num_devices)
-    full = batched_simulator(g, inp)(p)
-    fast = batched_simulator(g, inp, memory=False)(p)
-    np.testing.assert_array_equal(full.step_time_s, fast.step_time_s)
-    assert np.all(np.isnan(fast.peak_memory_bytes)) and not fast.oom.any()
+def test_traceable_gives_the_call_results():
+    # The pure function behind __call__ (what RL jits inside its update).
+    rng = np.random.default_rng(10)
+    g, inp = sim_cases.random_case(rng, host_costs=True)
+    p = sim_cases.random_placements(rng, 8, g.num_ops, inp.num_devices)
+    f = batched_simulator(g, inp)
+    want = f(p)
+    fn, consts = f.traceable()
+    with jax.enable_x64(True):
+        step, busy, moved, mem = jax.jit(fn)(consts, jnp.asarray(p, jnp.int32))
+    np.testing.assert_allclose(step, want.step_time_s, rtol=1e-12)
+    np.testing.assert_allclose(busy, want.busy_s, rtol=1e-12)
+    np.testing.assert_allclose(moved, want.bytes_moved, rtol=1e-12)
+    params, kf, ka, dev, size = (np.asarray(x) for x in mem)
+    peak = params + _sweep_peaks(kf, ka, dev, size, inp.num_devices)
+    np.testing.assert_allclose(peak, want.peak_memory_bytes, rtol=1e-12)
 
 
 def test_public_names():
@@ -295,50 +475,34 @@ def test_public_names():
 
 
 def test_memory_oom_mode_flags_exactly():
-    # memory="oom" screens placements with an upper bound of the peak and simulates only
-    # those that might not fit: its OOM flags equal the exact ones, and the peaks it does
-    # report are the exact peaks.
+    # memory="oom" screens placements with an upper bound of the peak (everything a
+    # device ever holds) and simulates only those that might not fit: its OOM flags equal
+    # the exact ones, and the peaks it does report are the exact peaks. The capacity is
+    # the median bound, so that about half the placements take each path.
     rng = np.random.default_rng(12)
-    screened = exact_rows = 0
-    for _ in range(6):
-        g, inp = sim_cases.random_case(rng)
-        cap = float(rng.choice([5e3, 2e4, 1e12]))
-        inp = inp._replace(memory_bytes=np.full(inp.num_devices, cap))
-        p = sim_cases.random_placements(rng, 8, g.num_ops, inp.num_devices)
-        fast = batched_simulator(g, inp, memory="oom")(p)
-        full = batched_simulator(g, inp)(p)
-        np.testing.assert_array_equal(fast.oom, full.oom)
-        np.testing.assert_array_equal(fast.step_time_s, full.step_time_s)
-        np.testing.assert_array_equal(fast.busy_s, full.busy_s)
-        rows = ~np.isnan(fast.peak_memory_bytes).any(axis=1)
-        np.testing.assert_array_equal(fast.peak_memory_bytes[rows], full.peak_memory_bytes[rows])
-        assert np.all(rows[full.oom])  # every OOM placement was simulated exactly
-        screened += int((~rows).sum())
-        exact_rows += int(rows.sum())
-    assert screened and exact_rows  # both paths ran
+    g = sim_cases.union_graph([sim_cases.random_graph(rng, s, 12)
+                               for s in sim_cases.SHAPES[:3]])
+    inp = sim_cases.random_inputs(rng, g.num_ops, 3, host_costs=True)
+    p = np.concatenate([sim_cases.random_placements(rng, 12, g.num_ops, 3),
+                        sim_cases.long_run_placements(rng, 4, g.num_ops, 3)])
+    bounds = []
+    for q in p:
+        s = simulate(g, inp, q, schedule=True).schedule
+        held = np.bincount(q, weights=g.out_bytes, minlength=3)
+        held += np.bincount(s.transfer_to, weights=s.transfer_bytes, minlength=3)
+        held += np.bincount(q[g.param_op], weights=g.param_sizes[g.param_index], minlength=3)
+        bounds.append(held.max())
+    inp = inp._replace(memory_bytes=np.full(3, float(np.median(bounds))))
+    fast = batched_simulator(g, inp, memory="oom")(p)
+    refs = [simulate(g, inp, q) for q in p]
+    np.testing.assert_array_equal(fast.oom, [r.oom for r in refs])
+    np.testing.assert_allclose(fast.step_time_s, [r.step_time_s for r in refs], rtol=RTOL)
+    rows = ~np.isnan(fast.peak_memory_bytes).any(axis=1)
+    np.testing.assert_allclose(fast.peak_memory_bytes[rows],
+                               [r.peak_memory_bytes for r, k in zip(refs, rows, strict=True)
+                                if k], rtol=RTOL)
+    assert all(rows[b] for b, r in enumerate(refs) if r.oom)  # every OOM simulated
+    assert 0 < rows.sum() < len(p)  # both paths ran
+    assert any(r.oom for r in refs) and not all(r.oom for r in refs)
     with pytest.raises(ValueError, match="memory must be"):
         batched_simulator(g, inp, memory="peak")
-
-
-def test_ready_slots_never_overwrite_a_live_row():
-    from simplace.sim.batched import _ready_slots
-    rng = np.random.default_rng(13)
-    for shape in sim_cases.SHAPES:
-        g = sim_cases.random_graph(rng, shape, 80)
-        slot, n = _ready_slots(g.num_ops, g.src.astype(np.int64), g.dst.astype(np.int64))
-        last = np.full(g.num_ops, -1)
-        np.maximum.at(last, g.src, g.dst)
-        # Op i's row is written at step i + 1 and read up to step last[i].
-        owner = {}
-        for step in range(g.num_ops + 1):
-            for s, i in list(owner.items()):
-                if last[i] < step:
-                    del owner[s]
-            if step >= 1:
-                i = step - 1
-                if last[i] > i:
-                    assert slot[i] not in owner, (shape, i, owner)
-                    owner[slot[i]] = i
-                else:
-                    assert slot[i] == n - 1  # the scratch row
-        assert n - 1 not in slot[last > np.arange(g.num_ops)]

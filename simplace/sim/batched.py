@@ -1,53 +1,83 @@
 """The batched simulator: the reference semantics in JAX, for many placements at once.
 
-``batched_simulator(graph, cost_model)`` precomputes the graph's index arrays (numpy,
-jraph style: in-edges padded to the largest in-degree, with masks) and returns a
-function ``f(placements int[B, M]) -> BatchResult`` that runs one ``jax.lax.scan`` over
-the ops in graph order, vectorised over the batch. The scan is exact for the same
-reason the reference's single pass is: each exclusive group runs its ops in graph
-order, and every link is fed by one group, so links are FIFOs in graph order too.
+``batched_simulator(graph, cost_model)`` precomputes the graph's index arrays (numpy)
+and returns a function ``f(placements int[B, M]) -> BatchResult`` that runs one
+``jax.lax.scan`` over the ops in graph order, vectorised over the batch, with the
+reference's semantics (``simplace.sim.reference``): segments (maximal runs of ops on
+one device, one fused computation each: launch, largest op launch, the ops' costs and
+the unfused costs of ops with no input from the segment), one serial host thread
+(``put_s`` per transfer call, ``dispatch_s`` per segment call), lazy transfers issued
+by the first consumer segment on each device, FIFO links, exclusive groups.
+The scan is exact for the reason the reference's single pass is: segments, host calls
+and each link's transfers all happen in graph order.
 
-Layout: the batch is the minor (last) axis of every array in the scan, so each step
-works on contiguous ``[.., B]`` rows. The carry is
-  ready[S, D, B]: row ``s`` holds, for the op that owns slot s, when its outputs are
-    available on each device (its end on its own device, the transfer's arrival
-    elsewhere). Slots are reused like registers (``_ready_slots``): S is the largest
-    number of ops whose outputs are still to be read (532 for ResNet-50 training instead
-    of M = 3,889), so the buffer stays in cache and costs little to allocate;
-  free[G, B] (when each exclusive group is free), link[D, D, B] (when each link is
-    free), busy[D, B] (op time per device, added in graph order as the reference does).
-Per op, before the scan, only a bit mask of the devices each tensor goes to
-(``_send_bits``, uint8 [M, TM, B] for D <= 8) is computed; bytes / bandwidth of each
-transfer is a static [M, D, D] table when every op has at most one distinct tensor (the
-common case), else it is divided inside the step in the reference's order. (The masks
-limit machines to 64 devices.)
+Before the scan, vectorised over ``[.., B]``, from the placements alone:
+  - where segments open and close, and how far each op's segment runs back (at most
+    ``W`` = 8 ops) and on (8 or more ops, 16 or more);
+  - "pairs" (a consumer op and one of its distinct producers, in ``graph.in_edges``
+    order) and which of them send a transfer: those that cross devices and whose
+    consumer is the producer's first consumer on that device (an exclusive running OR
+    of device bits over each producer's consumers, one rank of consumers at a time).
+    A read of a copy already sent never delays its segment: the segment that sent
+    the copy waited for it, and later segments of the device start after that one
+    ends. So the scan only looks at the reads that send;
+  - the link class of each transfer: the distinct ``(latency, bandwidth, put)`` of the
+    machine's links (one or two on the datasheet machines), so that a transfer's
+    constants are a short chain of selects (machines with many classes pick each
+    constant from a per-device column instead).
 
-What makes the step fast on XLA:CPU (measured; each kernel launch costs ~1 us and
-fusions with dynamic indexing are not vectorised):
-  - the step is software-pipelined: step i first issues the transfers of op i-1 and
-    writes its ready row (its end comes through the carry), then computes op i's start
-    and end. Without this, XLA fuses the end computation (three dynamic reads of
-    ``ready``) into every [D, D, B] link fusion and copies the carry;
-  - every per-device selection is a chain of D elementwise selects (``pick``), never a
-    one-hot reduce (an extra custom reduce kernel each) nor a gather;
-  - no stack/concatenate inside the step (XLA:CPU emits them element by element);
-  - the link update is one elementwise [D, D, B] fusion; the step time is the largest
-    group end or link arrival after the scan (both are FIFOs), so no per-step max.
+The scan runs over "slices": an op's pairs, at most ``K`` (2) per step; an op with
+more takes several steps (the first opens its segment, the last adds its cost and may
+close it). The carry holds, per placement (the batch is the minor axis): the host
+clock, the open segment's start bound (its group's free time when it opened, then the
+latest arrival of its transfers), its work so far and op-launch maximum, its first op
+(an input from it or later is fused), the bytes moved; ``free[G]`` (each exclusive
+group's last segment end), ``busy[D]``,
+``link[to, from]`` (when each link is free); and ``etab``, segment ends by op. A
+transfer starts no earlier than the end of its producer's segment, known only at that
+segment's last op: there the scan writes the end into the rows of the segment's last
+``W`` ops (one contiguous ``[W, B]`` block), and a transfer reads row ``j`` of its
+producer ``j``, or row ``j + W`` when ``j``'s segment runs on 8 ops or more (op
+``j + W`` is then in it). A producer whose segment runs on 16 ops or more (for some
+placement of the batch; never in practice for random placements, often for blocky
+ones) makes its step read ``etab[last_of[j]]`` by per-placement gathers, inside a
+``lax.cond``: XLA:CPU's gathers cost ~4 ns per element.
 
-Peak memory (``memory=True``) is exact: the scan also emits each op's start and ready
-row; all live intervals (activations, and received copies in static per-producer slots)
-become +size/-size events with one integer sort key each (the time's bits, then
-free-before-allocation), and ``_sweep_peaks`` sorts and sweeps them on the host with
-numpy (about 3x faster than XLA's CPU sort with payloads, which dominated before); the
-sort still costs several times the scan. ``memory="oom"`` gets the exact OOM flag at
-nearly the cost of ``memory=False``: the scan also adds up every byte a device ever
-holds (a bound of its peak), and only placements whose bound exceeds a capacity are
-re-run exactly; the others report NaN peaks.
+What makes the step fast on XLA:CPU (measured, with the profiler on one core):
+  - XLA:CPU has no multi-output fusion: an elementwise value read by several fusions
+    is recomputed in each (a [D, B] consumer recomputes it D times). Values read
+    several times are made buffers with ``_barrier`` (a reduction over a stacked
+    runtime -inf, which XLA cannot simplify away);
+  - fusions that read a big array at a dynamic index are not vectorised: each step
+    reads its rows of the per-op and per-pair tables once, into small buffers;
+  - per-device selections are chains of selects (``_pick``), never one-hot reductions
+    or gathers;
+  - the tables are updated in place: the previous slice's end comes through the carry
+    and is written at the start of the next step (``finish``), and the link column is
+    written back after this step's reads of ``link``;
+  - the segment-end table (M rows) is kept between calls and donated to each call:
+    allocating and clearing 32 MB cost more than the scan spends on it. A row is only
+    read after the call wrote it, so it needs no clearing;
+  - reductions over the op axis are scans: XLA:CPU's reductions over a leading axis are
+    tens of times slower.
 
-Precision: times are float64, so that the batched simulator makes the same comparisons
-as the reference (ties between an op's end and the next op's start are common). float64
-is switched on only inside this module's calls, with the ``jax.enable_x64`` context
-manager around tracing, compiling and running; global JAX config is never changed.
+Peak memory (``memory=True``) is exact: the scan also emits each slice's segment start
+and end candidates and each transfer's arrival; after the scan a reverse scan gives
+each op its segment's start and end, all live intervals (activations, and received
+copies in static per-producer slots) become +size/-size events with one integer sort
+key each (the time's bits, then free-before-allocation), and ``_sweep_peaks`` sorts and
+sweeps them on the host with numpy. ``memory="oom"`` gets the exact OOM flag at nearly
+the cost of ``memory=False``: every byte a device ever holds is a bound of its peak;
+only placements whose bound exceeds a capacity are re-run exactly; the others report
+NaN peaks.
+
+Precision: times are float64 and computed in the reference's operation order (a
+segment's work summed op by op from its launch, ``start + work``, ``(t0 + latency) +
+bytes / bandwidth``): ties between a segment's end and another's start are common.
+Only with per-op launch costs is the largest of them added after the ops' costs, not
+before (a difference in the last bits). float64 is switched on only inside this
+module's calls, with the ``jax.enable_x64`` context manager around tracing, compiling
+and running; global JAX config is never changed.
 
 Compilation: the jitted function is cached per simulator (graph x machine) and per
 batch size. Batch sizes are padded up to a bucket (the next power of two up to 256,
@@ -57,7 +87,6 @@ compile only when it reaches a new bucket.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -67,12 +96,21 @@ import numpy as np
 
 from simplace.sim.inputs import SimInputs, check_placements, sim_inputs
 
+# Rows of the segment-end table a segment's last op fills (see the module docstring;
+# the doubling in _impl assumes 8).
+_WINDOW = 8
+# Pairs (distinct producers) per scan step, at most.
+_WIDTH = 2
+# Machines with more link classes pick transfer constants from per-device columns.
+_MAX_CLASSES = 4
+
 
 class BatchResult(NamedTuple):
     """Results of a batch of placements (numpy arrays).
 
     step_time_s: float64[B]; peak_memory_bytes: float64[B, D]; oom: bool[B];
-    busy_s: float64[B, D]; bytes_moved: float64[B]. Same meanings as ``SimResult``.
+    busy_s: float64[B, D]; bytes_moved: float64[B]; num_segments: int[B];
+    num_transfers: int[B]; host_s: float64[B]. Same meanings as ``SimResult``.
     """
 
     step_time_s: np.ndarray
@@ -80,6 +118,9 @@ class BatchResult(NamedTuple):
     oom: np.ndarray
     busy_s: np.ndarray
     bytes_moved: np.ndarray
+    num_segments: np.ndarray | None = None
+    num_transfers: np.ndarray | None = None
+    host_s: np.ndarray | None = None
 
 
 def batch_bucket(b: int) -> int:
@@ -107,35 +148,42 @@ class BatchedSimulator:
         self._graph = graph
         self._inputs = inputs
         self._exact = None  # the memory=True simulator that "oom" mode defers to
-        self._static, consts = _precompute(graph, inputs)
-        with jax.enable_x64(True):
-            self._consts = jax.device_put(consts)
         if self.num_devices > 64:  # the send masks are one unsigned integer per op
             raise ValueError(f"the batched simulator supports up to 64 devices, got "
                              f"{self.num_devices}")
+        self._static, consts = _precompute(graph, inputs)
+        with jax.enable_x64(True):
+            self._consts = jax.device_put(consts)
         self._p_dtype = np.int8 if self.num_devices <= 127 else np.int32
-        self._jit = jax.jit(self._impl)
+        # The segment-end table, kept between calls (one per batch bucket) and donated.
+        self._jit = jax.jit(lambda c, p, e: self._impl(c, p, extras=True, etab0=e),
+                            donate_argnums=(2,))
+        self._etab: dict[int, jax.Array] = {}
 
     def __call__(self, placements) -> BatchResult:
         p = check_placements(placements, self.num_ops, self.num_devices)
         b = p.shape[0]
+        d = self.num_devices
         if b == 0 or self.num_ops == 0:
-            d = self.num_devices
             # Nothing runs: memory holds no parameters either (no op reads them).
             return BatchResult(np.zeros(b), np.zeros((b, d)), np.zeros(b, dtype=bool),
-                               np.zeros((b, d)), np.zeros(b))
+                               np.zeros((b, d)), np.zeros(b), np.zeros(b, np.int32),
+                               np.zeros(b, np.int32), np.zeros(b))
         bucket = batch_bucket(b)
         if bucket > b:
             p = np.concatenate([p, np.repeat(p[:1], bucket - b, axis=0)])
         with jax.enable_x64(True):
+            etab = self._etab.pop(bucket, None)
+            if etab is None:
+                etab = jnp.zeros((self._static["E"], bucket), jnp.float64)
             # Device indices travel as int8 when they fit: 4x less to copy and transpose.
-            out = self._jit(self._consts, jnp.asarray(p, dtype=self._p_dtype))
-            step_time, busy, moved, events = jax.device_get(out)
-        d = self.num_devices
+            out = self._jit(self._consts, jnp.asarray(p, dtype=self._p_dtype), etab)
+            self._etab[bucket] = out[-1]
+            step_time, busy, moved, events, n_seg, n_xfer, host = jax.device_get(out[:-1])
         cap = self._inputs.memory_bytes
         if self.memory is False:
-            peak = np.full((len(step_time), d), np.nan)
-            oom = np.zeros(len(step_time), dtype=bool)
+            peak = np.full((b, d), np.nan)
+            oom = np.zeros(b, dtype=bool)
         elif self.memory == "oom":
             # events is an upper bound of each device's peak; only placements where it
             # exceeds a capacity can be OOM: simulate those exactly, report NaN peaks for
@@ -155,7 +203,8 @@ class BatchedSimulator:
             params, key_free, key_alloc, dev, size = (np.asarray(x)[:b] for x in events)
             peak = params + _sweep_peaks(key_free, key_alloc, dev, size, d)
             oom = np.any(peak > cap[None, :], axis=1)
-        return BatchResult(*(np.asarray(x)[:b] for x in (step_time, peak, oom, busy, moved)))
+        return BatchResult(*(np.asarray(x)[:b] for x in (step_time, peak, oom, busy, moved,
+                                                         n_seg, n_xfer, host)))
 
     def traceable(self):
         """``(fn, consts)``: the pure function behind ``__call__``, for a caller's own jit.
@@ -169,152 +218,306 @@ class BatchedSimulator:
         return self._impl, self._consts
 
     # ------------------------------------------------------------------ traced code
-    def _impl(self, c, placements):
+    def _impl(self, c, placements, extras=False, etab0=None):
         self.num_traces += 1  # Python side effect: runs once per trace, not per call
         st = self._static
-        d, g, k_in = st["D"], st["G"], st["K"]
-        p = placements.T  # [M, B]: the batch is the minor axis throughout (int8 or int32)
-        b = p.shape[1]
-        dev_ids = jnp.arange(d, dtype=jnp.int32)
-        # ubits[i, b]: bit k set = op i sends something to device k. Ops with several
-        # tensors (split, unstack...) are few; the bytes they send to each device come
-        # from a small per-batch table, so that no per-op array is padded to the widest
-        # op (an unstack of 40 tensors would make every scan step 40 times wider).
-        ubits = _union_bits(c, p, d)  # [M, B]
-        bit_t = ubits.dtype.type
+        m, d, g, k_w, w = st["M"], st["D"], st["G"], st["K"], st["W"]
+        n_cls, table = st["NC"], st["TABLE"]
+        b = placements.shape[0]
+        f64 = jnp.float64
+        it = _info_dtype(st)  # the packed rows' type
+        sh, cb = it(st["SH"]), it(st["CB"])
+        low = it((1 << st["SH"]) - 1)
+        dev_ids = jnp.arange(d, dtype=it)
+        lo_f = c["lowest"]  # -inf and the int type's lowest value, arguments: see _barrier
+        lo_i = c["lowest_i"].astype(it)
+        memory = self.memory
+
+        # ---- placement-only facts, vectorised over [M, B]
+        # Transposed once: a conditional's operand is a buffer (otherwise XLA fuses the
+        # transpose, strided reads, into every consumer).
+        p = placements.astype(jnp.int8 if d <= 127 else jnp.int32).T
+        p = jax.lax.cond(lo_f < 0, lambda: p, lambda: -p)
+
+        def down(a, s_):
+            """a[i - s_] (False for i < s_)."""
+            if s_ >= m:
+                return jnp.zeros(a.shape, a.dtype)
+            return jnp.concatenate([jnp.zeros((s_, b), a.dtype), a[:-s_]])
+
+        def up(a, s_):
+            """a[i + s_] (False past the end)."""
+            if s_ >= m:
+                return jnp.zeros(a.shape, a.dtype)
+            return jnp.concatenate([a[s_:], jnp.zeros((s_, b), a.dtype)])
+
+        same = jnp.concatenate([jnp.zeros((1, b), bool), p[1:] == p[:-1]])  # p[i-1] == p[i]
+        new = ~same  # op i opens a segment
+        last = jnp.concatenate([new[1:], jnp.ones((1, b), bool)])  # op i closes it
+        # By doubling: a2[i]: ops i-2..i are in one segment, a4[i]: ops i-4..i, a8[i]:
+        # ops i-8..i. run[i]: how many ops of its segment end at op i, at most W = 8.
+        # far1[j]: op j's segment goes on W ops or more past it (its end is not in row
+        # j of etab, but in row j + W), far2[j]: 2W ops or more (in neither).
+        a2 = same & down(same, 1)
+        a4 = a2 & down(a2, 2)
+        a8 = a4 & down(a4, 4)
+        a6 = a4 & down(a2, 4)
+        run = (1 + same.astype(it) + a2.astype(it) + (a2 & down(same, 2)).astype(it)
+               + a4.astype(it) + (a4 & down(same, 4)).astype(it) + a6.astype(it)
+               + (a6 & down(same, 6)).astype(it))
+        far1 = up(a8, w)
+        far2 = far1 & up(far1, w)
+        # Per op: device | flags << SH (flags: 1 opens a segment, 2 closes it, 4 * run).
+        po = p.astype(it) | ((new.astype(it) + last.astype(it) * it(2) + run * it(4)) << sh)
+        send, code, pj, ubits = _pairs(c, st, p, ubits=memory is not False)
+        fo = _rows(jnp.concatenate([far1.astype(jnp.int8) + 2 * far2.astype(jnp.int8),
+                                    jnp.zeros((1, b), jnp.int8)]), c["pair_src_pad"])
+        # Per pair: the producer's device | the transfer's link class << SH (0: none) |
+        # far1 << CB.
+        pc = (pj.astype(it) | (code.astype(it) << sh)
+              | ((fo & jnp.int8(1)).astype(it) << cb))
         multi_bytes = _multi_bytes(c, p, d, st["Q"] + 1)  # [Q + 1, D, B]; row Q: zeros
+        # Slices with a transfer from a segment going on 2W ops or more, for some
+        # placement: they gather the segment's end at last_of (computed only then).
+        far = jnp.any(send & (fo > 1), axis=1)  # [P + 1]
+        x_far = jnp.any(_rows(far, c["slice_pair"]), axis=1)  # [S]
+        last_of = jax.lax.cond(jnp.any(x_far), lambda: _last_of(last),
+                               lambda: jnp.zeros((m, b), jnp.int32))
 
-        def pick(on, rows):
-            """rows[dev] per placement, by a chain of selects (on[k]: dev == k)."""
-            r = rows[0]
-            for k in range(1, len(rows)):
-                r = jnp.where(on[k], rows[k], r)
-            return r
+        launch = [float(v) for v in st["launch"]]
+        dispatch = [float(v) for v in st["dispatch"]]
+        has_ol, has_uf = st["has_op_launch"], st["has_op_unfused"]
+        flat_ids = jnp.arange(b, dtype=jnp.int32 if st["E"] * b < 2**31 else jnp.int64)
+        rows_w = jnp.asarray(w - 1 - np.arange(w), it)[:, None]  # [W, 1]
 
-        def sends_of(bits_i):
-            """bool[D, B] from the op's send masks [B]."""
-            return ((bits_i[None, :] >> dev_ids.astype(ubits.dtype)[:, None]) & bit_t(1)) > 0
+        def row(a, i):
+            return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
 
-        lat = c["latency"][:, :, None]  # [from, to, 1]
-
-        def finish(state, prev):
-            """Issue the transfers of the previous op and write its ready row.
-
-            The previous op's end comes through the scan carry, so that XLA materialises
-            it once instead of recomputing it inside each [D, D, B] fusion."""
-            ready, free, link, busy, held = state
-            end_p, dev_p, bits_p, slot_p, xf_p, t_p, act_p, tb_p, q_p, multi_p = prev
+        def finish(state, vals, info_p, blk_p):
+            """Close the previous slice: if its segment closed, write its end (group free
+            time, busy time, etab block). Its values come through the carry, so that
+            XLA updates the tables in place instead of fusing this step's dynamic reads
+            into their updates."""
+            etab, free, busy = state
+            end_p, start_p = vals[4], vals[5]
+            dev_p = info_p[0] & low
+            flags_p = info_p[0] >> sh
+            last_p = (flags_p & it(2)) > 0
             on = dev_ids[:, None] == dev_p[None, :]  # [D, B]
-            busy = busy + jnp.where(on, t_p[None], 0.0)  # in graph order, as the reference
+            closing = on & last_p[None, :]
             if st["G_ID"]:
-                free = jnp.where(on, end_p[None], free)
+                free = jnp.where(closing, end_p[None, :], free)
             else:
-                g_p = pick([dev_p == k for k in range(d)],
-                           [c["group"][k] for k in range(d)])
-                free = jnp.where(jnp.arange(g, dtype=jnp.int32)[:, None] == g_p[None],
-                                 end_p[None], free)
-            send = sends_of(bits_p)
-            if st["Q"]:
-                # Bytes sent to each device: the op's one tensor, or (several tensors)
-                # their sum from the table, then divided by the bandwidth of the op's row
-                # (the reference's operation order); single tensors use the static
-                # bytes / bandwidth.
-                nbytes = jax.lax.dynamic_index_in_dim(multi_bytes, q_p, 0, keepdims=False)
-                bw_row = pick([dev_p == k for k in range(d)],
-                              [c["bandwidth"][k][:, None] for k in range(d)])
-                xfer = jnp.where(multi_p, (nbytes / bw_row)[None], xf_p)
-                received = jnp.where(multi_p, nbytes, jnp.where(send, tb_p, 0.0))
-            else:
-                xfer = xf_p  # [from, to, 1]
-                received = jnp.where(send, tb_p, 0.0)
-            if bound:
-                # Bytes the device ever holds: the op's activation, its received copies.
-                held = held + jnp.where(on, act_p, 0.0) + received
-            upd = on[:, None, :] & send[None, :, :]
-            link = jnp.where(upd, jnp.maximum(end_p[None, None], link) + lat + xfer, link)
-            arrive = pick([dev_p == k for k in range(d)], [link[k] for k in range(d)])
-            row = jnp.where(on, end_p[None], arrive)  # [D, B]
-            ready = jax.lax.dynamic_update_index_in_dim(ready, row, slot_p, 0)
-            return (ready, free, link, busy, held), row
+                g_p = _pick([dev_p == k for k in range(d)],
+                            [jnp.int32(v) for v in st["group"]])
+                g_ids = jnp.arange(g, dtype=jnp.int32)[:, None]
+                free = jnp.where((g_ids == g_p[None, :]) & last_p[None, :], end_p[None, :],
+                                 free)
+            busy = busy + jnp.where(closing, (end_p - start_p)[None, :], 0.0)
+            # Rows of the segment's last W ops (run of them are in the segment).
+            old = jax.lax.dynamic_slice_in_dim(etab, blk_p, w, 0)
+            fill = last_p[None, :] & ((flags_p >> it(2))[None, :] > rows_w)
+            etab = jax.lax.dynamic_update_slice_in_dim(
+                etab, jnp.where(fill, end_p[None, :], old), blk_p, 0)
+            return etab, free, busy
 
         def step(carry, x):
-            state, prev = carry
-            state, row_p = finish(state, prev)
-            ready, free = state[:2]
-            dev, bits_i, t_row, src_slot, mask, slot, xf, act, tb, q, multi = x
-            dev = dev.astype(jnp.int32)
+            state, link, vals, info_p = carry
+            # This slice's constants, read once: ints (op, flag mask, previous slice's
+            # op, far, then per pair: pair, etab row of its producer, producer,
+            # multi-tensor row) and floats (op times and op launch times on each
+            # device, then per pair: its bytes and, per link class, transfer time).
+            xi, xf = _barrier(x[0], c["lowest_i"]), _barrier(x[1], lo_f)
+            op, smask, blk_p, far_i = xi[0], xi[1].astype(it), xi[2], x[0][3] > 0
+            first_slice = (xi[1] & 1) > 0
+            pq = xi[4:]
+            pq_valid = [pq[k] < st["NP"] for k in range(k_w)]
+            h, big_r, big_c, moved, lmax = vals[0], vals[1], vals[2], vals[3], vals[6]
+            seg_a, fus = vals[7], vals[8]
+            etab, free, _ = state = finish(state, vals, info_p, blk_p)
+            # This slice's rows of the per-op and per-pair tables, read once (flags
+            # masked to the slice: only an op's first slice opens, only its last closes).
+            info = _barrier(jnp.stack(
+                [row(po, op) & ((smask << sh) | low)] + [row(pc, pq[k]) for k in range(k_w)]),
+                lo_i)
+            dev = info[0] & low
+            flags = info[0] >> sh
+            is_new = (flags & it(1)) > 0
+            is_last = (flags & it(2)) > 0
             ons = [dev == k for k in range(d)]
-            t_i = jnp.broadcast_to(pick(ons, [t_row[k] for k in range(d)]), (b,))
             if st["G_ID"]:
-                ready_at = pick(ons, [free[k] for k in range(d)])
+                gfree = _pick(ons, [free[k] for k in range(d)])
             else:
-                g_i = pick(ons, [c["group"][k] for k in range(d)])
-                ready_at = pick([g_i == k for k in range(g)], [free[k] for k in range(g)])
-            for k in range(k_in):
-                blk = jax.lax.dynamic_index_in_dim(ready, src_slot[k], 0, keepdims=False)
-                ready_at = jnp.maximum(ready_at, jnp.where(mask[k], pick(ons, blk), 0.0))
-            start = ready_at
-            end = start + t_i
-            out = (start, row_p) if self.memory is True else None
-            return (state, (end, dev, bits_i, slot, xf, t_i, act, tb, q, multi)), out
+                g_i = _pick(ons, [jnp.int32(v) for v in st["group"]])
+                gfree = _pick([g_i == k for k in range(g)], [free[k] for k in range(g)])
+            big_r = jnp.where(is_new, gfree, big_r)
+            # The segment's work in the reference's order: launch (plus the largest op
+            # launch, added at the end when there are any), then each op's cost and,
+            # when none of its inputs comes from the segment, its unfused cost.
+            big_c = jnp.where(is_new, 0.0 if has_ol else _pick(ons, launch), big_c)
+            big_c = big_c + _pick(ons, [xf[k] for k in range(d)])
+            if has_ol:
+                lmax = jnp.maximum(jnp.where(is_new, 0.0, lmax),
+                                   _pick(ons, [xf[d + k] for k in range(d)]))
+            if has_uf:
+                seg_a = jnp.where(is_new, op.astype(f64), seg_a)
+                fus = jnp.where(first_slice, False, fus > 0)
+                for k in range(k_w):  # an input from the segment itself: the op fuses
+                    fus = fus | ((pq[2 * k_w + k].astype(f64) >= seg_a) & pq_valid[k])
+                big_c = big_c + jnp.where(fus, 0.0, _pick(ons, [xf[2 * d + k]
+                                                                for k in range(d)]))
+                fus = fus.astype(f64)
+            # The link column into each placement's device: lcol[from, B].
+            lcol = _barrier(_pick(ons, [link[t] for t in range(d)]), lo_f)
+            if table:
+                # Per-device columns of the link constants: col[from] (to: the device).
+                cols = {name: [_pick(ons, [float(st[name][f][t]) for t in range(d)])
+                               for f in range(d)] for name in ("lat", "put", "bw")}
 
-        bound = self.memory == "oom"
-        state0 = (jnp.zeros((st["S"], d, b)), jnp.zeros((g, b)), jnp.zeros((d, d, b)),
-                  jnp.zeros((d, b)), jnp.zeros((d, b) if bound else (0,)))
-        prev0 = (jnp.zeros(b), jnp.full((b,), -1, jnp.int32), jnp.zeros((b,), ubits.dtype),
-                 jnp.int32(st["S"] - 1), jnp.zeros((d, d, 1)), jnp.zeros(b), jnp.zeros(()),
-                 jnp.zeros(()), jnp.int32(st["Q"]), jnp.zeros((), bool))
-        xs = (p, ubits, c["op_time_s"], c["in_slot"], c["in_mask"], c["out_slot"], c["xf"],
-              c["out_bytes"], c["single_bytes"], c["multi_index"], c["is_multi"])
-        (state, prev), ys = jax.lax.scan(step, (state0, prev0), xs)
-        (_, free, link, busy, held), row_last = finish(state, prev)
+            def by_gather():
+                flat = etab.reshape(-1)
+                out = []
+                for k in range(k_w):
+                    lo = row(last_of, pq[k + 2 * k_w])
+                    ix = (lo.astype(flat_ids.dtype) + (w - 1)) * b + flat_ids
+                    out.append(flat.at[ix].get(mode="promise_in_bounds"))
+                return jnp.stack(out)
+
+            # The producers' segment ends: row j of etab, or row j + W when j's segment
+            # goes on W ops or more past it; gathered at last_of if 2W or more.
+            erows = _barrier(jnp.stack([row(etab, pq[k_w + k] + s_ * w) for s_ in (0, 1)
+                                        for k in range(k_w)]), lo_f)
+            ends = jax.lax.cond(far_i, by_gather, lambda: jnp.stack(
+                [jnp.where((info[1 + k] >> cb) > 0, erows[k_w + k], erows[k])
+                 for k in range(k_w)]))
+            arrivals = []
+            for k in range(k_w):
+                ck = (info[1 + k] >> sh) & it((1 << (st["CB"] - st["SH"])) - 1)
+                fk = info[1 + k] & low
+                fms = [fk == f for f in range(d)]
+                snd = ck != 0
+                base = 3 * d + k * (n_cls + 2)
+                nb = xf[base]
+                if table:
+                    h = h + jnp.where(snd, _pick(fms, cols["put"]), 0.0)
+                    lat = _pick(fms, cols["lat"])
+                    bw = _pick(fms, cols["bw"])
+                    t_x = nb / bw
+                else:
+                    cms = [ck == q for q in range(1, n_cls + 1)]
+
+                    def chain(vals_, cms=cms):
+                        r = vals_[0]
+                        for q in range(1, n_cls + 1):
+                            r = jnp.where(cms[q - 1], vals_[q], r)
+                        return r
+
+                    h = h + chain([float(v) for v in st["put_c"]])  # 0 if no transfer
+                    lat = chain([float(v) for v in st["lat_c"]])
+                    bw = chain([float(v) for v in st["bw_c"]])
+                    t_x = chain([xf[base + 1 + q] for q in range(n_cls + 1)])
+                if st["Q"]:
+                    mk = pq[3 * k_w + k] < st["Q"]
+                    nb = jnp.where(mk, _pick(ons, [multi_bytes[pq[3 * k_w + k], q]
+                                                   for q in range(d)]), nb)
+                    t_x = jnp.where(mk, nb / bw, t_x)
+                moved = moved + jnp.where(snd, nb, 0.0)
+                t0 = jnp.maximum(jnp.maximum(h, ends[k]), _pick(fms, [lcol[f] for f in
+                                                                      range(d)]))
+                arrive = _barrier((t0 + lat) + t_x, lo_f)
+                lcol = jnp.where((dev_ids[:, None] == fk[None, :]) & snd[None, :],
+                                 arrive[None, :], lcol)
+                big_r = jnp.where(snd, jnp.maximum(big_r, arrive), big_r)
+                arrivals.append(arrive)
+            # Write the column back (after this step's reads of link: XLA updates link
+            # in place).
+            if k_w > 1:
+                lcol = _barrier(lcol, lo_f)
+            link = jnp.where((dev_ids[:, None] == dev[None, :])[:, None, :], lcol[None], link)
+            h = jnp.where(is_last, h + _pick(ons, dispatch), h)
+            start = jnp.maximum(big_r, h)
+            end = start + ((_pick(ons, launch) + lmax) + big_c if has_ol else big_c)
+            vals = jnp.stack([h, big_r, big_c, moved, end, start, lmax, seg_a, fus])
+            out = (start, end, tuple(arrivals)) if memory is True else None
+            return (state, link, vals, info), out
+
+        etab0 = jnp.zeros((st["E"], b), f64) if etab0 is None else etab0
+        state0 = (etab0, jnp.zeros((g, b), f64), jnp.zeros((d, b), f64))
+        carry0 = (state0, jnp.zeros((d, d, b), f64), jnp.zeros((9, b), f64),
+                  jnp.zeros((1 + k_w, b), it))
+        x_int = c["slice_int"]
+        xs = (jnp.concatenate([x_int[:, :3], x_far[:, None].astype(x_int.dtype),
+                               x_int[:, 3:]], axis=1), c["slice_float"])
+        carry, ys = jax.lax.scan(step, carry0, xs)
+        state, link, vals, info = carry
+        etab, free, busy = finish(state, vals, info, c["blk_last"])
+        h, moved = vals[0], vals[3]
         # Ends in a group and arrivals on a link are increasing: the last ones are the
-        # largest, so the makespan is the largest group end or link arrival.
-        step_time = jnp.maximum(jnp.max(free, axis=0), jnp.max(link, axis=(0, 1)))
+        # largest, so the makespan is the largest group end, link arrival or host time.
+        step_time = jnp.maximum(jnp.maximum(jnp.max(free, axis=0),
+                                            jnp.max(link, axis=(0, 1))), h)
         busy = busy.T  # [B, D]
-        counts = jax.lax.population_count(ubits).astype(jnp.float64)  # [M, B]
-        bytes_moved = jnp.sum(jnp.where(c["is_multi"][:, None], 0.0,
-                                        counts * c["single_bytes"][:, None]), axis=0)
-        bytes_moved = bytes_moved + jnp.sum(multi_bytes, axis=(0, 1))
-        if self.memory is True:
+        if memory is True:
+            start_s, end_s, arr_s = ys
+            ls = c["op_last_slice"]
+            seg_start, seg_end = _segment_values(_rows(start_s, ls), _rows(end_s, ls), last)
+            arr = _rows(jnp.stack(arr_s, axis=1).reshape(-1, b), c["pair_pos"])  # [P, B]
+            arr = jnp.where(send[:-1], arr, -jnp.inf)
+            mem = jax.vmap(self._peak_memory, in_axes=(None, 1, 1, 1, 1, 1, 2, 0))(
+                c, p.astype(jnp.int32), seg_start, seg_end, arr, ubits, multi_bytes,
+                step_time)
+        elif memory == "oom":
+            mem = self._peak_bound(c, p, ubits, multi_bytes)
+        else:
+            mem = None
+        if not extras:
+            return step_time, busy, moved, mem
+        counts = _column_sums([new, send[:-1]])
+        return step_time, busy, moved, mem, counts[0], counts[1], h, etab
 
-            start, rows = ys
-            p = p.astype(jnp.int32)
-            ready = jnp.concatenate([rows[1:], row_last[None]])  # [M, D, B]
-            end = start + jnp.take_along_axis(c["op_time_s"], p, axis=1)
-            events = jax.vmap(self._peak_memory, in_axes=(None, 1, 1, 1, 2, 1, 2, 0))(
-                c, p, start, end, ready, ubits, multi_bytes, step_time)
-            return step_time, busy, bytes_moved, events
-        if self.memory == "oom":
-            return step_time, busy, bytes_moved, self._peak_bound(c, p, held)
-        return step_time, busy, bytes_moved, None
-
-    def _peak_bound(self, c, p, held):
+    def _peak_bound(self, c, p, ubits, multi_bytes):
         """An upper bound of each device's peak memory, float64[B, D]: every activation
         and received copy on the device held for the whole step, plus every parameter
-        read there (counted once per reading op)."""
+        read there (counted once per reading op). Summed by scans over the ops and the
+        parameter uses: XLA:CPU's reductions over the leading axis are far slower."""
         st = self._static
+        d, b = st["D"], p.shape[1]
+        dev = jnp.arange(d, dtype=p.dtype)[:, None]
+        bits = (ubits.dtype.type(1) << jnp.arange(d, dtype=ubits.dtype))[:, None]
+
+        def add_op(acc, x):
+            row, sent_to, out_b, sent_b = x
+            acc = acc + jnp.where(row[None, :] == dev, out_b, 0.0)
+            return acc + jnp.where((sent_to[None, :] & bits) != 0, sent_b, 0.0), None
+
+        held = jax.lax.scan(add_op, jnp.zeros((d, b)),
+                            (p, ubits, c["out_bytes"], c["single_bytes"]))[0]
+        held = held + jnp.sum(multi_bytes, axis=0)
         if st["P"]:
-            p_par = p[c["param_op"]].astype(jnp.int32)  # [U, B]
-            par = c["param_sizes"][c["param_index"]][:, None]
-            held = held + jnp.stack([jnp.sum(jnp.where(p_par == k, par, 0.0), axis=0)
-                                     for k in range(st["D"])])
+            def add_param(acc, x):
+                op, size = x
+                row = jax.lax.dynamic_index_in_dim(p, op, 0, keepdims=False)
+                return acc + jnp.where(row[None, :] == dev, size, 0.0), None
+
+            held = jax.lax.scan(add_param, held, (
+                c["param_op"].astype(jnp.int32), c["param_sizes"][c["param_index"]]))[0]
         return held.T  # [B, D]
 
-    def _peak_memory(self, c, p, start, end, ready, ubits, multi_bytes, step_time):
-        """Peak memory of one placement: float64[D] (vmapped over the batch)."""
+    def _peak_memory(self, c, p, seg_start, seg_end, arr, ubits, multi_bytes, step_time):
+        """Peak memory events of one placement (vmapped over the batch)."""
         st = self._static
         m, d = st["M"], st["D"]
         need = ((ubits[:, None] >> jnp.arange(d, dtype=ubits.dtype)[None, :])
                 & ubits.dtype.type(1)) > 0  # [M, D]
         nbytes = jnp.where(c["is_multi"][:, None], multi_bytes[c["multi_index"]],
                            jnp.where(need, c["single_bytes"][:, None], 0.0))
-        # last_use[i, d]: latest end of a consumer of op i on device d (-inf: none).
-        last_use = jnp.full((m, d), -jnp.inf).at[c["pair_src"], p[c["pair_dst"]]].max(
-            end[c["pair_dst"]])
+        ps, pd = c["pair_src"], c["pair_dst"]
+        # last_use[i, d]: the latest end of a segment on device d that reads op i (-inf:
+        # none); arrival[i, d]: when op i's copy reaches device d (-inf: never sent).
+        last_use = jnp.full((m, d), -jnp.inf).at[ps, p[pd]].max(seg_end[pd])
+        arrival = jnp.full((m, d), -jnp.inf).at[ps, p[pd]].max(arr)
         own_last = jnp.take_along_axis(last_use, p[:, None], axis=1)[:, 0]
-        sent_last = jnp.max(jnp.where(need, ready, -jnp.inf), axis=1)
-        free = jnp.maximum(jnp.maximum(end, own_last), sent_last)
+        free = jnp.maximum(jnp.maximum(seg_end, own_last), jnp.max(arrival, axis=1))
         free = jnp.where(c["is_output"], step_time, free)
         # Received copies: one slot per (producer, candidate destination), see
         # _copy_slots. A slot is live when the producer sends to its device.
@@ -324,11 +527,11 @@ class BatchedSimulator:
         prev = c["slot_prev"]
         dup = jnp.any((prev >= 0) & (p[jnp.maximum(prev, 0)] == c_dev[:, None]), axis=1)
         c_need = need[op_, c_dev] & ~dup
-        c_alloc = ready[op_, c_dev]
+        c_alloc = arrival[op_, c_dev]
         c_free = last_use[op_, c_dev]
         c_size = jnp.where(c_need, nbytes[op_, c_dev], 0.0)
         i_dev = jnp.concatenate([p, c_dev])
-        i_alloc = jnp.concatenate([start, c_alloc])
+        i_alloc = jnp.concatenate([seg_start, c_alloc])
         i_free = jnp.concatenate([free, c_free])
         i_size = jnp.concatenate([c["out_bytes"], c_size])
         live_iv = (i_free > i_alloc) & (i_size > 0)
@@ -342,6 +545,7 @@ class BatchedSimulator:
             params = jnp.sum(jnp.where(resident, c["param_sizes"][:, None], 0.0), axis=0)
         else:
             params = jnp.zeros(d)
+
         # One integer sort key per event: the bits of its time (times are >= 0, so their
         # bit patterns sort like the times) and a last bit that puts frees (0) before
         # allocations (1) at equal times, so half-open intervals that touch never overlap.
@@ -352,20 +556,178 @@ class BatchedSimulator:
         return params, key(i_free, 0), key(i_alloc, 1), i_dev.astype(jnp.int8), i_size
 
 
+def _pick(on, rows):
+    """rows[dev] per placement, by a chain of selects (on[k]: dev == k)."""
+    r = rows[0]
+    for k in range(1, len(rows)):
+        r = jnp.where(on[k], rows[k], r)
+    return r
+
+
+def _rows(a, idx):
+    """a[idx] along the first axis, for indices known to be in bounds (XLA:CPU's
+    gathers are several times faster when told so)."""
+    return a.at[idx].get(mode="promise_in_bounds")
+
+
+def _barrier(x, lowest):
+    """x, computed once: a max with the lowest value (a runtime argument, so XLA cannot
+    simplify it away) over a new leading axis is a reduction, whose result is a buffer
+    that consumer fusions read instead of recomputing x (XLA:CPU has no multi-output
+    fusion, and duplicates shared elementwise producers into every consumer)."""
+    lowest = jnp.asarray(lowest, x.dtype)
+    both = jnp.stack([x, jnp.broadcast_to(lowest, x.shape)])
+    # A reduction XLA:CPU keeps as its own (a plain max would go to a library call).
+    return jax.lax.reduce(both, lowest, lambda u, v: jnp.where(u >= v, u, v), (0,))
+
+
+def _info_dtype(st):
+    """The int type of the packed rows: device | flags (6 bits) or link class << SH."""
+    return jnp.int16 if max(st["SH"] + 6, st["CB"] + 1) <= 15 else jnp.int32
+
+
+def _pairs(c, st, p, ubits=True):
+    """Per pair (distinct producer j, consumer i), for a batch of placements [M, B]:
+    ``send`` (the read issues a transfer: it crosses devices and i is j's first consumer
+    on its device), ``code`` (the link class of that transfer, 0 for none), ``pj`` (the
+    producer's device), each with a last row of zeros (the padding pair); and, per op,
+    ``ubits`` (bit k set: the op sends to device k; None unless asked for)."""
+    d = st["D"]
+    dt = _bits_dtype(d)
+    b = p.shape[1]
+    pj, pi = _rows(p, c["pair_src"]), _rows(p, c["pair_dst"])  # [P, B]
+    bit_i = dt(1) << pi.astype(dt)
+    # seen[q]: devices of the consumers of q's producer before q's consumer. Pairs are
+    # sorted by rank (position among their producer's consumers), so each rank is a
+    # block whose predecessors are all in the block before.
+    offs = st["rank_offsets"]
+    seen = [jnp.zeros((offs[1] if len(offs) > 1 else 0, b), dt)]
+    for r in range(1, len(offs) - 1):
+        prev = c["pair_prev"][offs[r]:offs[r + 1]]
+        seen.append(_rows(seen[r - 1], prev - offs[r - 1]) | _rows(bit_i, prev))
+    seen = jnp.concatenate(seen) if len(seen) > 1 else seen[0]
+    send = (pj != pi) & (((seen >> pi.astype(dt)) & dt(1)) == 0)
+    code = send.astype(p.dtype)
+    if not st["TABLE"] and st["NC"] > 1:
+        # The link class of (from, to): the commonest class, then a select for each
+        # link of another class.
+        cm = np.asarray(st["classmap"])
+        common = int(np.bincount(cm[~np.eye(d, dtype=bool)]).argmax())
+        code = jnp.full(pj.shape, common, p.dtype)
+        for f in range(d):
+            for t in range(d):
+                if f != t and cm[f, t] != common:
+                    code = jnp.where((pj == f) & (pi == t), p.dtype.type(cm[f, t]), code)
+        code = jnp.where(send, code, p.dtype.type(0))
+    zero = jnp.zeros((1, b), p.dtype)
+    ub = None
+    if ubits:
+        # Union of the consumers' devices per producer, without its own: from its last
+        # pair.
+        allbits = jnp.concatenate([seen | bit_i, jnp.zeros((1, b), dt)])
+        ub = _rows(allbits, c["op_last_pair"]) & ~(dt(1) << p.astype(dt))
+    return (jnp.concatenate([send, zero.astype(bool)]), jnp.concatenate([code, zero]),
+            jnp.concatenate([pj, zero]), ub)
+
+
+def _last_of(last):
+    """int32[M, B]: the last op of each op's segment, from ``last`` (op i closes its
+    segment): a reverse scan over blocks of 8 ops."""
+    m, b = last.shape
+    n_blk = -(-m // 8)
+    pad = jnp.concatenate([last, jnp.ones((n_blk * 8 - m, b), bool)]).reshape(n_blk, 8, b)
+    base = jnp.arange(n_blk, dtype=jnp.int32) * 8
+
+    def body(lo, x):
+        blk, i0 = x
+        rows = []
+        for r in range(7, -1, -1):
+            lo = jnp.where(blk[r], i0 + r, lo)
+            rows.append(lo)
+        return lo, jnp.stack(rows[::-1])
+
+    _, out = jax.lax.scan(body, jnp.full((b,), m - 1, jnp.int32), (pad, base), reverse=True)
+    return out.reshape(n_blk * 8, b)[:m]
+
+
+def _segment_values(start, end, last):
+    """Each op's segment start and end [M, B], from the candidates at each op (valid
+    at a segment's last op): a reverse scan carrying the values of the segment in
+    progress."""
+    def body(carry, x):
+        s, e, is_last = x
+        carry = (jnp.where(is_last, s, carry[0]), jnp.where(is_last, e, carry[1]))
+        return carry, carry
+
+    z = jnp.zeros(start.shape[1], start.dtype)
+    return jax.lax.scan(body, (z, z), (start, end, last), reverse=True)[1]
+
+
+def _column_sums(arrays):
+    """int32[B] per bool array [N, B]: how many rows are True in each column."""
+    return [jnp.sum(a, axis=0, dtype=jnp.int32) for a in arrays]
+
+
 def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
     """Static sizes (Python ints) and index/cost arrays (numpy) for the traced code."""
     m, d = graph.num_ops, inp.num_devices
+    w = _WINDOW
+    if m == 0:  # nothing to trace: __call__ answers without the scan
+        return dict(M=0, D=d, E=2 * w - 1), {}
     src, dst = graph.src.astype(np.int64), graph.dst.astype(np.int64)
-    # In-edges padded to the largest in-degree (at least 1), with a mask.
-    indeg = np.bincount(dst, minlength=m) if m else np.zeros(0, np.int64)
-    k = max(1, int(indeg.max()) if m else 1)
-    in_src = np.zeros((m, k), np.int32)
-    in_mask = np.zeros((m, k), bool)
     ptr, order = graph.in_edges
+    # Pairs: distinct producers of each op, in the order of its in-edges.
+    raw_src, raw_dst = [], []
     for i in range(m):
-        e = order[ptr[i]:ptr[i + 1]]
-        in_src[i, :len(e)] = src[e]
-        in_mask[i, :len(e)] = True
+        for j in dict.fromkeys(src[order[ptr[i]:ptr[i + 1]]].tolist()):
+            raw_src.append(j)
+            raw_dst.append(i)
+    n_pairs = len(raw_src)
+    raw_src = np.asarray(raw_src, np.int64)
+    raw_dst = np.asarray(raw_dst, np.int64)
+    # Rank of each pair among its producer's consumers (raw pairs come in consumer
+    # order), and the pair of the previous consumer.
+    rank = np.zeros(n_pairs, np.int64)
+    raw_prev = np.full(n_pairs, -1, np.int64)
+    last_seen: dict[int, int] = {}
+    for q, j in enumerate(raw_src.tolist()):
+        if j in last_seen:
+            raw_prev[q] = last_seen[j]
+            rank[q] = rank[last_seen[j]] + 1
+        last_seen[j] = q
+    perm = np.argsort(rank, kind="stable")  # pairs are numbered by rank
+    inv = np.empty(n_pairs, np.int64)
+    inv[perm] = np.arange(n_pairs)
+    pair_src, pair_dst = raw_src[perm], raw_dst[perm]
+    pair_prev = np.where(raw_prev[perm] >= 0, inv[np.maximum(raw_prev[perm], 0)], 0)
+    n_rank = int(rank.max()) + 1 if n_pairs else 0
+    rank_offsets = np.searchsorted(rank[perm], np.arange(n_rank + 1)).tolist()
+    op_last_pair = np.full(m, n_pairs, np.int64)
+    for j, q in last_seen.items():
+        op_last_pair[j] = inv[q]
+    # Slices: each op's pairs, K at a time (at least one slice per op).
+    per_op = np.bincount(raw_dst, minlength=m) if m else np.zeros(0, np.int64)
+    k_w = int(min(_WIDTH, max(1, per_op.max() if m else 1)))
+    op_pairs: list[list[int]] = [[] for _ in range(m)]
+    for q in range(n_pairs):
+        op_pairs[raw_dst[q]].append(int(inv[q]))
+    s_op, s_first, s_last, s_pair = [], [], [], []
+    for i in range(m):
+        qs = op_pairs[i]
+        chunks = [qs[a:a + k_w] for a in range(0, len(qs), k_w)] or [[]]
+        for n_, ch in enumerate(chunks):
+            s_op.append(i)
+            s_first.append(n_ == 0)
+            s_last.append(n_ == len(chunks) - 1)
+            s_pair.append(ch + [n_pairs] * (k_w - len(ch)))
+    s_op = np.asarray(s_op, np.int64)
+    s_first = np.asarray(s_first, bool)
+    s_last = np.asarray(s_last, bool)
+    s_pair = np.asarray(s_pair, np.int64).reshape(-1, k_w)
+    n_slices = len(s_op)
+    valid = s_pair < n_pairs
+    pair_pos = np.zeros(n_pairs, np.int64)
+    pair_pos[s_pair[valid]] = np.flatnonzero(valid.reshape(-1))
     # Distinct tensors (src, edge_output); each is sent to a device at most once.
     if len(src):
         keys = np.stack([src, graph.edge_output.astype(np.int64)], axis=1)
@@ -374,52 +736,93 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         tensor_bytes = np.zeros(len(tensors))
         np.maximum.at(tensor_bytes, edge_tensor, graph.edge_bytes)
         tensor_op = tensors[:, 0]
-        pairs = np.unique(np.stack([src, dst], axis=1), axis=0)
-    else:
-        edge_tensor = np.zeros(0, np.int64)
-        tensor_bytes = np.zeros(0)
-        tensor_op = np.zeros(0, np.int64)
-        pairs = np.zeros((0, 2), np.int64)
-    slots = _copy_slots(graph, d)
-    # (tensor, consumer op) pairs: a tensor goes once to each device that consumes it.
-    if len(src):
         t_edges = np.unique(np.stack([edge_tensor, dst], axis=1), axis=0)
     else:
+        tensor_bytes = np.zeros(0)
+        tensor_op = np.zeros(0, np.int64)
         t_edges = np.zeros((0, 2), np.int64)
-    # Ops with one tensor: static bytes / bandwidth of their transfer on each link.
-    # Ops with several: indices into the per-batch table of _multi_bytes.
+    # Ops with one tensor send it whole; ops with several send, to each device, the
+    # sum of those consumed there (a per-batch table, _multi_bytes).
     n_tensors = np.bincount(tensor_op, minlength=m) if m else np.zeros(0, np.int64)
     is_multi = n_tensors > 1
     single_bytes = np.zeros(m)
     single_bytes[tensor_op] = tensor_bytes
     single_bytes[is_multi] = 0.0
     multi_ops = np.flatnonzero(is_multi)
-    multi_index = np.full(m, len(multi_ops), np.int32)  # the zero row for the others
+    multi_index = np.full(m, len(multi_ops), np.int64)  # the zero row for the others
     multi_index[multi_ops] = np.arange(len(multi_ops))
-    bw = inp.bandwidth_bytes_per_s
-    with np.errstate(divide="ignore", invalid="ignore"):
-        xf = single_bytes[:, None, None] / bw[None]
-    xf = np.where(np.isfinite(xf), xf, 0.0)[..., None]  # [M, from, to, 1]
-    # Edges of the tensors of multi-tensor ops: (tensor, consumer op).
     mt = np.flatnonzero(is_multi[tensor_op]) if len(tensor_op) else np.zeros(0, np.int64)
     mt_pos = np.full(len(tensor_op), -1, np.int64)
     mt_pos[mt] = np.arange(len(mt))
     me = t_edges[mt_pos[t_edges[:, 0]] >= 0] if len(t_edges) else t_edges
-    out_slot, n_slots = _ready_slots(m, src, dst)
+    # Link classes: the distinct (latency, bandwidth, put) of the off-diagonal links;
+    # class 0 stands for "no transfer". With more than _MAX_CLASSES, code is 1 for a
+    # transfer and the constants come from per-device columns (TABLE).
+    lat, bw, put = inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s
+    off = ~np.eye(d, dtype=bool)
+    classmap = np.zeros((d, d), np.int64)
+    uniq = np.zeros((0, 3))
+    if d > 1:
+        uniq, cls_inv = np.unique(np.stack([lat[off], bw[off], put[off]], axis=1), axis=0,
+                                  return_inverse=True)
+        classmap[off] = cls_inv.reshape(-1) + 1
+    table = len(uniq) > _MAX_CLASSES
+    n_cls = 1 if table else len(uniq)
+    lat_c = np.concatenate([[0.0], uniq[:, 0]])
+    bw_c = np.concatenate([[np.inf], uniq[:, 1]])
+    put_c = np.concatenate([[0.0], uniq[:, 2]])
+    # Per slice and pair: the bytes of a single-tensor producer and its transfer time
+    # on each link class.
+    j_s = np.concatenate([pair_src, [0]])[s_pair]  # [S, K] producers
+    nb_s = np.where(valid, single_bytes[j_s], 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_s = nb_s[..., None] / (bw_c[None, None, :] if not table else np.ones((1, 1, 2)))
+    t_s = np.where(np.isfinite(t_s), t_s, 0.0)
+    t_s[..., 0] = 0.0
+    op_launch = getattr(inp, "op_launch_s", None)
+    op_launch = np.zeros((m, d)) if op_launch is None else np.asarray(op_launch, np.float64)
+    unfused = getattr(inp, "op_unfused_s", None)
+    unfused = np.zeros((m, d)) if unfused is None else np.asarray(unfused, np.float64)
+    last_f = s_last[:, None].astype(np.float64)
     group = inp.exclusive_group
-    static = dict(M=m, D=d, G=inp.num_groups, K=k, P=graph.num_params,
-                  S=n_slots, G_ID=bool(np.array_equal(group, np.arange(d))),
-                  Q=len(multi_ops))
+    sh = max(1, (d - 1).bit_length())
+    static = dict(
+        M=m, D=d, G=inp.num_groups, K=k_w, W=w, P=graph.num_params, S=n_slices,
+        E=m + 2 * w - 1, SH=sh, CB=sh + max(1, n_cls.bit_length()),
+        G_ID=bool(np.array_equal(group, np.arange(d))), Q=len(multi_ops), NC=n_cls,
+        TABLE=table, group=group.tolist(), classmap=classmap.tolist(),
+        lat_c=lat_c.tolist(), bw_c=bw_c.tolist(), put_c=put_c.tolist(),
+        lat=lat.tolist(), bw=bw.tolist(), put=put.tolist(),
+        launch=inp.launch_s.tolist(), dispatch=inp.dispatch_s.tolist(),
+        rank_offsets=rank_offsets, has_op_launch=bool(np.any(op_launch != 0)),
+        has_op_unfused=bool(np.any(unfused != 0)), NP=n_pairs)
     consts = dict(
-        op_time_s=inp.op_time_s, latency=inp.latency_s, bandwidth=bw,
-        group=group, in_mask=in_mask, in_slot=out_slot[in_src].astype(np.int32),
-        out_slot=out_slot, xf=xf,
-        single_bytes=single_bytes, is_multi=is_multi, multi_index=multi_index,
-        mt_op=multi_index[tensor_op[mt]].astype(np.int32), mt_owner=tensor_op[mt].astype(np.int32),
+        pair_src=pair_src.astype(np.int32), pair_dst=pair_dst.astype(np.int32),
+        pair_src_pad=np.concatenate([pair_src, [m]]).astype(np.int32),
+        pair_prev=pair_prev.astype(np.int32), op_last_pair=op_last_pair.astype(np.int32),
+        pair_pos=pair_pos.astype(np.int32), slice_pair=s_pair.astype(np.int32),
+        op_last_slice=np.flatnonzero(s_last).astype(np.int32),
+        lowest=np.float64(-np.inf), lowest_i=np.int32(-128),
+        # Per slice, ints: op, flag mask (the first slice opens, the last closes; run
+        # bits kept), previous slice's op, then per pair: the pair, its producer's etab
+        # row, the producer, its multi-tensor row. (_impl inserts "far" at column 3.)
+        slice_int=np.concatenate(
+            [s_op[:, None], (s_first * 1 + s_last * 2 + 0x3C)[:, None],
+             np.concatenate([[0], s_op[:-1]])[:n_slices, None], s_pair, j_s + w - 1, j_s,
+             multi_index[j_s]], axis=1).astype(np.int32),
+        # Per slice, floats: op times, op launch times and unfused costs (on an op's
+        # last slice only), then per pair: bytes and transfer time on each link class.
+        slice_float=np.concatenate(
+            [inp.op_time_s[s_op] * last_f, op_launch[s_op] * last_f, unfused[s_op] * last_f,
+             np.concatenate([nb_s[..., None], t_s[..., :n_cls + 1]],
+                            axis=2).reshape(n_slices, -1)], axis=1),
+        blk_last=np.int32(s_op[-1] if n_slices else 0),
+        single_bytes=single_bytes, is_multi=is_multi, multi_index=multi_index.astype(np.int32),
+        mt_op=multi_index[tensor_op[mt]].astype(np.int32),
+        mt_owner=tensor_op[mt].astype(np.int32),
         mt_bytes=tensor_bytes[mt], me_tensor=mt_pos[me[:, 0]].astype(np.int32),
         me_dst=me[:, 1].astype(np.int32),
-        pair_src=pairs[:, 0].astype(np.int32), pair_dst=pairs[:, 1].astype(np.int32),
-        **slots,
+        **_copy_slots(graph, d),
         out_bytes=graph.out_bytes, is_output=graph.is_output,
         param_op=graph.param_op, param_index=graph.param_index,
         param_sizes=graph.param_sizes,
@@ -460,50 +863,9 @@ def _sweep_peaks(key_free, key_alloc, dev, size, d: int) -> np.ndarray:
     return np.where(counts > 0, np.maximum(seg_max - base, 0.0), 0.0)
 
 
-def _ready_slots(m: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, int]:
-    """Rows of the scan's ``ready`` buffer: op i's row lives from step i + 1 (the scan
-    writes it one step late) until its last consumer's step, so rows are reused like
-    registers (greedy interval colouring, optimal for intervals). Ops that nobody reads
-    share a scratch row, the last one. Returns (slot of each op, number of rows)."""
-    last = np.full(m, -1, np.int64)
-    np.maximum.at(last, src, dst)
-    slot = np.zeros(m, np.int32)
-    free: list[int] = []
-    active: list[tuple[int, int]] = []  # (last reader, slot)
-    n = 0
-    for i in range(m):
-        while active and active[0][0] <= i:
-            heapq.heappush(free, heapq.heappop(active)[1])
-        if last[i] > i:
-            if free:
-                s = heapq.heappop(free)
-            else:
-                s, n = n, n + 1
-            slot[i] = s
-            heapq.heappush(active, (int(last[i]), s))
-        else:
-            slot[i] = -1
-    slot[slot < 0] = n
-    return slot, n + 1
-
-
 def _bits_dtype(d: int):
     return jnp.uint8 if d <= 8 else jnp.uint16 if d <= 16 else jnp.uint32 if d <= 32 \
         else jnp.uint64
-
-
-def _union_bits(c, p, d: int):
-    """ubits[i, b]: bit k set when op i sends at least one tensor to device k != p[i, b]."""
-    dt = _bits_dtype(d)
-    pu = p.astype(dt)
-    m = p.shape[0]
-    bits = jnp.zeros(p.shape, dt)
-    cons_dev = p[c["pair_dst"]]  # [pairs, B]
-    for k in range(d):
-        has = jnp.zeros(p.shape, jnp.uint8).at[c["pair_src"]].max(
-            (cons_dev == k).astype(jnp.uint8)) if m else jnp.zeros(p.shape, jnp.uint8)
-        bits = bits | (has.astype(dt) << dt(k))
-    return bits & ~(dt(1) << pu)
 
 
 def _multi_bytes(c, p, d: int, rows: int):
