@@ -287,11 +287,22 @@ class BatchedSimulator:
         launch = [float(v) for v in st["launch"]]
         dispatch = [float(v) for v in st["dispatch"]]
         has_ol, has_uf = st["has_op_launch"], st["has_op_unfused"]
+        # Rows of the carried values past h, R, work, moved: only those the machine needs.
+        iv = {n: 4 + k for k, n in enumerate((["lmax"] if has_ol else [])
+                                             + (["seg_a", "fus"] if has_uf else []))}
         flat_ids = jnp.arange(b, dtype=jnp.int32 if st["E"] * b < 2**31 else jnp.int64)
         rows_w = jnp.asarray(w - 1 - np.arange(w), it)[:, None]  # [W, 1]
 
         def row(a, i):
             return jax.lax.dynamic_index_in_dim(a, i, 0, keepdims=False)
+
+        def seg_times(vals, ons):
+            """The segment's start and end (valid when it closes) from the carry."""
+            start = jnp.maximum(vals[1], vals[0])
+            work = vals[2]
+            if has_ol:
+                work = (_pick(ons, launch) + vals[iv["lmax"]]) + work
+            return start, start + work
 
         def finish(state, vals, info_p, blk_p):
             """Close the previous slice: if its segment closed, write its end (group free
@@ -299,11 +310,11 @@ class BatchedSimulator:
             XLA updates the tables in place instead of fusing this step's dynamic reads
             into their updates."""
             etab, free, busy = state
-            end_p, start_p = vals[4], vals[5]
             dev_p = info_p[0] & low
             flags_p = info_p[0] >> sh
             last_p = (flags_p & it(2)) > 0
             on = dev_ids[:, None] == dev_p[None, :]  # [D, B]
+            start_p, end_p = seg_times(vals, [dev_p == k for k in range(d)])
             closing = on & last_p[None, :]
             if st["G_ID"]:
                 free = jnp.where(closing, end_p[None, :], free)
@@ -332,8 +343,10 @@ class BatchedSimulator:
             first_slice = (xi[1] & 1) > 0
             pq = xi[4:]
             pq_valid = [pq[k] < st["NP"] for k in range(k_w)]
-            h, big_r, big_c, moved, lmax = vals[0], vals[1], vals[2], vals[3], vals[6]
-            seg_a, fus = vals[7], vals[8]
+            h, big_r, big_c, moved = vals[0], vals[1], vals[2], vals[3]
+            lmax = vals[iv["lmax"]] if has_ol else None
+            seg_a = vals[iv["seg_a"]] if has_uf else None
+            fus = vals[iv["fus"]] if has_uf else None
             etab, free, _ = state = finish(state, vals, info_p, blk_p)
             # This slice's rows of the per-op and per-pair tables, read once (flags
             # masked to the slice: only an op's first slice opens, only its last closes).
@@ -390,7 +403,7 @@ class BatchedSimulator:
             ends = jax.lax.cond(far_i, by_gather, lambda: jnp.stack(
                 [jnp.where((info[1 + k] >> cb) > 0, erows[k_w + k], erows[k])
                  for k in range(k_w)]))
-            arrivals = []
+            arrivals, sends, froms = [], [], []
             for k in range(k_w):
                 ck = (info[1 + k] >> sh) & it((1 << (st["CB"] - st["SH"])) - 1)
                 fk = info[1 + k] & low
@@ -422,28 +435,37 @@ class BatchedSimulator:
                                                    for q in range(d)]), nb)
                     t_x = jnp.where(mk, nb / bw, t_x)
                 moved = moved + jnp.where(snd, nb, 0.0)
-                t0 = jnp.maximum(jnp.maximum(h, ends[k]), _pick(fms, [lcol[f] for f in
-                                                                      range(d)]))
+                link_free = _pick(fms, [lcol[f] for f in range(d)])
+                for k2 in range(k):  # an earlier transfer of this slice on the same link
+                    link_free = jnp.where(sends[k2] & (froms[k2] == fk), arrivals[k2],
+                                          link_free)
+                t0 = jnp.maximum(jnp.maximum(h, ends[k]), link_free)
                 arrive = _barrier((t0 + lat) + t_x, lo_f)
-                lcol = jnp.where((dev_ids[:, None] == fk[None, :]) & snd[None, :],
-                                 arrive[None, :], lcol)
                 big_r = jnp.where(snd, jnp.maximum(big_r, arrive), big_r)
                 arrivals.append(arrive)
+                sends.append(snd)
+                froms.append(fk)
             # Write the column back (after this step's reads of link: XLA updates link
             # in place).
+            for k in range(k_w):
+                lcol = jnp.where((dev_ids[:, None] == froms[k][None, :]) & sends[k][None, :],
+                                 arrivals[k][None, :], lcol)
             if k_w > 1:
                 lcol = _barrier(lcol, lo_f)
             link = jnp.where((dev_ids[:, None] == dev[None, :])[:, None, :], lcol[None], link)
             h = jnp.where(is_last, h + _pick(ons, dispatch), h)
-            start = jnp.maximum(big_r, h)
-            end = start + ((_pick(ons, launch) + lmax) + big_c if has_ol else big_c)
-            vals = jnp.stack([h, big_r, big_c, moved, end, start, lmax, seg_a, fus])
-            out = (start, end, tuple(arrivals)) if memory is True else None
+            rows = [h, big_r, big_c, moved] + ([lmax] if has_ol else []) + (
+                [seg_a, fus] if has_uf else [])
+            vals = jnp.stack(rows)
+            out = None
+            if memory is True:
+                start, end = seg_times(vals, ons)
+                out = (start, end, tuple(arrivals))
             return (state, link, vals, info), out
 
         etab0 = jnp.zeros((st["E"], b), f64) if etab0 is None else etab0
         state0 = (etab0, jnp.zeros((g, b), f64), jnp.zeros((d, b), f64))
-        carry0 = (state0, jnp.zeros((d, d, b), f64), jnp.zeros((9, b), f64),
+        carry0 = (state0, jnp.zeros((d, d, b), f64), jnp.zeros((len(iv) + 4, b), f64),
                   jnp.zeros((1 + k_w, b), it))
         x_int = c["slice_int"]
         xs = (jnp.concatenate([x_int[:, :3], x_far[:, None].astype(x_int.dtype),
@@ -492,7 +514,8 @@ class BatchedSimulator:
 
         held = jax.lax.scan(add_op, jnp.zeros((d, b)),
                             (p, ubits, c["out_bytes"], c["single_bytes"]))[0]
-        held = held + jnp.sum(multi_bytes, axis=0)
+        if st["Q"]:
+            held = held + jnp.sum(multi_bytes, axis=0)
         if st["P"]:
             def add_param(acc, x):
                 op, size = x
@@ -509,8 +532,9 @@ class BatchedSimulator:
         m, d = st["M"], st["D"]
         need = ((ubits[:, None] >> jnp.arange(d, dtype=ubits.dtype)[None, :])
                 & ubits.dtype.type(1)) > 0  # [M, D]
-        nbytes = jnp.where(c["is_multi"][:, None], multi_bytes[c["multi_index"]],
-                           jnp.where(need, c["single_bytes"][:, None], 0.0))
+        nbytes = jnp.where(need, c["single_bytes"][:, None], 0.0)
+        if st["Q"]:
+            nbytes = jnp.where(c["is_multi"][:, None], multi_bytes[c["multi_index"]], nbytes)
         ps, pd = c["pair_src"], c["pair_dst"]
         # last_use[i, d]: the latest end of a segment on device d that reads op i (-inf:
         # none); arrival[i, d]: when op i's copy reaches device d (-inf: never sent).
@@ -872,6 +896,8 @@ def _multi_bytes(c, p, d: int, rows: int):
     """float64[rows, D, B]: bytes each multi-tensor op sends to each device (the sum of
     its distinct tensors consumed there, none to its own device); the last row is zeros.
     Byte counts are whole numbers, so the sums are exact in any order."""
+    if rows == 1:  # no multi-tensor op
+        return jnp.zeros((1, d, p.shape[1]))
     b = p.shape[1]
     owner_dev = p[c["mt_owner"]]  # [Tq, B]
     cons_dev = p[c["me_dst"]]  # [Eq, B]
