@@ -55,9 +55,10 @@ What makes the step fast on XLA:CPU (measured, with the profiler on one core):
   - the tables are updated in place: the previous slice's end comes through the carry
     and is written at the start of the next step (``finish``), and the link column is
     written back after this step's reads of ``link``;
-  - the segment-end table (M rows) is kept between calls and donated to each call:
-    allocating and clearing 32 MB cost more than the scan spends on it. A row is only
-    read after the call wrote it, so it needs no clearing;
+  - the segment-end table (float64[M + 2W - 1, B], 32 MB for ResNet-50 at B = 1024) is
+    kept between calls (the latest batch bucket's) and donated to each call: allocating
+    and clearing it cost more than the scan spends on it. A row is only read after the
+    call wrote it, so it needs no clearing;
   - reductions over the op axis are scans: XLA:CPU's reductions over a leading axis are
     tens of times slower.
 
@@ -155,7 +156,8 @@ class BatchedSimulator:
         with jax.enable_x64(True):
             self._consts = jax.device_put(consts)
         self._p_dtype = np.int8 if self.num_devices <= 127 else np.int32
-        # The segment-end table, kept between calls (one per batch bucket) and donated.
+        # The segment-end table, kept between calls (for the latest batch bucket) and
+        # donated to each call.
         self._jit = jax.jit(lambda c, p, e: self._impl(c, p, extras=True, etab0=e),
                             donate_argnums=(2,))
         self._etab: dict[int, jax.Array] = {}
@@ -178,7 +180,7 @@ class BatchedSimulator:
                 etab = jnp.zeros((self._static["E"], bucket), jnp.float64)
             # Device indices travel as int8 when they fit: 4x less to copy and transpose.
             out = self._jit(self._consts, jnp.asarray(p, dtype=self._p_dtype), etab)
-            self._etab[bucket] = out[-1]
+            self._etab = {bucket: out[-1]}  # the latest bucket's only: it can be big
             step_time, busy, moved, events, n_seg, n_xfer, host = jax.device_get(out[:-1])
         cap = self._inputs.memory_bytes
         if self.memory is False:
@@ -336,8 +338,9 @@ class BatchedSimulator:
             state, link, vals, info_p = carry
             # This slice's constants, read once: ints (op, flag mask, previous slice's
             # op, far, then per pair: pair, etab row of its producer, producer,
-            # multi-tensor row) and floats (op times and op launch times on each
-            # device, then per pair: its bytes and, per link class, transfer time).
+            # multi-tensor row) and floats (op times, op launch times and unfused costs
+            # on each device, then per pair: its bytes and, per link class, transfer
+            # time).
             xi, xf = _barrier(x[0], c["lowest_i"]), _barrier(x[1], lo_f)
             op, smask, blk_p, far_i = xi[0], xi[1].astype(it), xi[2], x[0][3] > 0
             first_slice = (xi[1] & 1) > 0
@@ -696,6 +699,7 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
     """Static sizes (Python ints) and index/cost arrays (numpy) for the traced code."""
     m, d = graph.num_ops, inp.num_devices
     w = _WINDOW
+    assert w == 8, "the run and far flags in _impl are computed by doubling up to 8"
     if m == 0:  # nothing to trace: __call__ answers without the scan
         return dict(M=0, D=d, E=2 * w - 1), {}
     src, dst = graph.src.astype(np.int64), graph.dst.astype(np.int64)
