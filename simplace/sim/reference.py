@@ -173,12 +173,13 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
     host = 0.0
     transfers = []  # (op, from, to, bytes, issue, start, end), in issue order
 
+    op_cost = [0.0] * m  # in-segment cost, unfused part included (for the schedule)
     for s_, (a, b) in enumerate(segs):
         dev = p[a]
         ready = group_free[group[dev]]
         work = launch[dev] + float(inp.op_launch_s[a:b, dev].max())
         for i in range(a, b):
-            work += float(op_time[i, dev])
+            op_cost[i] = float(op_time[i, dev])
             fused = False
             for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
                 j = src[e]
@@ -196,9 +197,13 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
                     link_free[frm][dev] = arrive
                     arrival[j][dev] = arrive
                     transfers.append((j, frm, dev, nbytes, host, t0, arrive))
+                # (A copy sent for an earlier segment on this device arrived before that
+                # segment started, so this max changes nothing then; the batched
+                # simulator relies on it and only follows first sends.)
                 ready = max(ready, arrival[j][dev])
             if not fused:
-                work += float(inp.op_unfused_s[i, dev])
+                op_cost[i] += float(inp.op_unfused_s[i, dev])
+            work += op_cost[i]
         host += dispatch[dev]
         seg_disp[s_] = host
         seg_start[s_] = max(ready, host)
@@ -222,7 +227,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
             t = seg_start[s_] + launch[p[a]] + float(inp.op_launch_s[a:b, p[a]].max())
             for i in range(a, b):
                 op_start[i] = t
-                t += float(op_time[i, p[a]])
+                t += op_cost[i]
                 op_end[i] = t
         f64, i32 = np.float64, np.int32
         sched = Schedule(
