@@ -442,14 +442,17 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
 
 # --------------------------------------------------------------------------- drift fit
 def _critical_path(graph: OpGraph, group: np.ndarray, placement: np.ndarray, sched,
-                   step_time_s: float | None = None) -> tuple[list[int], list[int]]:
-    """(segments, transfers) on one critical path of a simulated schedule.
+                   step_time_s: float | None = None, latency_s: np.ndarray | None = None
+                   ) -> tuple[list[int], list[tuple[int, bool]]]:
+    """(segments, transfers) on one critical path of a simulated schedule; each
+    transfer comes with whether its whole duration is on the path (True) or only the
+    time it kept its link busy, its bytes (False: a later copy on the link waited).
 
     Walking back from the last event (``simplace.sim.reference``'s semantics): a segment
     started when its exclusive group's previous segment ended, when one of its input
     copies arrived, or when the host dispatched it; a copy started when its
     ``device_put`` call was made, when its producer's segment ended, or when the previous
-    copy on its link arrived. Host calls cost fixed host time (``dispatch_s``, ``put_s``:
+    copy on its link freed the link (its arrival minus the link's ``latency_s``). Host calls cost fixed host time (``dispatch_s``, ``put_s``:
     no correction scales them), so a path that reaches one ends there, and a step that
     ends with a host call (host-bound) has an empty path. At ties a device event wins
     over a host call (the right derivative). Each step goes to an earlier segment, or to
@@ -462,6 +465,9 @@ def _critical_path(graph: OpGraph, group: np.ndarray, placement: np.ndarray, sch
     t_op, t_to = sched.transfer_op.tolist(), sched.transfer_to.tolist()
     t_from = sched.transfer_from.tolist()
     t_issue, t_end = sched.transfer_issue_s.tolist(), sched.transfer_end_s.tolist()
+    lat = np.zeros((1, 1)) if latency_s is None else np.asarray(latency_s)
+    t_free = [e - (float(lat[a, b]) if latency_s is not None else 0.0)
+              for e, a, b in zip(t_end, t_from, t_to, strict=True)]
     n_seg = len(first)
     if n_seg == 0:
         return [], []
@@ -500,7 +506,8 @@ def _critical_path(graph: OpGraph, group: np.ndarray, placement: np.ndarray, sch
     if step_time_s is not None and step_time_s > top:
         return [], []  # the host's last call ends the step: nothing corrected moves it
     segs: list[int] = []
-    trs: list[int] = []
+    trs: list[tuple[int, bool]] = []
+    whole = True  # the copy reached was waited for in full (not only its link time)
     while cur is not None:
         kind, k = cur
         if kind == "seg":
@@ -512,15 +519,17 @@ def _critical_path(graph: OpGraph, group: np.ndarray, placement: np.ndarray, sch
             for t in sorted(copies_into(k)):
                 if t_end[t] > best or (t_end[t] == best and nxt is None):
                     best, nxt = t_end[t], ("tr", t)
+            whole = True
         else:
-            trs.append(k)
+            trs.append((k, whole))
             best, nxt = t_issue[k], None  # the put call: the host chain, fixed time
             s = seg_of[t_op[k]]
             if s_end[s] >= best:
                 best, nxt = s_end[s], ("seg", s)
             j = link_prev[k]
-            if j >= 0 and (t_end[j] > best or (t_end[j] == best and nxt is None)):
-                best, nxt = t_end[j], ("tr", j)
+            if j >= 0 and (t_free[j] > best or (t_free[j] == best and nxt is None)):
+                best, nxt = t_free[j], ("tr", j)
+            whole = False
         cur = nxt
     return segs, trs
 
@@ -652,17 +661,19 @@ class _DriftProblem:
             if not grad:
                 continue
             sch = res.schedule
-            segs, trs = _critical_path(g, inp.exclusive_group, a, sch, res.step_time_s)
+            segs, trs = _critical_path(g, inp.exclusive_group, a, sch, res.step_time_s,
+                                       inp.latency_s)
             for s in segs:
                 k = int(sch.segment_device[s])
                 lo, hi = int(sch.segment_first[s]), int(sch.segment_stop[s])
                 jac[r, k] += float(inp.op_time_s[lo:hi, k].sum())
                 if live[k]:
                     jac[r, d + k] += _OVERHEAD_UNIT_S
-            for t in trs:
+            for t, whole in trs:
                 i, j = int(sch.transfer_from[t]), int(sch.transfer_to[t])
-                jac[r, 2 * d + self.link_index[i, j]] += float(sch.transfer_end_s[t]
-                                                               - sch.transfer_start_s[t])
+                dur = float(sch.transfer_end_s[t] - sch.transfer_start_s[t])
+                jac[r, 2 * d + self.link_index[i, j]] += (
+                    dur if whole else dur - float(inp.latency_s[i, j]))
         if grad:
             self._cache = (z.copy(), steps, jac)
         return steps, jac

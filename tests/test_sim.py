@@ -261,15 +261,17 @@ def test_tensor_sent_once_to_a_device_with_two_consumers():
 
 def test_transfers_on_one_link_queue():
     # Ops 0 and 1 form one segment on device 0 (ends at 2); ops 2 and 3 read one each
-    # over the same link (500 bytes: 0.5 s + 5 s): the second copy waits for the first.
+    # over the same link (500 bytes: 0.5 s latency + 5 s of bytes): the second copy
+    # waits for the first one's bytes (the link is busy 2..7), not for its latency; it
+    # arrives at 7 + 0.5 + 5 = 12.5, and the segment of ops 2 and 3 ends at 14.5.
     g = make_graph([0, 1], [2, 3], m=4, edge_bytes=[500.0, 500.0], out_bytes=[0] * 4)
     inp = simple_inputs(4, 2)
     r = simulate(g, inp, [0, 0, 1, 1], schedule=True)
     s = r.schedule
-    np.testing.assert_allclose(s.transfer_start_s, [2.0, 7.5])
-    np.testing.assert_allclose(s.transfer_end_s, [7.5, 13.0])
-    assert r.step_time_s == 15.0
-    assert batched_simulator(g, inp)(np.array([[0, 0, 1, 1]])).step_time_s[0] == 15.0
+    np.testing.assert_allclose(s.transfer_start_s, [2.0, 7.0])
+    np.testing.assert_allclose(s.transfer_end_s, [7.5, 12.5])
+    assert r.step_time_s == 14.5
+    assert batched_simulator(g, inp)(np.array([[0, 0, 1, 1]])).step_time_s[0] == 14.5
 
 
 def test_exclusive_group_runs_one_segment_at_a_time():
@@ -374,7 +376,10 @@ def test_schedule_is_consistent():
     for a in range(3):
         for b in range(3):
             on = (s.transfer_from == a) & (s.transfer_to == b)
-            assert np.all(s.transfer_start_s[on][1:] >= s.transfer_end_s[on][:-1])
+            # the link is busy for the bytes of each copy; latencies overlap
+            busy_until = s.transfer_end_s[on] - inp.latency_s[a, b]
+            assert np.all(s.transfer_start_s[on][1:] >= busy_until[:-1] - 1e-12)
+            assert np.all(np.diff(s.transfer_end_s[on]) >= 0)
     # An exclusive group runs one segment at a time.
     grp = inp.exclusive_group[s.segment_device]
     for x in set(grp.tolist()):

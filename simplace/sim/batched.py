@@ -406,7 +406,7 @@ class BatchedSimulator:
             ends = jax.lax.cond(far_i, by_gather, lambda: jnp.stack(
                 [jnp.where((info[1 + k] >> cb) > 0, erows[k_w + k], erows[k])
                  for k in range(k_w)]))
-            arrivals, sends, froms = [], [], []
+            arrivals, sends, froms, occs = [], [], [], []
             for k in range(k_w):
                 ck = (info[1 + k] >> sh) & it((1 << (st["CB"] - st["SH"])) - 1)
                 fk = info[1 + k] & low
@@ -440,10 +440,11 @@ class BatchedSimulator:
                 moved = moved + jnp.where(snd, nb, 0.0)
                 link_free = _pick(fms, [lcol[f] for f in range(d)])
                 for k2 in range(k):  # an earlier transfer of this slice on the same link
-                    link_free = jnp.where(sends[k2] & (froms[k2] == fk), arrivals[k2],
+                    link_free = jnp.where(sends[k2] & (froms[k2] == fk), occs[k2],
                                           link_free)
                 t0 = jnp.maximum(jnp.maximum(h, ends[k]), link_free)
                 arrive = _barrier((t0 + lat) + t_x, lo_f)
+                occs.append(t0 + t_x)  # the link is busy for the bytes; latency overlaps
                 big_r = jnp.where(snd, jnp.maximum(big_r, arrive), big_r)
                 arrivals.append(arrive)
                 sends.append(snd)
@@ -452,7 +453,7 @@ class BatchedSimulator:
             # in place).
             for k in range(k_w):
                 lcol = jnp.where((dev_ids[:, None] == froms[k][None, :]) & sends[k][None, :],
-                                 arrivals[k][None, :], lcol)
+                                 occs[k][None, :], lcol)
             if k_w > 1:
                 lcol = _barrier(lcol, lo_f)
             link = jnp.where((dev_ids[:, None] == dev[None, :])[:, None, :], lcol[None], link)
@@ -468,7 +469,10 @@ class BatchedSimulator:
 
         etab0 = jnp.zeros((st["E"], b), f64) if etab0 is None else etab0
         state0 = (etab0, jnp.zeros((g, b), f64), jnp.zeros((d, b), f64))
-        carry0 = (state0, jnp.zeros((d, d, b), f64), jnp.zeros((len(iv) + 4, b), f64),
+        # link[to, from]: when the link is free; -inf before its first copy, so that the
+        # makespan below counts a latency only for links that carried something.
+        carry0 = (state0, jnp.full((d, d, b), -jnp.inf, f64),
+                  jnp.zeros((len(iv) + 4, b), f64),
                   jnp.zeros((1 + k_w, b), it))
         x_int = c["slice_int"]
         xs = (jnp.concatenate([x_int[:, :3], x_far[:, None].astype(x_int.dtype),
@@ -477,10 +481,12 @@ class BatchedSimulator:
         state, link, vals, info = carry
         etab, free, busy = finish(state, vals, info, c["blk_last"])
         h, moved = vals[0], vals[3]
-        # Ends in a group and arrivals on a link are increasing: the last ones are the
-        # largest, so the makespan is the largest group end, link arrival or host time.
+        # Ends in a group and copies on a link are increasing: the last ones are the
+        # largest, so the makespan is the largest group end, last copy's arrival (its
+        # link's free time plus the link's latency) or host time.
+        lat_to_from = jnp.asarray(np.asarray(self._inputs.latency_s).T)[:, :, None]
         step_time = jnp.maximum(jnp.maximum(jnp.max(free, axis=0),
-                                            jnp.max(link, axis=(0, 1))), h)
+                                            jnp.max(link + lat_to_from, axis=(0, 1))), h)
         busy = busy.T  # [B, D]
         if memory is True:
             start_s, end_s, arr_s = ys

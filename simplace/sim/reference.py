@@ -23,8 +23,10 @@ semantics"), not an op-by-op executor:
    first segment on d that reads one of them; within a segment, in the order its ops
    and their in-edges come (``graph.in_edges``). The call costs host time
    ``put_s[p[j], d]``; the copy starts when the call was made, j's segment has ended and
-   the link (ordered device pair) is free (each link carries one copy at a time, in
-   issue order), and takes ``latency_s + bytes / bandwidth_bytes_per_s``.
+   the link (ordered device pair) is free, and arrives ``latency_s + bytes /
+   bandwidth_bytes_per_s`` later. Each link carries copies one after another in issue
+   order, busy for ``bytes / bandwidth_bytes_per_s`` each: the latency of consecutive
+   copies overlaps (a copy engine or memcpy thread is pipelined).
 4. Step time: the last segment end, copy arrival or host call (0 for an empty graph).
 5. Memory per device, peak over time: the parameters any op on the device reads (each
    once) for the whole step, plus live intervals, half-open ``[alloc, free)``: the
@@ -194,7 +196,8 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
                     nbytes = sum(tensor_bytes[j, k] for k in sorted(outs_on[j][dev]))
                     t0 = max(host, seg_end[seg_of[j]], link_free[frm][dev])
                     arrive = t0 + lat[frm][dev] + nbytes / bw[frm][dev]
-                    link_free[frm][dev] = arrive
+                    # The link is busy for the bytes; latency overlaps the next copy.
+                    link_free[frm][dev] = t0 + nbytes / bw[frm][dev]
                     arrival[j][dev] = arrive
                     transfers.append((j, frm, dev, nbytes, host, t0, arrive))
                 # (A copy sent for an earlier segment on this device arrived before that
