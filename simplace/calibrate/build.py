@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import least_squares, nnls
 
 from simplace.calibrate.exclusive import EXCLUSIVE_BELOW, exclusive_groups, overlap
 from simplace.calibrate.fit import fit_link, fit_segments, predict_segments
@@ -174,8 +174,10 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
                                         launch_s=max(block[m] - host[m], 0.0),
                                         dispatch_s=host[m])
 
-    # Host costs in context: the host time of whole steps, split by non-negative least
-    # squares over segment calls per kind of device and puts per pair of kinds.
+    # Host costs in context: the host time of whole steps, split over segment calls per
+    # kind of device and puts per pair of kinds by robust (soft-L1) non-negative least
+    # squares on relative errors: a few steps of one model whose calls cost more (large
+    # arguments) must not set the figure for all.
     hosts = [r for r in records if r["kind"] == "host"]
     keys = sorted({_device_key(i) for i in dev_info})
     key_of = [keys.index(_device_key(info_by_name[n])) for n in names]
@@ -196,7 +198,10 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
         a, y = np.array(rows), np.array(y)
         used = np.flatnonzero(a.sum(axis=0) > 0)
         coef = np.zeros(a.shape[1])
-        coef[used] = nnls(a[:, used], y)[0]
+        x0 = nnls(a[:, used], y)[0]
+        sol = least_squares(lambda c: (a[:, used] @ c) / y - 1.0, np.maximum(x0, 1e-9),
+                            bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.1)
+        coef[used] = sol.x
         pred = a @ coef
         report["host"] = dict(_rel_errors(pred, y), steps=len(y))
         for n, k in zip(names, key_of, strict=True):

@@ -343,14 +343,14 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                 # dispatch and put costs in context.
                 for p in (seg_mod.host_placements(graph.num_ops, len(devs), rng)
                           if graph.num_ops <= HOST_MAX_OPS else []):
-                    h = seg_mod.time_host(program, args, p, devs)
+                    h = seg_mod.time_host(program, args, p, devs, **seg_kw)
                     out.write({"kind": "host", "model": m, "segments": h["segments"],
                                "puts": h["puts"], "timing": h["host"].to_dict()})
                 for p in seg_mod.cut_placements(graph.num_ops, len(devs), rng,
                                                 count=3 if settings.quick else 6):
                     # A few long segments and many puts: another mix of host calls.
                     if graph.num_ops <= HOST_MAX_OPS and len(set(p.tolist())) > 1:
-                        h = seg_mod.time_host(program, args, p, devs)
+                        h = seg_mod.time_host(program, args, p, devs, **seg_kw)
                         out.write({"kind": "host", "model": m, "segments": h["segments"],
                                    "puts": h["puts"], "timing": h["host"].to_dict()})
                     for dev_i, first, stop, tm in seg_mod.time_segments(
