@@ -453,8 +453,9 @@ def _critical_path(graph: OpGraph, group: np.ndarray, placement: np.ndarray, sch
     copies arrived, or when the host dispatched it; a copy started when its
     ``device_put`` call was made, when its producer's segment ended, or when the previous
     copy on its link freed the link (its arrival minus the link's ``latency_s``). Host
-    calls cost fixed host time (``dispatch_s``, ``put_s``: no correction scales them), so a path that reaches one ends there, and a step that
-    ends with a host call (host-bound) has an empty path. At ties a device event wins
+    calls cost fixed host time (``dispatch_s``, ``put_s``: no correction scales them),
+    so a path that reaches one ends there, and a step that ends with a host call
+    (host-bound) has an empty path. At ties a device event wins
     over a host call (the right derivative). Each step goes to an earlier segment, or to
     a copy issued no later, so the walk ends.
     """
