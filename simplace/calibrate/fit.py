@@ -1,7 +1,7 @@
-"""Fits: a per-device roofline from op timings, latency and bandwidth per link.
+"""Fits: in-segment op costs from timed segments, latency and bandwidth per link.
 
 Both fits minimise log-space residuals (``log predicted - log measured``: a relative
-error, so a 10 us op counts as much as a 10 ms one) with a robust loss (``soft_l1``),
+error, so a 10 us segment counts as much as a 10 ms one) with a robust loss (``soft_l1``),
 so that a few bad timings cannot pull the fit (``scipy.optimize.least_squares``).
 """
 
@@ -13,75 +13,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from simplace.cost_model import DEFAULT_EFFICIENCY, WORK_CLASSES
 from simplace.errors import CalibrationError
 
 # Scale of the robust loss in log space: residuals beyond ~10% count linearly, not
 # quadratically, so outliers weigh less.
 LOG_F_SCALE = 0.1
-# Weight of the prior that pulls each class efficiency towards DEFAULT_EFFICIENCY. The
-# roofline cannot tell a faster device from a more efficient class (peak x efficiency is
-# what timings see), and a class whose ops are all overhead-bound says nothing about its
-# efficiency; the weak prior settles both without moving well-determined figures.
-PRIOR_WEIGHT = 0.02
-# Weight of the prior that pulls each class's launch overhead towards the device's
-# overhead_s (a class with only large ops says little about its launch cost).
-OVERHEAD_PRIOR_WEIGHT = 0.05
-# Efficiencies are kept in [MIN_EFFICIENCY, 1].
-MIN_EFFICIENCY = 1e-4
-
-
-def fit_class(op_class: str) -> str:
-    """The efficiency class an op is fitted under: ``free`` ops that do work are costed
-    like ``data_movement`` by the cost model, so they are fitted that way too."""
-    return "data_movement" if op_class == "free" else op_class
-
-
-@dataclasses.dataclass(frozen=True)
-class RooflineFit:
-    """A fitted roofline: ``t = class_overhead_s[class] + max(flops / peak_flops_per_s,
-    bytes / memory_bandwidth_bytes_per_s) / efficiency[class]``.
-
-    Attributes:
-      overhead_s, peak_flops_per_s, memory_bandwidth_bytes_per_s: as in ``Device``;
-        ``overhead_s`` is the centre the class overheads are pulled towards, and the
-        launch cost of classes that had no timings.
-      class_overhead_s: launch cost of each class fitted.
-      efficiency: every class of ``WORK_CLASSES``, in (0, 1]; the most efficient class
-        fitted is 1, so the peaks are the best rates seen.
-      classes_fitted: classes that had timings (the others sit at the prior).
-      log_residuals: float64[N], ``log(predicted / measured)`` of each point fitted.
-    """
-
-    overhead_s: float
-    peak_flops_per_s: float
-    memory_bandwidth_bytes_per_s: float
-    efficiency: Mapping[str, float]
-    class_overhead_s: Mapping[str, float]
-    classes_fitted: tuple[str, ...]
-    log_residuals: np.ndarray
-
-    def predict(self, flops, bytes_accessed, classes) -> np.ndarray:
-        """Seconds for ops with these flops, bytes and op classes (arrays or scalars)."""
-        return roofline_time(self.overhead_s, self.peak_flops_per_s,
-                             self.memory_bandwidth_bytes_per_s, self.efficiency,
-                             flops, bytes_accessed, classes,
-                             class_overhead_s=self.class_overhead_s)
-
-
-def roofline_time(overhead_s: float, peak_flops_per_s: float,
-                  memory_bandwidth_bytes_per_s: float, efficiency: Mapping[str, float],
-                  flops, bytes_accessed, classes,
-                  class_overhead_s: Mapping[str, float] | None = None) -> np.ndarray:
-    """The roofline of ``simplace.CostModel.op_times`` for ops given as arrays."""
-    f = np.asarray(flops, dtype=np.float64)
-    b = np.asarray(bytes_accessed, dtype=np.float64)
-    cls = np.broadcast_to(np.asarray(classes, dtype=object), np.broadcast(f, b).shape)
-    flat = [fit_class(c) for c in cls.reshape(-1)]
-    eff = np.array([efficiency[c] for c in flat], dtype=np.float64).reshape(cls.shape)
-    cov = class_overhead_s or {}
-    o = np.array([cov.get(c, overhead_s) for c in flat], dtype=np.float64).reshape(cls.shape)
-    return o + np.maximum(f / peak_flops_per_s, b / memory_bandwidth_bytes_per_s) / eff
 
 
 def _least_squares(residuals, x0, lower, upper):
@@ -90,90 +26,6 @@ def _least_squares(residuals, x0, lower, upper):
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
     return least_squares(residuals, x0, bounds=(lower, upper), loss="soft_l1",
                          f_scale=LOG_F_SCALE, method="trf", x_scale=1.0, max_nfev=2000)
-
-
-def fit_roofline(flops: Sequence[float], bytes_accessed: Sequence[float],
-                 classes: Sequence[str], time_s: Sequence[float],
-                 weights: Sequence[float] | None = None) -> RooflineFit:
-    """Fit overheads, peak flops, bandwidth and efficiency (per class) to op timings.
-
-    Args:
-      flops, bytes_accessed: float[N] per op.
-      classes: str[N], op classes (``simplace.cost_model.op_class``).
-      time_s: float[N] measured seconds (> 0), e.g. the median of each op's timing.
-      weights: float[N] >= 0, how much each point counts (default 1 each).
-
-    Returns:
-      A ``RooflineFit``. Raises CalibrationError with fewer than 4 points or with no
-      point that has flops or bytes (nothing to fit a rate on).
-    """
-    f = np.asarray(flops, dtype=np.float64)
-    b = np.asarray(bytes_accessed, dtype=np.float64)
-    t = np.asarray(time_s, dtype=np.float64)
-    cls = [fit_class(str(c)) for c in classes]
-    if not (f.shape == b.shape == t.shape == (len(cls),)):
-        raise CalibrationError(f"fit_roofline needs equal-length flops, bytes, classes and "
-                               f"times; got {f.shape}, {b.shape}, {len(cls)}, {t.shape}.")
-    if len(t) < 4:
-        raise CalibrationError(f"fit_roofline needs at least 4 timed ops, got {len(t)}; "
-                               "calibrate with more microbenchmarks.")
-    if not np.all(np.isfinite(t) & (t > 0)):
-        raise CalibrationError("fit_roofline: every time must be finite and > 0.")
-    if not np.any((f > 0) | (b > 0)):
-        raise CalibrationError("fit_roofline: no op has flops or bytes; nothing to fit "
-                               "a rate on.")
-    unknown = sorted(set(cls) - set(WORK_CLASSES))
-    if unknown:
-        raise CalibrationError(f"fit_roofline: unknown op class {unknown[0]!r}; classes are "
-                               f"{', '.join(WORK_CLASSES)}.")
-    fitted = tuple(c for c in WORK_CLASSES if c in set(cls))
-    ci = np.array([fitted.index(c) for c in cls])
-    w = np.ones_like(t) if weights is None else np.asarray(weights, dtype=np.float64)
-    if w.shape != t.shape or not np.all(np.isfinite(w) & (w >= 0)) or not w.any():
-        raise CalibrationError("fit_roofline: weights must be N finite numbers >= 0, not "
-                               "all 0.")
-    # residuals are scaled by sqrt(w): a point of weight w counts like w points
-    sw = np.sqrt(w / w.mean())
-    log_t = np.log(t)
-    prior = np.log([DEFAULT_EFFICIENCY[c] for c in fitted])
-
-    k = len(fitted)
-
-    # x = [log overhead, log peak, log bandwidth, log efficiency per fitted class,
-    #      log(class overhead / overhead) per fitted class]
-    def unpack(x):
-        return (np.exp(x[0] + x[3 + k:]), np.exp(x[1]), np.exp(x[2]), np.exp(x[3:3 + k]))
-
-    def residuals(x):
-        oc, p, bw, eff = unpack(x)
-        pred = oc[ci] + np.maximum(f / p, b / bw) / eff[ci]
-        return np.concatenate([sw * (np.log(pred) - log_t), PRIOR_WEIGHT * (x[3:3 + k] - prior),
-                               OVERHEAD_PRIOR_WEIGHT * x[3 + k:]])
-
-    # Start: overhead below the fastest op; rates from the best flops/s and bytes/s seen.
-    o0 = 0.5 * t.min()
-    p0 = max(float(np.max(f / t)), 1.0) / 0.5
-    bw0 = max(float(np.max(b / t)), 1.0) / 0.5
-    x0 = np.concatenate([[math.log(o0), math.log(p0), math.log(bw0)], prior, np.zeros(k)])
-    lo = np.concatenate([[math.log(1e-9), math.log(1e3), math.log(1e3)],
-                         np.full(k, math.log(MIN_EFFICIENCY)), np.full(k, -10.0)])
-    hi = np.concatenate([[math.log(max(t.max(), 1e-9) * 10), math.log(1e18), math.log(1e16)],
-                         np.zeros(k), np.full(k, 10.0)])
-    res = _least_squares(residuals, x0, lo, hi)
-    oc, p, bw, eff = unpack(res.x)
-    o = float(np.exp(res.x[0]))
-    # Gauge: only peak x efficiency is seen; make the best class 1 (peaks = best rates).
-    scale = float(eff.max())
-    eff, p, bw = eff / scale, p * scale, bw * scale
-    full = {}
-    for c in WORK_CLASSES:
-        if c in fitted:
-            full[c] = float(max(eff[fitted.index(c)], MIN_EFFICIENCY))
-        else:  # unseen class: the prior, relative to the classes seen
-            full[c] = float(min(1.0, DEFAULT_EFFICIENCY[c] / scale))
-    pred = oc[ci] + np.maximum(f / p, b / bw) / eff[ci]
-    cov = {c: float(oc[fitted.index(c)]) for c in fitted}
-    return RooflineFit(o, float(p), float(bw), full, cov, fitted, np.log(pred) - log_t)
 
 
 @dataclasses.dataclass(frozen=True)

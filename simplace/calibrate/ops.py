@@ -1,11 +1,8 @@
 """Which op signatures to time, and timing one signature alone on one device.
 
-Two sets of signatures:
-
-* ``micro``: microbenchmarks over a range of sizes (matmuls, convolutions, elementwise
-  ops, reductions, a transpose) that the roofline is fitted on;
-* ``model``: the distinct signatures of the graphs named with ``--models``, measured so
-  the cost model can look their times up, and held out of the fit to test it.
+The distinct signatures of the graphs named with ``--models`` are timed alone (one jit
+each) only to find which ops the runtime runs on a thread pool: a single-op time holds
+a launch and a dispatch, so it is never used as an op's cost inside a segment.
 
 Each signature is rebuilt from ``simplace.trace.op_specs`` as a jitted single-op
 function (``primitive.bind(*inputs, **params)``) on inputs committed to the device.
@@ -80,62 +77,6 @@ def specs_of(fn: Callable, args: Sequence[Any], set_: str) -> dict[str, OpSpec]:
     for sig, (prim, params, inputs) in specs.items():
         f, b = cost[sig]
         out[sig] = OpSpec(sig, prim, dict(params), tuple(inputs), float(f), float(b), set_)
-    return out
-
-
-def micro_workloads(quick: bool) -> list[tuple[str, Callable, tuple]]:
-    """``(label, fn, args)`` microbenchmarks, one op each, over a range of sizes.
-
-    Sizes reach well past the caches (matmuls to 1024^3 flops... 2 GFLOP, streams to
-    16M floats) so the fit sees both the overhead-bound and the rate-bound regimes.
-    """
-    import jax
-    import jax.numpy as jnp
-    from jax import lax
-
-    def s(*shape):
-        return jax.ShapeDtypeStruct(shape, jnp.float32)
-
-    out: list[tuple[str, Callable, tuple]] = []
-    mm = (8, 32, 64, 128, 256, 512) if quick else (8, 16, 32, 64, 128, 192, 256, 384, 512,
-                                                   768, 1024)
-    for n in mm:
-        out.append((f"matmul{n}", jnp.matmul, (s(n, n), s(n, n))))
-    for m, k, n in ((2048, 64, 64), (64, 1024, 64), (8, 512, 2048)) + (
-            () if quick else ((4096, 128, 256), (16, 4096, 16), (256, 32, 1024))):
-        out.append((f"matmul{m}x{k}x{n}", jnp.matmul, (s(m, k), s(k, n))))
-
-    def conv(x, w):
-        return lax.conv_general_dilated(x, w, (1, 1), "SAME",
-                                        dimension_numbers=("NHWC", "HWIO", "NHWC"))
-    cv = ((2, 8, 8, 3, 8), (4, 16, 16, 16, 16), (4, 32, 32, 32, 32), (8, 16, 16, 64, 64)) + (
-        () if quick else ((2, 56, 56, 64, 64), (8, 28, 28, 128, 128), (4, 8, 8, 256, 256),
-                          (16, 32, 32, 3, 32)))
-    for b, h, w, ci, co in cv:
-        out.append((f"conv{b}x{h}x{w}x{ci}->{co}", conv, (s(b, h, w, ci), s(3, 3, ci, co))))
-
-    # Small ops of several kinds per class: their times are nearly all launch overhead,
-    # the figure most unmeasured small ops are costed by, so it gets many points.
-    for n in (8, 32, 128, 512):
-        for op in (jnp.multiply, jnp.subtract, jnp.maximum):
-            out.append((f"{op.__name__}{n}", op, (s(n), s(n))))
-        for op in (jnp.exp, jnp.negative, jnp.sqrt):
-            out.append((f"{op.__name__}{n}", op, (s(n),)))
-        out.append((f"max{n}", lambda x: jnp.max(x.reshape(-1, 8), axis=1), (s(n),)))
-        out.append((f"concat{n}", lambda x, y: jnp.concatenate([x, y]), (s(n), s(n))))
-        out.append((f"pad{n}", lambda x: jnp.pad(x, (1, 1)), (s(n),)))
-    for m, k, n in ((2, 8, 10), (4, 16, 16), (8, 32, 8), (16, 16, 32)):
-        out.append((f"matmul{m}x{k}x{n}", jnp.matmul, (s(m, k), s(k, n))))
-    for b, h, w, ci, co in ((2, 4, 4, 4, 8), (1, 8, 8, 8, 8), (2, 6, 6, 2, 4)):
-        out.append((f"conv{b}x{h}x{w}x{ci}->{co}", conv, (s(b, h, w, ci), s(3, 3, ci, co))))
-
-    ew = (2 ** k for k in (range(4, 23, 3) if quick else range(4, 25, 2)))
-    for n in ew:
-        out.append((f"add{n}", jnp.add, (s(n), s(n))))
-        out.append((f"tanh{n}", jnp.tanh, (s(n),)))
-        out.append((f"sum{n}", lambda x: jnp.sum(x.reshape(-1, 16), axis=1), (s(n),)))
-        if n >= 256:
-            out.append((f"transpose{n}", lambda x: x.reshape(16, -1).T, (s(n),)))
     return out
 
 
