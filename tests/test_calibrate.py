@@ -19,7 +19,6 @@ from simplace.calibrate import (
     Timing,
     build_cost_model,
     fit_link,
-    fit_roofline,
     read_records,
     refit,
     robust_stats,
@@ -27,7 +26,7 @@ from simplace.calibrate import (
     write_records,
 )
 from simplace.calibrate.exclusive import exclusive_groups, overlap
-from simplace.calibrate.fit import LINK_BANDWIDTH_MAX_BYTES_PER_S, predict_segments, roofline_time
+from simplace.calibrate.fit import LINK_BANDWIDTH_MAX_BYTES_PER_S, predict_segments
 from simplace.calibrate.records import SCHEMA, SCHEMA_VERSION
 from simplace.cost_model import CostModel, Device
 from simplace.errors import CalibrationError, CostModelError, SimplaceError
@@ -128,80 +127,6 @@ def test_time_fn_times_real_jax_work():
 def test_time_fn_rejects_bad_arguments(kw):
     with pytest.raises(CalibrationError):
         time_fn(lambda: 0.0, **kw)
-
-
-# --------------------------------------------------------------------------- fits
-TRUE = dict(overhead=8e-6, peak=2e11, bw=2e10,
-            class_overhead={"matmul": 40e-6, "conv": 30e-6, "elementwise": 8e-6,
-                            "reduction": 10e-6, "data_movement": 9e-6},
-            eff={"matmul": 1.0, "conv": 0.7, "elementwise": 0.6, "reduction": 0.4,
-                 "data_movement": 0.3, "control": 0.2})
-
-
-def _synthetic_ops(rng, n_per_class=20, noise=0.03, outlier_every=9):
-    f, b, cls = [], [], []
-    for c in ("matmul", "conv", "elementwise", "reduction", "data_movement"):
-        for k in range(n_per_class):
-            if c in ("matmul", "conv"):
-                n = 2 ** (2 + 8 * k / n_per_class)  # 4 .. 1024: overhead- to compute-bound
-                f.append(2 * n ** 3)
-                b.append(12 * n * n)
-            else:
-                n = 2 ** (4 + 20 * k / n_per_class)  # 16 .. 16M elements
-                f.append(n)
-                b.append(8 * n)
-            cls.append(c)
-    t = roofline_time(TRUE["overhead"], TRUE["peak"], TRUE["bw"], TRUE["eff"], f, b, cls,
-                      class_overhead_s=TRUE["class_overhead"])
-    t = t * np.exp(rng.normal(0, noise, len(t)))
-    if outlier_every:
-        t[::outlier_every] *= rng.uniform(3, 10, len(t[::outlier_every]))  # gross outliers
-    return np.array(f), np.array(b), cls, t
-
-
-def test_fit_roofline_recovers_known_parameters_despite_noise_and_outliers():
-    f, b, cls, t = _synthetic_ops(np.random.default_rng(0))
-    fit = fit_roofline(f, b, cls, t)
-    # Timings see only peak x efficiency (compute-bound) and bandwidth x efficiency
-    # (memory-bound): those products and the launch overheads are what must come back.
-    for c, o in TRUE["class_overhead"].items():
-        assert fit.class_overhead_s[c] == pytest.approx(o, rel=0.1), c
-    assert fit.peak_flops_per_s * fit.efficiency["matmul"] == pytest.approx(
-        TRUE["peak"] * TRUE["eff"]["matmul"], rel=0.1)
-    assert fit.peak_flops_per_s * fit.efficiency["conv"] == pytest.approx(
-        TRUE["peak"] * TRUE["eff"]["conv"], rel=0.1)
-    for c in ("elementwise", "reduction", "data_movement"):
-        assert fit.memory_bandwidth_bytes_per_s * fit.efficiency[c] == pytest.approx(
-            TRUE["bw"] * TRUE["eff"][c], rel=0.1), c
-    assert max(fit.efficiency.values()) == pytest.approx(1.0)
-    assert set(fit.classes_fitted) == set(TRUE["class_overhead"])
-    # predictions on fresh, clean points of the same model
-    f2, b2, cls2, t2 = _synthetic_ops(np.random.default_rng(1), n_per_class=7, noise=0.0,
-                                      outlier_every=None)
-    err = np.abs(fit.predict(f2, b2, cls2) / t2 - 1)
-    assert np.median(err) < 0.05 and err.max() < 0.2
-
-
-def test_fit_roofline_without_robust_loss_would_be_pulled_by_outliers():
-    # the same data, outliers only: a plain median-free fit must not be what we do
-    f, b, cls, t = _synthetic_ops(np.random.default_rng(0))
-    fit = fit_roofline(f, b, cls, t)
-    inl = np.ones(len(t), bool)
-    inl[::9] = False
-    assert np.median(np.abs(fit.log_residuals[inl])) < 0.05
-    assert np.median(fit.log_residuals[~inl]) < -0.5  # outliers stay far from the fit
-
-
-@pytest.mark.parametrize("args, match", [
-    (([1.0] * 3, [1.0] * 3, ["matmul"] * 3, [1.0] * 3), "at least 4"),
-    (([1.0] * 4, [1.0] * 4, ["matmul"] * 4, [1.0, 1.0, 0.0, 1.0]), "finite and > 0"),
-    (([0.0] * 4, [0.0] * 4, ["matmul"] * 4, [1.0] * 4), "nothing to fit"),
-    (([1.0] * 4, [1.0] * 4, ["warp"] * 4, [1.0] * 4), "unknown op class"),
-    (([1.0] * 4, [1.0] * 3, ["matmul"] * 4, [1.0] * 4), "equal-length"),
-])
-def test_fit_roofline_bad_input(args, match):
-    with pytest.raises(CalibrationError, match=match):
-        fit_roofline(*args)
 
 
 # --------------------------------------------------------------------------- links

@@ -1,4 +1,4 @@
-"""Calibrate a machine: time its ops and links, fit a cost model (issue 4).
+"""Calibrate a machine in context: segments, launches, host dispatch, links (issue 13).
 
 ``calibrate(name)`` measures every device JAX sees and writes the raw records
 (``calibration/NAME/records.jsonl``) and the fitted model (``cost_models/NAME.json``);
@@ -8,19 +8,19 @@
 
 from simplace.calibrate.build import build_cost_model
 from simplace.calibrate.core import Settings, calibrate, refit
-from simplace.calibrate.fit import LinkFit, RooflineFit, fit_link, fit_roofline
+from simplace.calibrate.fit import LinkFit, SegmentFit, fit_link, fit_segments
 from simplace.calibrate.harness import Timing, robust_stats, time_fn
 from simplace.calibrate.records import read_records, write_records
 
 __all__ = [
     "LinkFit",
-    "RooflineFit",
+    "SegmentFit",
     "Settings",
     "Timing",
     "build_cost_model",
     "calibrate",
     "fit_link",
-    "fit_roofline",
+    "fit_segments",
     "read_records",
     "refit",
     "robust_stats",
