@@ -322,23 +322,6 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                     fn, args = load_function(m, small=True, abstract=False, training=True)
                     program = prepare(fn, args, name=m)
                 graph = program.graph
-                # Each op signature alone, on one device of each kind of hardware: which
-                # ops the runtime spreads over a thread pool (a launch cost of its own).
-                for spec in seg_mod.model_specs(fn, args):
-                    for dev in probe_devs:
-                        key = (device_name(dev), spec.signature)
-                        if key in done_ops:
-                            continue
-                        done_ops.add(key)
-                        try:
-                            tm = ops_mod.time_spec(spec, dev, seed=settings.seed, **seg_kw)
-                        except CalibrationError:
-                            continue  # cannot run alone: the segment fit covers it
-                        out.write({"kind": "op", "device": device_name(dev),
-                                   "signature": spec.signature,
-                                   "primitive": spec.primitive_name, "op_class": spec.op_class,
-                                   "flops": spec.flops, "bytes_accessed": spec.bytes_accessed,
-                                   "set": "model", "timing": tm.to_dict()})
                 # Host time of whole steps that dispatch many segments and puts: the
                 # dispatch and put costs in context.
                 for p in (seg_mod.host_placements(graph.num_ops, len(devs), rng)
@@ -359,6 +342,25 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                                    "model": m, "first": first, "stop": stop,
                                    **seg_mod.segment_features(graph, first, stop),
                                    "timing": tm.to_dict()})
+                # Single ops last, after the host steps: hundreds of one-op executables
+                # may slow the dispatch of what runs after them in this process.
+                # Each op signature alone, on one device of each kind of hardware: which
+                # ops the runtime spreads over a thread pool (a launch cost of its own).
+                for spec in seg_mod.model_specs(fn, args):
+                    for dev in probe_devs:
+                        key = (device_name(dev), spec.signature)
+                        if key in done_ops:
+                            continue
+                        done_ops.add(key)
+                        try:
+                            tm = ops_mod.time_spec(spec, dev, seed=settings.seed, **seg_kw)
+                        except CalibrationError:
+                            continue  # cannot run alone: the segment fit covers it
+                        out.write({"kind": "op", "device": device_name(dev),
+                                   "signature": spec.signature,
+                                   "primitive": spec.primitive_name, "op_class": spec.op_class,
+                                   "flops": spec.flops, "bytes_accessed": spec.bytes_accessed,
+                                   "set": "model", "timing": tm.to_dict()})
             except Exception as err:  # noqa: BLE001 - one model that fails is reported
                 out.write({"kind": "segment_error", "model": m,
                            "error": f"{type(err).__name__}: {err}"[:500]})
