@@ -56,7 +56,10 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert {r["device"] for r in _kinds(partial, "runtime")} == {"cpu:0", "cpu:1"}
     assert {(r["src"], r["dst"]) for r in _kinds(partial, "put_host")} == {
         ("cpu:0", "cpu:1"), ("cpu:1", "cpu:0")}
-    assert not _kinds(partial, "segment") and not cm_path.exists()
+    # ^C came in the model's single-op phase, after its segments: the model is not done
+    assert not [r for r in _kinds(partial, "phase") if r["phase"] == "model:mlp"]
+    assert not cm_path.exists()
+    cut_short = {(r["device"], r["first"], r["stop"]) for r in _kinds(partial, "segment")}
 
     # a second start without --resume refuses to overwrite
     with pytest.raises(CalibrationError, match="--resume"):
@@ -80,6 +83,10 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert len(_kinds(recs, "runtime")) == 2 and len(_kinds(recs, "put_host")) == 2
     segs = _kinds(recs, "segment")
     assert len(segs) >= 8 and {r["device"] for r in segs} == {"cpu:0", "cpu:1"}
+    # the model cut short was measured again (same seeded cuts), its old segments dropped
+    assert [r for r in _kinds(recs, "phase") if r["phase"] == "model:mlp"]
+    assert {(r["device"], r["first"], r["stop"]) for r in segs} == cut_short
+    assert len(segs) == len(_kinds(partial, "segment"))
     for r in segs:
         n = r["stop"] - r["first"]
         assert r["model"] == "mlp" and n >= 1

@@ -207,7 +207,14 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
             old = read_records(rec_path, repair_tail=True)
         for w in caught:
             print(f"simplace calibrate: {w.message}", file=sys.stderr)
-        if caught:  # a truncated tail was dropped: rewrite the file without it
+        # A model counts as done once its phase record is written; the segments and host
+        # steps of a model cut short are measured again, so theirs are dropped.
+        finished = {r["phase"][len("model:"):] for r in old
+                    if r["kind"] == "phase" and r["phase"].startswith("model:")}
+        kept = [r for r in old if not (r["kind"] in ("segment", "host")
+                                       and r["model"] not in finished)]
+        if caught or len(kept) != len(old):  # rewrite the file without what was dropped
+            old = kept
             write_records(rec_path, old)
         head = old[0]
         settings = Settings.from_dict(head["settings"])
@@ -217,8 +224,9 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
                                    f"of the calibration being resumed "
                                    f"({', '.join(d['name'] for d in head['devices'])}).")
         for r in old:
-            if r["kind"] in ("segment", "segment_error"):
-                done_ops.add(r["model"])
+            if r["kind"] == "segment_error" or (r["kind"] == "phase"
+                                                and r["phase"].startswith("model:")):
+                done_ops.add(r.get("model") or r["phase"][len("model:"):])
             elif r["kind"] == "op":
                 done_ops.add((r["device"], r["signature"]))
             elif r["kind"] in ("runtime", "put_host"):
@@ -361,6 +369,7 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                                    "primitive": spec.primitive_name, "op_class": spec.op_class,
                                    "flops": spec.flops, "bytes_accessed": spec.bytes_accessed,
                                    "set": "model", "timing": tm.to_dict()})
+                out.write({"kind": "phase", "phase": f"model:{m}"})
             except Exception as err:  # noqa: BLE001 - one model that fails is reported
                 out.write({"kind": "segment_error", "model": m,
                            "error": f"{type(err).__name__}: {err}"[:500]})
