@@ -24,7 +24,8 @@
 * ``link`` records: ``nbytes`` sent from ``src`` to ``dst`` with ``jax.device_put``;
 * ``exclusive`` records: the same work timed on devices ``a`` and ``b`` alone and
   together (``alone_a``, ``alone_b``, ``together`` timings);
-* ``phase`` records: a phase (``ops``, ``links``, ``exclusive``) finished, so that
+* ``phase`` records: a phase (``runtime``, ``segments``, ``model:NAME``, ``links``,
+  ``exclusive``) finished, so that
   ``--resume`` knows what is left.
 
 A run appends and flushes one line per measurement, so an interrupted run keeps all it
