@@ -511,3 +511,38 @@ def test_memory_oom_mode_flags_exactly():
     assert any(r.oom for r in refs) and not all(r.oom for r in refs)
     with pytest.raises(ValueError, match="memory must be"):
         batched_simulator(g, inp, memory="peak")
+
+
+def test_fused_elementwise_chain_costs_about_its_producer():
+    # A matmul and three elementwise ops that read it in a chain, on one device of a
+    # machine whose elementwise ops fuse (a quarter of their bytes, no per-op cost) but
+    # cost 5 us when they start a segment's data flow (no in-segment input).
+    from simplace.cost_model import CostModel, Device
+    from simplace.graph import OpGraph
+
+    m = 4
+    g = OpGraph(op=["dot_general", "add", "tanh", "mul"], name_path=[f"n{i}" for i in range(m)],
+                flops=np.array([2e9, 1e6, 1e6, 1e6]), bytes_accessed=np.array([3e6, 8e6, 8e6, 8e6]),
+                out_bytes=np.full(m, 4e6), signature=[f"s{i}" for i in range(m)],
+                src=np.array([0, 1, 2]), dst=np.array([1, 2, 3]), edge_bytes=np.full(3, 4e6))
+    dev = dict(kind="gpu", memory_bytes=1e10, peak_flops_per_s=1e13,
+               memory_bandwidth_bytes_per_s=1e12, overhead_s=2e-6, launch_s=10e-6,
+               dispatch_s=20e-6, fused_bytes_fraction=0.25, unfused_overhead_s=5e-6,
+               class_overhead_s={"elementwise": 0.0},
+               efficiency={c: 1.0 for c in ("matmul", "conv", "elementwise", "reduction",
+                                             "data_movement", "control")})
+    cm = CostModel.from_devices("fusing", [Device(name="gpu:0", **dev),
+                                           Device(name="gpu:1", **dev)], 1e-6, 1e11)
+    producer = 2e-6 + 2e9 / 1e13  # the matmul's per-op cost + its flops: 202 us
+    chain = 3 * 0.25 * 8e6 / 1e12  # each elementwise op: a quarter of its bytes, 2 us
+    one = simulate(g, cm, [0, 0, 0, 0])
+    assert one.num_segments == 1
+    assert one.step_time_s == pytest.approx(20e-6 + 10e-6 + producer + chain)
+    assert (one.step_time_s - 30e-6 - producer) < 0.05 * producer  # the chain adds ~3%
+    # Cut after the matmul: the chain starts a segment of its own and its first op
+    # cannot fuse into an in-segment producer (+5 us), besides the copy, launch, dispatch.
+    cut = simulate(g, cm, [0, 1, 1, 1])
+    assert cut.num_segments == 2
+    assert cut.step_time_s > one.step_time_s + 5e-6 + 10e-6
+    np.testing.assert_allclose(batched_simulator(g, cm)(np.array([[0, 0, 0, 0], [0, 1, 1, 1]]))
+                               .step_time_s, [one.step_time_s, cut.step_time_s], rtol=1e-9)
