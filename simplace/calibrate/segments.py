@@ -107,15 +107,12 @@ def segment_features(graph, first: int, stop: int) -> dict:
 def time_segments(program, args: Sequence, placement: np.ndarray, devices: list,
                   **harness_kw) -> list[tuple[int, int, int, Timing]]:
     """``[(device index, first, stop, Timing)]``: each segment of ``placement`` timed alone
-    (blocking) on the inputs it has in a real step (``simplace.execute.measure``)."""
+    (blocking) on the inputs it has in a real step."""
     import jax
 
-    from simplace.execute import measure
-
     placed = program.place(placement, devices=devices)
-    m = measure(placed, args, per_segment=True, **harness_kw)
-    del m  # the step itself is not a calibration figure; the segments are
     out = []
+    # One real step compiles every segment and leaves each one's inputs in ``vals``.
     _, vals = placed.run(placed.place_args(*args), _keep=True)
     jax.block_until_ready([v for v in vals if v is not None])
     for seg, k in zip(placed.segments, placed._seg_steps, strict=True):
