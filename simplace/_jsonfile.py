@@ -1,20 +1,145 @@
-"""JSON files people keep (graphs, placements, cost models): atomic writes, clear errors."""
+"""JSON files people keep (graphs, placements, cost models): atomic writes, clear errors.
+
+Output paths are checked before the work that fills them starts (``check_output_path``),
+so that a long search never ends in an unwritable path; writes go to a temporary file
+that replaces the old one only once complete, so a failed write never damages it.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
 
+from simplace.errors import OutputError
 
-def write_json(path: str | os.PathLike, data: Any, *, compact: bool = False) -> None:
+
+def _is_special(path: Path) -> bool:
+    """A device or FIFO (``/dev/null``, ``/dev/stdout``): written in place, never renamed
+    over (as root a rename would replace the device node itself)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _probe_folder(folder: Path) -> str | None:
+    """None if a file can be created in ``folder``, else the reason. Creating one is the
+    only test that also holds for root and for read-only file systems."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".simplace-probe-"):
+            pass
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def check_output_path(path: str | os.PathLike, option: str) -> None:
+    """Raise ``OutputError`` at once when ``path`` (given as ``option``, e.g. ``--out``)
+    cannot be written: its folder is missing or not a folder, it is a directory, or the
+    place is read-only. Call it before the work whose result goes there."""
+    text = os.fspath(path)
+    if not text:
+        raise OutputError(f"{option} is empty: give a file name.")
+    p = Path(text)
+    if p.is_dir():
+        raise OutputError(f"{option} {text} is a directory: give a file name, e.g. "
+                          f"{p / ('result' + (p.suffix or '.json'))}.")
+    if _is_special(p):
+        if not os.access(p, os.W_OK):
+            raise OutputError(f"{option} {text} cannot be written (permission denied).")
+        return
+    if p.exists() and not os.access(p, os.W_OK):
+        raise OutputError(f"{option} {text} is read-only: make it writable (chmod u+w) or "
+                          "choose another path.")
+    folder = p.parent
+    if not folder.exists():
+        raise OutputError(f"{option} {text}: folder {folder} does not exist. Create it first "
+                          f"(mkdir -p {folder}) or choose another path.")
+    if not folder.is_dir():
+        raise OutputError(f"{option} {text}: {folder} is not a folder.")
+    why = _probe_folder(folder)
+    if why is not None:
+        raise OutputError(f"{option} {text}: cannot write in folder {folder} ({why}). Choose "
+                          "a writable place.")
+
+
+def check_output_dir(path: str | os.PathLike, option: str) -> None:
+    """Like ``check_output_path`` for a folder that is created if missing: it (or, if
+    missing, the nearest folder above it that exists) must be a writable folder."""
+    text = os.fspath(path)
+    if not text:
+        raise OutputError(f"{option} is empty: give a folder.")
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"{option} {text} is a file, not a folder.")
+    existing = p
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise OutputError(f"{option} {text}: {existing} is a file, not a folder.")
+    why = _probe_folder(existing)
+    if why is not None:
+        raise OutputError(f"{option} {text}: cannot write in folder {existing} ({why}). "
+                          "Choose a writable place.")
+
+
+def _readable(obj: Any, level: int = 0) -> str:
+    """JSON indented by one space per level, except that a list of plain values (numbers,
+    strings) stays on one line: a placement's assignment is one line, not one per op."""
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        pad = " " * (level + 1)
+        items = [f"{pad}{json.dumps(k if isinstance(k, str) else json.dumps(k))}: "
+                 f"{_readable(v, level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+    if isinstance(obj, list | tuple):
+        if not any(isinstance(x, dict | list | tuple) for x in obj):
+            numbers = all(isinstance(x, int | float) for x in obj)
+            return json.dumps(list(obj), allow_nan=False,
+                              separators=(",", ":") if numbers else (", ", ": "))
+        pad = " " * (level + 1)
+        return ("[\n" + ",\n".join(pad + _readable(x, level + 1) for x in obj) + "\n"
+                + " " * level + "]")
+    return json.dumps(obj, allow_nan=False)
+
+
+def write_json(path: str | os.PathLike, data: Any, *, compact: bool = False,
+               inline_lists: bool = False) -> None:
     """Write ``data`` as JSON atomically: a temporary file, then a rename, so that an
-    interrupted write never leaves a half-written file where a good one was."""
+    interrupted or failed write never leaves a half-written file where a good one was.
+
+    compact: no whitespace at all (large graphs). inline_lists: indented, but lists of
+    plain values on one line (placements). Default: indented by one space.
+    Raises ``OutputError`` naming ``path`` when it cannot be written.
+    """
+    if compact:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    elif inline_lists:
+        text = _readable(data)
+    else:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    text += "\n"
     path = Path(path)
-    text = (json.dumps(data, separators=(",", ":"), allow_nan=False) if compact
-            else json.dumps(data, indent=1, allow_nan=False)) + "\n"
+    if path.is_symlink():  # replace what the link points to, and keep the link
+        path = Path(os.path.realpath(path))
+    if _is_special(path):
+        try:
+            with open(path, "w") as f:
+                f.write(text)
+        except OSError as err:
+            raise OutputError(f"Cannot write {path}: {err.strerror or err}.") from None
+        return
+    if path.is_dir():
+        raise OutputError(f"Cannot write {path}: it is a directory.")
     # A fresh name next to the target (same file system, so the rename is atomic),
     # created with open() so that the file gets the usual umask permissions.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
@@ -22,6 +147,11 @@ def write_json(path: str | os.PathLike, data: Any, *, compact: bool = False) -> 
         with open(tmp, "x") as f:
             f.write(text)
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        # Name the user's path, never the hidden temporary file.
+        raise OutputError(f"Cannot write {path}: {err.strerror or err}. The file there, if "
+                          "any, is unchanged.") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -37,7 +167,13 @@ def read_json(path: str | os.PathLike, error: type[Exception], what: str) -> Any
         raise error(f"{what} {path} does not exist.") from None
     except IsADirectoryError:
         raise error(f"{what} {path} is a directory, not a file.") from None
+    except PermissionError:
+        raise error(f"{what} {path} cannot be read (permission denied).") from None
     except json.JSONDecodeError as err:
         raise error(f"{what} {path} is not valid JSON ({err}).") from None
     except UnicodeDecodeError as err:
         raise error(f"{what} {path} is not a text file ({err}).") from None
+    except RecursionError:
+        raise error(f"{what} {path} is nested too deeply to be a simplace file.") from None
+    except OSError as err:
+        raise error(f"{what} {path} cannot be read ({err.strerror or err}).") from None

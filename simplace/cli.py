@@ -6,8 +6,52 @@ import argparse
 import sys
 import time
 
-from simplace.errors import SimplaceError
+from simplace import _argtypes
+from simplace.errors import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_OOM,
+    EXIT_USAGE,
+    SimplaceError,
+)
 from simplace.graph import _fmt_bytes
+
+EXIT_CODES = f"""exit codes:
+  0    success
+  {EXIT_ERROR}    an unexpected error (a bug: please report it with its traceback), or a
+       file that could not be read or written
+  {EXIT_USAGE}    bad input: options, numbers, files, model names; the message says what
+       to mend (nothing has been written)
+  {EXIT_OOM}    the placement does not fit the machine's memory (OOM); it is still printed,
+       and saved with "oom": true
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C or SIGTERM)"""
+
+# Options naming files a command writes, and folders it writes into: all are checked
+# before the command starts its work (see main), so that no result is lost to a bad path.
+OUTPUT_FILES = {"out": "--out", "gantt": "--gantt", "history": "--history",
+                "checkpoint": "--checkpoint"}
+OUTPUT_DIRS = {"records_dir": "--records-dir", "cost_model_dir": "--cost-model-dir"}
+
+
+def _progress(msg: str) -> None:
+    print(f"  [{msg}]", file=sys.stderr, flush=True)
+
+
+def _load_graph(args):
+    """The graph of MODEL; a model that is traced (seconds for large models) says so on
+    stderr first, and how long it took."""
+    from simplace.models import is_graph_file, load_graph
+
+    traced = not is_graph_file(args.model)
+    if traced:
+        _progress(f"tracing {args.model} ({'inference' if args.inference else 'training'} "
+                  "step)...")
+    t0 = time.perf_counter()
+    g = load_graph(args.model, training=not args.inference, batch=args.batch,
+                   small=args.small)
+    if traced:
+        _progress(f"traced {g.num_ops:,} ops in {time.perf_counter() - t0:.1f} s")
+    return g
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -31,13 +75,20 @@ def cmd_models(args) -> int:
     from simplace import zoo
 
     rows = []
-    for name in zoo.names():
+    names = zoo.names()
+    for k, name in enumerate(names):
         info = zoo.info(name)
         row = [name, info.family, info.description]
         if args.count:
             from simplace.models import load_graph
 
+            # Tracing every model takes minutes at full size: say where it is.
+            t0 = time.perf_counter()
+            print(f"  [{k + 1}/{len(names)}] tracing {name}...", end="", file=sys.stderr,
+                  flush=True)
             g = load_graph(name, training=not args.inference, small=args.small)
+            print(f" {g.num_ops:,} ops, {time.perf_counter() - t0:.1f} s", file=sys.stderr,
+                  flush=True)
             row += [f"{g.num_ops:,}", f"{g.flops.sum() / 1e9:.1f}"]
         rows.append(row)
     header = ["model", "family", "description"] + (["ops", "GFLOP"] if args.count else [])
@@ -49,10 +100,8 @@ def cmd_models(args) -> int:
 
 # ---------------------------------------------------------------------------- graph
 def cmd_graph(args) -> int:
-    from simplace.models import load_graph
-
     t0 = time.perf_counter()
-    g = load_graph(args.model, training=not args.inference, batch=args.batch, small=args.small)
+    g = _load_graph(args)
     elapsed_s = time.perf_counter() - t0
     print(g.summary(top=args.top))
     print(f"  loaded in {elapsed_s:.2f} s")
@@ -87,18 +136,20 @@ def cmd_simulate(args) -> int:
 
     from simplace.cost_model import CostModel
     from simplace.errors import PlacementError
-    from simplace.models import load_graph
     from simplace.placement import Placement
     from simplace.sim import lower_bound, simulate
 
     if (args.placement is None) == (args.single is None):
         raise PlacementError("Give exactly one of --placement p.json or --single DEVICE.")
+    if args.force and not args.placement:
+        raise PlacementError("--force applies a --placement file to another machine; it "
+                             "takes no --single.")
     cost_model = CostModel.load(args.cost_model)
-    graph = load_graph(args.model, training=not args.inference, batch=args.batch,
-                       small=args.small)
-    if args.placement:
-        placement = Placement.load(args.placement)
-        assignment = placement.check(graph, cost_model)
+    # Read the placement before tracing, so that a bad file fails at once.
+    placement = Placement.load(args.placement) if args.placement else None
+    graph = _load_graph(args)
+    if placement is not None:
+        assignment = placement.check(graph, cost_model, force=args.force)
         method = placement.method or "file"
     else:
         d = _single_device(args.single, graph, cost_model)
@@ -112,15 +163,26 @@ def cmd_simulate(args) -> int:
     if args.out:
         Placement(assignment=assignment, graph_hash=graph.hash, cost_model=cost_model.name,
                   device_names=tuple(cost_model.device_names), method=method,
-                  predicted_step_time_s=float(result.step_time_s)).save(args.out)
-        print(f"placement saved to {args.out}")
+                  predicted_step_time_s=float(result.step_time_s),
+                  oom=bool(result.oom)).save(args.out)
+        print(f"placement saved to {args.out}" + (" (marked oom)" if result.oom else ""))
     if args.gantt:
         from simplace.gantt import plot_gantt
 
         plot_gantt(result, cost_model, args.gantt, graph=graph,
                    title=f"{graph.name} on {cost_model.name} ({method})")
         print(f"Gantt chart written to {args.gantt}")
+    if result.oom:
+        print(f"error: the placement does not fit the machine's memory (OOM on "
+              f"{_oom_devices(result, cost_model)}); exit code {EXIT_OOM}.", file=sys.stderr)
+        return EXIT_OOM
     return 0
+
+
+def _oom_devices(result, cost_model) -> str:
+    names = cost_model.device_names
+    return ", ".join(names[d] for d in range(len(names))
+                     if float(result.peak_memory_bytes[d]) > float(cost_model.memory_bytes[d]))
 
 
 def report_result(result, cost_model, bound_s: float) -> str:
@@ -158,19 +220,20 @@ def cmd_methods(args) -> int:
 def cmd_optimize(args) -> int:
     from simplace import validate_cli
     from simplace.cost_model import CostModel
-    from simplace.models import load_graph
     from simplace.placement import Placement
-    from simplace.placers import best_of, compare, optimize
+    from simplace.placers import best_of, compare, methods, optimize
     from simplace.sim import lower_bound
 
+    if args.method != "all" and args.method not in methods():
+        raise SimplaceError(f"Unknown --method {args.method!r}: use one of "
+                            f"{', '.join(methods())} or 'all' (see `simplace methods`).")
     cost_model = CostModel.load(args.cost_model)
     if args.validate_every is not None:
         from simplace._devices import match_cpu_cost_model
 
         # Runs on hardware need the model's devices, fixed when JAX starts (tracing).
         match_cpu_cost_model(cost_model)
-    graph = load_graph(args.model, training=not args.inference, batch=args.batch,
-                       small=args.small)
+    graph = _load_graph(args)
     print(graph.summary(top=5))
     print(f"machine {cost_model.name} ({cost_model.provenance.source}, "
           f"{cost_model.num_devices} devices)")
@@ -207,9 +270,9 @@ def cmd_optimize(args) -> int:
                   cost_model=cost_model.name, device_names=tuple(cost_model.device_names),
                   method=best.method, predicted_step_time_s=best.step_time_s,
                   meta={"seed": args.seed, "budget_s": args.budget_s,
-                        "wall_s": best.wall_s}).save(args.out)
-        print(f"placement saved to {args.out}")
-    return 0
+                        "wall_s": best.wall_s}, oom=best.oom).save(args.out)
+        print(f"placement saved to {args.out}" + (" (marked oom)" if best.oom else ""))
+    return EXIT_OOM if best.oom else 0
 
 
 def results_table(results, bound_s: float) -> str:
@@ -229,21 +292,23 @@ def results_table(results, bound_s: float) -> str:
 
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    from simplace import validate_cli
+    from simplace import __version__, validate_cli
     from simplace.rl.cli_args import add_rl_args
 
     p = argparse.ArgumentParser(
         prog="simplace",
         description="Simulator-first device placement for JAX computation graphs.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def model_args(sp):
         sp.add_argument("model", metavar="MODEL",
                         help="zoo name (see `simplace models`), path/file.py:factory, "
                              "package.module:factory, or a saved graph .json")
-        sp.add_argument("--batch", type=int, default=None, help="batch size (default: "
-                        "the model's)")
+        sp.add_argument("--batch", type=_argtypes.positive_int, default=None,
+                        help="batch size (default: the model's)")
         sp.add_argument("--inference", action="store_true",
                         help="trace inference instead of a training step")
         sp.add_argument("--small", action="store_true",
@@ -258,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("graph", help="trace a model into an op graph and describe it")
     model_args(sp)
     sp.add_argument("--out", help="save the graph as JSON")
-    sp.add_argument("--top", type=int, default=8, help="how many common primitives to list")
+    sp.add_argument("--top", type=_argtypes.nonnegative_int, default=8,
+                    help="how many common primitives to list")
     sp.set_defaults(func=cmd_graph)
 
     sp = sub.add_parser("simulate", help="predict the step time and memory of a placement")
@@ -270,6 +336,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="put every op on one device: a name, an index, or 'fastest'")
     sp.add_argument("--gantt", metavar="OUT.PNG", help="draw the schedule (matplotlib)")
     sp.add_argument("--out", metavar="P.JSON", help="save the simulated placement")
+    sp.add_argument("--force", action="store_true",
+                    help="apply a --placement made for another machine of the same size "
+                         "(device k of one becomes device k of the other)")
     sp.set_defaults(func=cmd_simulate)
 
     sp = sub.add_parser("optimize", help="search for a fast placement")
@@ -279,9 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--method", default="all",
                     help="a placement method (see `simplace methods`) or 'all' "
                          "(default: all, with a comparison table)")
-    sp.add_argument("--budget-s", type=float, default=None,
-                    help="wall-time budget of search methods, seconds")
-    sp.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sp.add_argument("--budget-s", type=_argtypes.positive_seconds, default=None,
+                    help="wall-time budget of search methods, seconds (> 0)")
+    sp.add_argument("--seed", type=_argtypes.seed, default=0,
+                    help=f"random seed, 0..{_argtypes.MAX_SEED} (default 0)")
     sp.add_argument("--out", metavar="P.JSON", help="save the best placement")
     add_rl_args(sp)
     validate_cli.add_validate_args(sp)
@@ -300,21 +370,47 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_outputs(args) -> None:
+    """Refuse, before any work, output paths that cannot be written (``OutputError``,
+    exit 2): a missing folder, a directory, a read-only place."""
+    from simplace._jsonfile import check_output_dir, check_output_path
+
+    for dest, option in OUTPUT_FILES.items():
+        if getattr(args, dest, None) is not None:
+            check_output_path(getattr(args, dest), option)
+    for dest, option in OUTPUT_DIRS.items():
+        # calibrate --refit only reads its records.
+        if dest == "records_dir" and getattr(args, "refit", False):
+            continue
+        if getattr(args, dest, None) is not None:
+            check_output_dir(getattr(args, dest), option)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status (see ``EXIT_CODES``)."""
     try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help, --version, or a usage error argparse printed
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
+    try:
+        check_outputs(args)
         return args.func(args)
     except SimplaceError as err:
         print(f"simplace {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into `head` and friends: not an error
         import os
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as err:  # a file the command reads or writes, gone or unreadable
+        where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+        print(f"simplace {args.command}: error: {err.strerror or err}{where}",
+              file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -34,3 +34,15 @@ class GroupingError(SimplaceError):
 
 class CalibrationError(SimplaceError):
     """Bad calibration input: timing arguments, a malformed records file, a failed fit."""
+
+
+class OutputError(SimplaceError):
+    """An output path that cannot be written (missing folder, a directory, read-only)."""
+
+
+# Exit codes of the ``simplace`` command (documented in ``simplace --help`` and the README).
+EXIT_OK = 0
+EXIT_ERROR = 1  # an unexpected error (a bug: please report it with its traceback)
+EXIT_USAGE = 2  # bad input: options, numbers, files, models; the message says what to mend
+EXIT_OOM = 3  # the result does not fit the machine's memory (saved anyway, marked "oom")
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM

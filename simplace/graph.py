@@ -104,22 +104,21 @@ class OpGraph:
         for f in _OP_FLOAT_FIELDS:
             set_(f, _frozen(np.asarray(getattr(self, f), dtype=np.float64).reshape(-1)))
         m = len(self.op)
-        set_("src", _frozen(np.asarray(self.src, dtype=np.int64).reshape(-1).astype(np.int32)))
-        set_("dst", _frozen(np.asarray(self.dst, dtype=np.int64).reshape(-1).astype(np.int32)))
+        set_("src", _frozen(_index_array(self.src, "src")))
+        set_("dst", _frozen(_index_array(self.dst, "dst")))
         set_("edge_bytes", _frozen(np.asarray(self.edge_bytes, dtype=np.float64).reshape(-1)))
         e = len(self.src)
-        eo = np.zeros(e) if self.edge_output is None else self.edge_output
-        set_("edge_output", _frozen(np.asarray(eo, dtype=np.int64).reshape(-1).astype(np.int32)))
+        eo = np.zeros(e, dtype=np.int32) if self.edge_output is None else self.edge_output
+        set_("edge_output", _frozen(_index_array(eo, "edge_output")))
         io = np.zeros(m, dtype=bool) if self.is_output is None else self.is_output
-        set_("is_output", _frozen(np.asarray(io, dtype=bool).reshape(-1)))
+        set_("is_output", _frozen(_bool_array(io, "is_output")))
         set_("param_names", _frozen(_str_array([] if self.param_names is None
                                                else self.param_names)))
         ps = [] if self.param_sizes is None else self.param_sizes
         set_("param_sizes", _frozen(np.asarray(ps, dtype=np.float64).reshape(-1)))
         for f in ("param_op", "param_index"):
             v = getattr(self, f)
-            v = [] if v is None else v
-            set_(f, _frozen(np.asarray(v, dtype=np.int64).reshape(-1).astype(np.int32)))
+            set_(f, _frozen(_index_array([] if v is None else v, f)))
         set_("meta", dict(self.meta))
         self._validate()
 
@@ -203,8 +202,8 @@ class OpGraph:
         Raises GraphError naming a cycle if there is one.
         """
         m = len(fields["op"])
-        src = np.asarray(fields["src"], dtype=np.int64).reshape(-1)
-        dst = np.asarray(fields["dst"], dtype=np.int64).reshape(-1)
+        src = _index_array(fields["src"], "src").astype(np.int64)
+        dst = _index_array(fields["dst"], "dst").astype(np.int64)
         for f, v in (("src", src), ("dst", dst)):
             if v.size and (v.min() < 0 or v.max() >= m):
                 raise GraphError(f"Edge field '{f}' refers to an op outside 0..{m - 1}.")
@@ -223,7 +222,7 @@ class OpGraph:
                 out[f] = np.asarray(out[f])[order] if m else out[f]
         out["src"], out["dst"] = rank[src], rank[dst]
         if out.get("param_op") is not None:
-            out["param_op"] = rank[np.asarray(out["param_op"], dtype=np.int64)]
+            out["param_op"] = rank[_index_array(out["param_op"], "param_op")]
         meta = dict(out.get("meta") or {})
         meta["original_index"] = [int(i) for i in order]
         out["meta"] = meta
@@ -337,7 +336,15 @@ class OpGraph:
             for f in names:
                 if f not in sec:
                     raise GraphError(f"{source}: field '{section}.{f}' is missing.")
+                _check_json_list(sec[f], f, f"{section}.{f}", source)
                 fields[f] = sec[f]
+        if not isinstance(d.get("name", ""), str):
+            raise GraphError(f"{source}: field 'name' must be a string, got "
+                             f"{json.dumps(d['name'])[:40]}.")
+        if not isinstance(d.get("meta") or {}, dict):
+            raise GraphError(f"{source}: field 'meta' must be an object.")
+        if not isinstance(d.get("hash", ""), str | None):
+            raise GraphError(f"{source}: field 'hash' must be a string.")
         try:
             g = cls(name=d.get("name", ""), meta=d.get("meta") or {}, **fields)
         except (TypeError, ValueError) as err:
@@ -391,6 +398,58 @@ class OpGraph:
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.num_ops}, edges={self.num_edges}, "
                 f"params={self.num_params}, hash={self.hash[:12]})")
+
+
+_INT_FIELDS = ("src", "dst", "edge_output", "param_op", "param_index")
+_STR_FIELDS = _OP_STR_FIELDS + ("param_names",)
+
+
+def _check_json_list(values, field: str, where: str, source: str) -> None:
+    """Strict types of one field of a graph file, before numpy converts anything: indices
+    are integers (numpy would truncate 2.7 to 2 and read ``true`` as 1), sizes are
+    numbers (not booleans), ``is_output`` entries are booleans, names are strings."""
+    if not isinstance(values, list):
+        raise GraphError(f"{source}: field '{where}' must be a list, got "
+                         f"{type(values).__name__}.")
+    if field in _INT_FIELDS:
+        ok, want = (lambda x: type(x) is int), "an integer (an index)"
+    elif field == "is_output":
+        ok, want = (lambda x: type(x) is bool), "true or false"
+    elif field in _STR_FIELDS:
+        ok, want = (lambda x: type(x) is str), "a string"
+    else:
+        ok, want = (lambda x: type(x) in (int, float)), "a number"
+    for i, x in enumerate(values):
+        if not ok(x):
+            raise GraphError(f"{source}: field '{where}' entry {i} is {json.dumps(x)[:40]}; "
+                             f"it must be {want}.")
+
+
+def _index_array(values, field: str) -> np.ndarray:
+    """int32[N] of op, output or parameter indices; booleans and non-integral numbers are
+    refused rather than truncated."""
+    arr = np.asarray(values)
+    if arr.size and arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f":
+            frac = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
+            if frac.size:
+                k = int(frac[0])
+                raise GraphError(f"OpGraph field '{field}' holds indices, which must be "
+                                 f"integers; entry {k} is {arr.reshape(-1)[k]!r}.")
+        else:
+            raise GraphError(f"OpGraph field '{field}' holds indices, which must be integers; "
+                             f"got values of type {arr.dtype}.")
+    return arr.astype(np.int64).reshape(-1).astype(np.int32)
+
+
+def _bool_array(values, field: str) -> np.ndarray:
+    """bool[N]; integers 0/1 are taken as booleans, anything else is refused."""
+    arr = np.asarray(values)
+    if arr.size and arr.dtype.kind != "b":
+        if arr.dtype.kind not in "iu" or not np.all((arr == 0) | (arr == 1)):
+            raise GraphError(f"OpGraph field '{field}' must hold booleans (True/False); got "
+                             f"values of type {arr.dtype}.")
+    return arr.astype(bool).reshape(-1)
 
 
 def _fmt_flops(n: float) -> str:

@@ -74,12 +74,33 @@ def load_function(spec: str, *, training: bool = True, batch: int | None = None,
             tb = traceback.format_exc(limit=-3)
             raise ModelError(f"Model factory '{spec}' failed: {type(err).__name__}: {err}\n"
                              f"{tb}") from err
-        if not (isinstance(out, tuple) and len(out) == 2 and callable(out[0])):
-            raise ModelError(f"Model factory '{spec}' must return (fn, example_args); it "
-                             f"returned {type(out).__name__}.")
-        fn, args = out
-        return fn, tuple(args) if isinstance(args, list | tuple) else (args,)
-    return zoo.get(spec, training=training, batch=batch, small=small, abstract=abstract)
+        return check_factory_output(out, f"Model factory '{spec}'")
+    return check_factory_output(
+        zoo.get(spec, training=training, batch=batch, small=small, abstract=abstract),
+        f"Zoo model '{spec}'")
+
+
+def check_factory_output(out, what: str):
+    """``(fn, args_tuple)`` from what a factory returned, or ModelError saying what it
+    returned instead. A single argument must be wrapped, ``(fn, (x,))``: guessing would
+    trace ``(fn, 5)`` with 5 as the argument."""
+    def describe(x) -> str:
+        r = repr(x)
+        return f"{type(x).__name__} {r[:40] + '...' if len(r) > 40 else r}"
+
+    if not isinstance(out, tuple | list) or len(out) != 2:
+        n = f" of {len(out)} items" if isinstance(out, tuple | list) else ""
+        raise ModelError(f"{what} must return a pair (fn, args_tuple); it returned "
+                         f"{type(out).__name__}{n}.")
+    fn, args = out
+    if not callable(fn):
+        raise ModelError(f"{what} must return (fn, args_tuple) with a callable fn; its first "
+                         f"item is {describe(fn)}.")
+    if not isinstance(args, tuple | list):
+        raise ModelError(f"{what} must return (fn, args_tuple), the arguments of fn as a "
+                         f"tuple; its second item is {describe(args)}. Wrap a single "
+                         "argument: return fn, (x,).")
+    return fn, tuple(args)
 
 
 def load_graph(spec: str, *, training: bool = True, batch: int | None = None,

@@ -9,6 +9,8 @@ machine it was not made for.
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
 from typing import Any
 
@@ -80,6 +82,12 @@ class Placement:
     method: what produced it (``single``, ``heft``, ``rl-gnn``...).
     predicted_step_time_s: the simulator's step time for it (None if not simulated).
     meta: anything else worth keeping (seed, budget, wall time...).
+    oom: True when the placement does not fit the machine's memory (the simulator's peak
+      memory exceeds a device's capacity); kept so that such a file is never mistaken
+      for a usable placement.
+
+    On disk the assignment is one line of JSON; older files with one index per line load
+    the same.
     """
 
     assignment: np.ndarray
@@ -89,6 +97,7 @@ class Placement:
     method: str = ""
     predicted_step_time_s: float | None = None
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    oom: bool = False
 
     def __post_init__(self):
         a = check_placement(self.assignment, len(np.asarray(self.assignment).reshape(-1)),
@@ -96,9 +105,15 @@ class Placement:
         a.flags.writeable = False
         object.__setattr__(self, "assignment", a)
         object.__setattr__(self, "device_names", tuple(self.device_names))
+        object.__setattr__(self, "oom", bool(self.oom))
 
-    def check(self, graph, cost_model) -> np.ndarray:
-        """Refuse a placement made for another graph or machine; returns the assignment."""
+    def check(self, graph, cost_model, *, force: bool = False) -> np.ndarray:
+        """Refuse a placement made for another graph or machine; returns the assignment.
+
+        A machine of another size is always refused. One of the same size but another
+        name or other device names (the same indices may mean other hardware) is refused
+        unless ``force`` (the command line's ``--force``).
+        """
         if self.graph_hash != graph.hash:
             raise PlacementError(
                 f"This placement was made for graph {self.graph_hash[:12]}..., but the graph "
@@ -116,6 +131,15 @@ class Placement:
                 f"{len(names)} ({', '.join(names)}): use the cost model it was made for "
                 f"('{self.cost_model}')."
             )
+        if not force and (self.cost_model != cost_model.name
+                          or list(self.device_names) != names):
+            raise PlacementError(
+                f"The placement was made for machine '{self.cost_model}' (devices "
+                f"{', '.join(self.device_names)}), not for cost model '{cost_model.name}' "
+                f"(devices {', '.join(names)}): use --cost-model {self.cost_model}, or "
+                "--force to apply it to this machine anyway (device k of one becomes "
+                "device k of the other)."
+            )
         return check_placement(self.assignment, graph.num_ops, len(names))
 
     def to_dict(self) -> dict:
@@ -128,6 +152,7 @@ class Placement:
             "method": self.method,
             "predicted_step_time_s": self.predicted_step_time_s,
             "meta": self.meta,
+            "oom": self.oom,
             "assignment": self.assignment.tolist(),
         }
 
@@ -143,21 +168,55 @@ class Placement:
         for f in ("graph_hash", "cost_model", "device_names", "assignment"):
             if f not in d:
                 raise PlacementError(f"{source}: field '{f}' is missing.")
+        _check_fields(d, source)
         try:
-            return cls(assignment=np.asarray(d["assignment"]), graph_hash=str(d["graph_hash"]),
-                       cost_model=str(d["cost_model"]), device_names=tuple(d["device_names"]),
-                       method=str(d.get("method", "")),
+            return cls(assignment=np.asarray(d["assignment"], dtype=np.int64),
+                       graph_hash=d["graph_hash"], cost_model=d["cost_model"],
+                       device_names=tuple(d["device_names"]), method=d.get("method") or "",
                        predicted_step_time_s=d.get("predicted_step_time_s"),
-                       meta=dict(d.get("meta") or {}))
+                       meta=dict(d.get("meta") or {}), oom=bool(d.get("oom", False)))
         except PlacementError as err:
             raise PlacementError(f"{source}: {err}") from None
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the placement as JSON, atomically."""
-        write_json(path, self.to_dict())
+        """Write the placement as JSON, atomically; the assignment on one line."""
+        write_json(path, self.to_dict(), inline_lists=True)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Placement:
         """Read a placement file; use ``check`` before applying it to a graph."""
         return cls.from_dict(read_json(path, PlacementError, "Placement file"),
                              source=str(path))
+
+
+def _check_fields(d: dict, source: str) -> None:
+    """Strict JSON types: JSON has no integer type of its own, and numpy would turn 2.7
+    into 2 and ``true`` into device 1, so each field is checked before conversion."""
+    def bad(field: str, want: str, value) -> PlacementError:
+        return PlacementError(f"{source}: field '{field}' must be {want}, got "
+                              f"{json.dumps(value)[:60]}.")
+
+    a = d["assignment"]
+    if not isinstance(a, list):
+        raise bad("assignment", "a list of device indices (integers), one per op", a)
+    for i, x in enumerate(a):
+        if type(x) is not int:
+            raise PlacementError(
+                f"{source}: field 'assignment' entry {i} is {json.dumps(x)[:40]}, not an "
+                "integer: each entry is the index of the device op i runs on (0, 1, ...).")
+    names = d["device_names"]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise bad("device_names", "a list of device names (non-empty strings)", names)
+    for f in ("graph_hash", "cost_model"):
+        if not isinstance(d[f], str) or not d[f]:
+            raise bad(f, "a non-empty string", d[f])
+    if not isinstance(d.get("method", ""), str | None):
+        raise bad("method", "a string", d["method"])
+    t = d.get("predicted_step_time_s")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float)
+                          or not math.isfinite(t) or t < 0):
+        raise bad("predicted_step_time_s", "a finite number of seconds >= 0 or null", t)
+    if not isinstance(d.get("meta") or {}, dict):
+        raise bad("meta", "an object", d["meta"])
+    if not isinstance(d.get("oom", False), bool):
+        raise bad("oom", "true or false", d["oom"])

@@ -13,12 +13,14 @@ Wiring in ``simplace/cli.py`` (``build_parser`` and ``cmd_optimize``)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from simplace import _argtypes
 from simplace.errors import ModelError, SimplaceError
 
 
@@ -26,15 +28,17 @@ def _model_args(sp) -> None:
     sp.add_argument("model", metavar="MODEL",
                     help="zoo name, path/file.py:factory or package.module:factory (the "
                          "model must run: a saved graph .json cannot be validated)")
-    sp.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
+    sp.add_argument("--batch", type=_argtypes.positive_int, default=None,
+                    help="batch size (default: the model's)")
     sp.add_argument("--inference", action="store_true", help="inference instead of training")
     sp.add_argument("--small", action="store_true", help="tiny sizes of a zoo model")
 
 
 def _timing_args(sp) -> None:
-    sp.add_argument("--repeats", type=int, default=5, metavar="N",
+    sp.add_argument("--repeats", type=_argtypes.positive_int, default=5, metavar="N",
                     help="timed runs of each placement at least (default 5)")
-    sp.add_argument("--budget-s", dest="timing_budget_s", type=float, default=1.0,
+    sp.add_argument("--budget-s", dest="timing_budget_s",
+                    type=_argtypes.nonnegative_seconds, default=1.0,
                     metavar="S", help="timing budget per placement once --repeats are done "
                                       "(default 1 s)")
     sp.add_argument("--records-dir", default=None, metavar="DIR",
@@ -54,14 +58,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--cost-model", required=True, metavar="NAME",
                     help="a cost model name (cost_models/NAME.json) or a path")
     sp.add_argument("placements", nargs="+", metavar="P.JSON", help="placement files")
-    sp.add_argument("--top-k", type=int, default=None, metavar="K",
+    sp.add_argument("--top-k", type=_argtypes.positive_int, default=None, metavar="K",
                     help="validate only the K placements predicted fastest")
     sp.add_argument("--update", action="store_true",
                     help="fit drift corrections on this machine's validation records (of this "
                          "model) and write them into the cost model file")
-    sp.add_argument("--held-out", type=float, default=0.5, metavar="FRACTION",
+    sp.add_argument("--held-out", type=_argtypes.float_range(0, 1, hi_open=True,
+                                                             what="fraction"),
+                    default=0.5, metavar="FRACTION",
                     help="with --update: share of records held out to report how the "
                          "correction generalises (default 0.5)")
+    sp.add_argument("--force", action="store_true",
+                    help="validate placements made for another machine of the same size "
+                         "(device k of one becomes device k of the other)")
     _timing_args(sp)
     sp.set_defaults(func=run)
     return sp
@@ -70,15 +79,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def add_validate_args(parser: argparse.ArgumentParser) -> None:
     """``--validate-every N``, ``--top-k K`` (and timing options) for ``optimize``."""
     g = parser.add_argument_group("validation during the search (local search, RL)")
-    g.add_argument("--validate-every", type=int, default=None, metavar="N",
+    g.add_argument("--validate-every", type=_argtypes.nonnegative_int, default=None,
+                   metavar="N",
                    help="run the K best candidates on this machine every N updates (RL) or "
                         "rounds (local search) and at the end, fit drift corrections and go "
                         "on against the corrected model (0: only at the end)")
-    g.add_argument("--top-k", type=int, default=3, metavar="K",
+    g.add_argument("--top-k", type=_argtypes.positive_int, default=3, metavar="K",
                    help="candidates validated each time (default 3)")
-    g.add_argument("--validation-repeats", dest="repeats", type=int, default=5, metavar="N",
+    g.add_argument("--validation-repeats", dest="repeats", type=_argtypes.positive_int,
+                   default=5, metavar="N",
                    help="timed runs per validated candidate at least (default 5)")
-    g.add_argument("--validation-budget-s", dest="timing_budget_s", type=float, default=1.0,
+    g.add_argument("--validation-budget-s", dest="timing_budget_s",
+                   type=_argtypes.nonnegative_seconds, default=1.0,
                    metavar="S", help="timing budget per validated candidate (default 1 s)")
     g.add_argument("--records-dir", default=None, metavar="DIR",
                    help="where NAME/validation.jsonl lives (default: calibration/)")
@@ -154,11 +166,18 @@ def run(args) -> int:
     cost_model = CostModel.load(args.cost_model)
     match_cpu_cost_model(cost_model)  # a model measured on N virtual CPU devices runs on N
     devices = _devices(cost_model)
+    # Placement files are read before the model is built and run, so a bad one fails at once.
+    placements = [Placement.load(p) for p in args.placements]
     program, run_args, spec = _load_program(args)
     graph = program.graph
-    placements = [Placement.load(p) for p in args.placements]
-    for path, p in zip(args.placements, placements, strict=True):
-        p.check(graph, cost_model)
+    for k, (path, p) in enumerate(zip(args.placements, placements, strict=True)):
+        try:
+            p.check(graph, cost_model, force=args.force)
+        except SimplaceError as err:
+            raise type(err)(f"{path}: {err}") from None
+        if args.force:  # from here on it is a placement of this machine
+            placements[k] = p = dataclasses.replace(
+                p, cost_model=cost_model.name, device_names=tuple(cost_model.device_names))
         p.meta.setdefault("label", Path(path).stem)
     if args.top_k is not None:
         if args.top_k < 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simplace._argtypes import int_range, positive_seconds
 from simplace.errors import CalibrationError
 
 
@@ -26,12 +27,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--devices", default=None,
                     help="comma-separated device names to calibrate, e.g. cpu:0,cpu:1 "
                          "(default: all devices JAX sees)")
-    sp.add_argument("--cpu-devices", type=int, default=None, metavar="N",
+    sp.add_argument("--cpu-devices", type=int_range(1, 256), default=None, metavar="N",
                     help="split the host CPU into N virtual JAX devices (sets "
                          "jax_num_cpu_devices before JAX starts)")
     sp.add_argument("--quick", action="store_true",
                     help="fewer sizes and repeats: about a minute on a 2-core machine")
-    sp.add_argument("--budget-s", type=float, default=None,
+    sp.add_argument("--budget-s", type=positive_seconds, default=None,
                     help="wall-time budget, seconds: model signatures, then link sizes, "
                          "left unmeasured past it are costed by the fits")
     sp.add_argument("--refit", action="store_true",

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from simplace._argtypes import int_range, positive_int
+
+# Devices to split over: PaSE enumerates the factorisations of P per layer; past a few
+# thousand devices the tables grow without telling anything new.
+MAX_DEVICES = 4096
+
 __all__ = ["add_parser", "run"]
 
 
@@ -21,17 +27,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--cost-model", required=True, metavar="NAME",
                     help="a cost model name (cost_models/NAME.json) or a path; its fastest "
                          "accelerator and link stand for all P devices")
-    sp.add_argument("--devices", type=int, required=True, metavar="P",
-                    help="number of devices to split over")
+    sp.add_argument("--devices", type=int_range(1, MAX_DEVICES), required=True, metavar="P",
+                    help=f"number of devices to split over, 1..{MAX_DEVICES}")
     sp.add_argument("--method", default="pase", choices=("pase", "data_parallel", "expert"),
                     help="strategy to print per layer (default pase)")
-    sp.add_argument("--batch", type=int, default=None, help="batch size (default: the model's)")
+    sp.add_argument("--batch", type=positive_int, default=None,
+                    help="batch size (default: the model's)")
     sp.add_argument("--inference", action="store_true",
                     help="trace inference instead of a training step")
     sp.add_argument("--small", action="store_true", help="tiny sizes of a zoo model")
     sp.add_argument("--at-most", action="store_true",
                     help="allow configurations using fewer than P devices (larger search)")
-    sp.add_argument("--min-part", type=int, default=1, metavar="N",
+    sp.add_argument("--min-part", type=positive_int, default=1, metavar="N",
                     help="cut-off: no split leaves fewer than N elements per part (default 1)")
     sp.add_argument("--out", metavar="S.JSON", help="save the per-layer splits and specs as JSON")
     sp.set_defaults(func=run)

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import argparse
 
+from simplace._argtypes import int_range, positive_int
 from simplace.errors import SimplaceError
+
+# Placements per update: each is simulated in one batch, memory grows with samples x ops.
+MAX_SAMPLES = 8192
 
 
 def add_rl_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--episodes --samples --warm-start --history --checkpoint`` (rl-* only)."""
     g = parser.add_argument_group("REINFORCE methods (rl-seq2seq, rl-hierarchical, rl-gnn)")
-    g.add_argument("--episodes", type=int, default=None,
+    g.add_argument("--episodes", type=positive_int, default=None,
                    help="sampled placements in all (deterministic for a seed); default: "
                         "until --budget-s, or 2048 without it")
-    g.add_argument("--samples", type=int, default=None,
-                   help="placements sampled and simulated per update (default 64)")
+    g.add_argument("--samples", type=int_range(1, MAX_SAMPLES), default=None,
+                   help=f"placements sampled and simulated per update, 1..{MAX_SAMPLES} "
+                        "(default 64)")
     g.add_argument("--warm-start", default=None, metavar="METHOD",
                    help="start from a heuristic's placement: a method, comma-separated "
                         "methods, or 'best' (every fast heuristic); the result is never "

@@ -1,0 +1,7 @@
+"""``python -m simplace``: the ``simplace`` command line."""
+
+import sys
+
+from simplace.cli import main
+
+sys.exit(main())
