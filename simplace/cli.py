@@ -378,12 +378,28 @@ def check_outputs(args) -> None:
     for dest, option in OUTPUT_FILES.items():
         if getattr(args, dest, None) is not None:
             check_output_path(getattr(args, dest), option)
+    if getattr(args, "gantt", None) is not None:
+        _check_image_format(args.gantt, "--gantt")
     for dest, option in OUTPUT_DIRS.items():
         # calibrate --refit only reads its records.
         if dest == "records_dir" and getattr(args, "refit", False):
             continue
         if getattr(args, dest, None) is not None:
             check_output_dir(getattr(args, dest), option)
+
+
+def _check_image_format(path: str, option: str) -> None:
+    """matplotlib picks the format from the file name: refuse one it cannot write now,
+    not after the simulation."""
+    from pathlib import Path
+
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix not in formats:
+        raise SimplaceError(f"{option} {path}: the file name must end in an image format "
+                            f"matplotlib writes: .png, .svg, .pdf ... ({', '.join(formats)}).")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,10 +71,17 @@ def load_function(spec: str, *, training: bool = True, batch: int | None = None,
         try:
             out = factory(**kwargs)
         except Exception as err:
-            tb = traceback.format_exc(limit=-3)
-            raise ModelError(f"Model factory '{spec}' failed: {type(err).__name__}: {err}\n"
-                             f"{tb}") from err
+            # Where in the user's code, in one line: a bad input is never a traceback.
+            frame = traceback.extract_tb(err.__traceback__)[-1]
+            raise ModelError(f"Model factory '{spec}' failed: {type(err).__name__}: {err} "
+                             f"(at {frame.filename}, line {frame.lineno}, in "
+                             f"{frame.name}).") from err
         return check_factory_output(out, f"Model factory '{spec}'")
+    if spec not in zoo.names() and (spec.endswith(".py") or os.path.exists(spec)):
+        raise ModelError(
+            f"'{spec}' is a file, not a model: name a factory in it as {spec}:FACTORY (a "
+            "function returning (fn, args_tuple)), or give a saved graph ending in .json "
+            "(from `simplace graph MODEL --out g.json`).")
     return check_factory_output(
         zoo.get(spec, training=training, batch=batch, small=small, abstract=abstract),
         f"Zoo model '{spec}'")
