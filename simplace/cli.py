@@ -174,7 +174,9 @@ def cmd_simulate(args) -> int:
         print(f"Gantt chart written to {args.gantt}")
     if result.oom:
         print(f"error: the placement does not fit the machine's memory (OOM on "
-              f"{_oom_devices(result, cost_model)}); exit code {EXIT_OOM}.", file=sys.stderr)
+              f"{_oom_devices(result, cost_model)}): split the model over more devices "
+              f"(`simplace optimize`) or use a machine with more memory. Exit code "
+              f"{EXIT_OOM}.", file=sys.stderr)
         return EXIT_OOM
     return 0
 

@@ -347,7 +347,7 @@ class OpGraph:
             raise GraphError(f"{source}: field 'hash' must be a string.")
         try:
             g = cls(name=d.get("name", ""), meta=d.get("meta") or {}, **fields)
-        except (TypeError, ValueError) as err:
+        except (TypeError, ValueError, OverflowError) as err:
             if isinstance(err, GraphError):
                 raise GraphError(f"{source}: {err}") from None
             raise GraphError(f"{source}: a field has values of the wrong type ({err}).") from None
@@ -445,10 +445,10 @@ def _index_array(values, field: str) -> np.ndarray:
 def _bool_array(values, field: str) -> np.ndarray:
     """bool[N]; integers 0/1 are taken as booleans, anything else is refused."""
     arr = np.asarray(values)
-    if arr.size and arr.dtype.kind != "b":
-        if arr.dtype.kind not in "iu" or not np.all((arr == 0) | (arr == 1)):
-            raise GraphError(f"OpGraph field '{field}' must hold booleans (True/False); got "
-                             f"values of type {arr.dtype}.")
+    if arr.size and arr.dtype.kind != "b" and (
+            arr.dtype.kind not in "iu" or not np.all((arr == 0) | (arr == 1))):
+        raise GraphError(f"OpGraph field '{field}' must hold booleans (True/False); got "
+                         f"values of type {arr.dtype}.")
     return arr.astype(bool).reshape(-1)
 
 

@@ -204,6 +204,9 @@ def _check_fields(d: dict, source: str) -> None:
             raise PlacementError(
                 f"{source}: field 'assignment' entry {i} is {json.dumps(x)[:40]}, not an "
                 "integer: each entry is the index of the device op i runs on (0, 1, ...).")
+        if not -(2**31) <= x < 2**31:
+            raise PlacementError(f"{source}: field 'assignment' entry {i} is {str(x)[:40]}, "
+                                 "not a device index.")
     names = d["device_names"]
     if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
         raise bad("device_names", "a list of device names (non-empty strings)", names)

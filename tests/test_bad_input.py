@@ -284,6 +284,9 @@ GRAPH_EDITS = {
     "edge_bytes null": (lambda d: _edit(d, "edges", "edge_bytes", 0, None),
                         ["edges.edge_bytes", "null"]),
     "op 5": (lambda d: _edit(d, "ops", "op", 0, 5), ["ops.op", "string"]),
+    "flops 1e400 as an integer": (lambda d: _edit(d, "ops", "flops", 0, 10**400),
+                                  ["wrong type"]),
+    "src 2**70": (lambda d: _edit(d, "edges", "src", 0, 2**70), ["src"]),
     "param_sizes false": (lambda d: _edit(d, "params", "param_sizes", 0, False),
                           ["params.param_sizes"]),
     "src out of range": (lambda d: _edit(d, "edges", "src", 0, 10**6), ["src", "not a valid"]),
@@ -398,6 +401,7 @@ PLACEMENT_EDITS = {
     "entry '1'": (_assign(1, "1"), ["assignment", "entry 1"]),
     "entry 7": (_assign(0, 7), ["device 7", "indices 0..2"]),
     "entry -1": (_assign(0, -1), ["device -1"]),
+    "entry 2**80": (_assign(0, 2**80), ["entry 0", "not a device index"]),
     "one short": (lambda d: d["assignment"].pop(), ["entries but the graph has"]),
     "not a list": (lambda d: d.__setitem__("assignment", 3), ["assignment"]),
     "device_names str": (lambda d: d.__setitem__("device_names", "gpu:0"), ["device_names"]),
@@ -461,12 +465,19 @@ def test_a_renamed_machine_is_another_machine(files, tmp_path):
     assert p.check(graph, cm).tolist() == p.assignment.tolist()
 
 
-def test_validate_refuses_another_machine_before_running(capsys, files):
-    # validate checks placements against the machine; this host has no GPUs, so the
-    # device check (a clear error) or the machine check must refuse, and nothing runs.
-    out, _ = run(capsys, "validate", "mlp", "--small", "--cost-model", SAME_SIZE,
-                 files["placement"])
-    assert out == ""
+def test_validate_refuses_another_machine(capsys, files, tmp_path):
+    # Two machines of 4 CPU devices with the same device names (this host has them, from
+    # conftest): a placement made for one is refused on the other before anything runs.
+    cm = simplace.CostModel.load("cpu_vm2core_x4")
+    other = tmp_path / "other_vm.json"
+    other.write_text(json.dumps(dict(cm.to_dict(), name="other_vm")))
+    p_path = tmp_path / "p.json"
+    Placement(np.arange(files["num_ops"]) % 4, files["hash"], cm.name,
+              tuple(cm.device_names)).save(p_path)
+    records = tmp_path / "records"
+    out, _ = run(capsys, "validate", "mlp", "--small", "--cost-model", other, p_path,
+                 "--records-dir", records, says=[str(p_path), "cpu_vm2core_x4", "--force"])
+    assert "measured" not in out and not records.exists()
 
 
 # ---------------------------------------------------------------------------- models
@@ -553,6 +564,9 @@ def test_simulate_oom_exits_3_and_marks_the_file(capsys, files, tmp_path):
                    says=["OUT OF MEMORY", "OOM"])
     assert json.loads(out_path.read_text())["oom"] is True
     assert Placement.load(out_path).oom
+    # A model that fits no device: the fastest single device is OOM too.
+    run(capsys, "simulate", files["graph"], "--cost-model", files["tiny"], "--single",
+        "fastest", code=EXIT_OOM, says=["OOM on", "more memory"])
 
 
 def test_optimize_oom_exits_3_and_marks_the_file(capsys, files, tmp_path):
@@ -586,7 +600,7 @@ def test_placement_files_are_compact_and_old_files_load(files, tmp_path):
     assert p.oom is False
 
 
-# ---------------------------------------------------------------------------- version, help, progress
+# ------------------------------------------------------------ version, help, progress
 def test_version_and_exit_codes_in_help(capsys):
     run(capsys, "--version", code=0, says=[f"simplace {simplace.__version__}"])
     out, _ = run(capsys, "--help", code=0, says=["exit codes", "130"])
@@ -608,16 +622,20 @@ def _simplace(*argv, cwd):
                           env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_exit_codes_of_the_real_command(files, tmp_path):
+def test_oom_exit_code_of_the_real_command(files, tmp_path):
+    proc = _simplace("simulate", files["graph"], "--cost-model", files["tiny"], "--single", "0",
+                     cwd=tmp_path)
+    assert proc.returncode == 3 and "OOM" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_version_and_usage_exit_codes_of_the_real_command(files, tmp_path):
     proc = _simplace("--version", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("simplace ")
     proc = _simplace("optimize", files["graph"], "--cost-model", MACHINE, "--seed", "-5",
                      cwd=tmp_path)
     assert proc.returncode == 2 and "--seed" in proc.stderr
-    assert "Traceback" not in proc.stderr
-    proc = _simplace("simulate", files["graph"], "--cost-model", files["tiny"], "--single", "0",
-                     cwd=tmp_path)
-    assert proc.returncode == 3 and "OOM" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

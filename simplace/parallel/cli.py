@@ -47,13 +47,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Run ``simplace parallelize``; returns the exit status."""
+    from simplace.cli import _load_graph
     from simplace.cost_model import CostModel
-    from simplace.models import load_graph
     from simplace.parallel import parallelize
 
     cost_model = CostModel.load(args.cost_model)
-    graph = load_graph(args.model, training=not args.inference, batch=args.batch,
-                       small=args.small)
+    graph = _load_graph(args)  # says on stderr that it traces, and how long it took
     st = parallelize(graph, cost_model, args.devices, method=args.method,
                      exact=not args.at_most, min_part_elements=args.min_part)
     m = st.info["machine"]
