@@ -160,6 +160,8 @@ def write_json(path: str | os.PathLike, data: Any, *, compact: bool = False,
 def read_json(path: str | os.PathLike, error: type[Exception], what: str) -> Any:
     """Parse a JSON file; a missing, unreadable or malformed file raises ``error`` with a
     message naming ``what`` it should have been (``"Graph file"``...)."""
+    if not os.fspath(path):
+        raise error(f"{what}: the path is empty; give a file name.")
     try:
         with open(path) as f:
             return json.load(f)

@@ -100,6 +100,11 @@ def cmd_models(args) -> int:
 
 # ---------------------------------------------------------------------------- graph
 def cmd_graph(args) -> int:
+    if args.out and not args.out.endswith(".json"):
+        # MODEL arguments ending in .json are read as saved graphs: another name could
+        # never be loaded back.
+        raise SimplaceError(f"--out {args.out}: a saved graph's name must end in .json, "
+                            "so that simplace reads it back as a graph (MODEL g.json).")
     t0 = time.perf_counter()
     g = _load_graph(args)
     elapsed_s = time.perf_counter() - t0
@@ -141,12 +146,12 @@ def cmd_simulate(args) -> int:
 
     if (args.placement is None) == (args.single is None):
         raise PlacementError("Give exactly one of --placement p.json or --single DEVICE.")
-    if args.force and not args.placement:
+    if args.force and args.placement is None:
         raise PlacementError("--force applies a --placement file to another machine; it "
                              "takes no --single.")
     cost_model = CostModel.load(args.cost_model)
     # Read the placement before tracing, so that a bad file fails at once.
-    placement = Placement.load(args.placement) if args.placement else None
+    placement = Placement.load(args.placement) if args.placement is not None else None
     graph = _load_graph(args)
     if placement is not None:
         assignment = placement.check(graph, cost_model, force=args.force)

@@ -551,6 +551,19 @@ def test_unknown_methods_and_devices(capsys, files, argv, says):
     run(capsys, argv[0], files["graph"], *argv[1:], says=says)
 
 
+@pytest.mark.parametrize("argv,says", [
+    (["simulate", "{g}", "--cost-model", MACHINE, "--placement", ""], ["path is empty"]),
+    (["simulate", "{g}", "--cost-model", MACHINE, "--single", "0", "--out", ""],
+     ["--out is empty"]),
+    (["graph", "{g}", "--out", "{root}/g.txt"], ["must end in .json"]),
+    (["graph", "", "--small"], ["Unknown model ''"]),
+])
+def test_empty_and_unloadable_names(capsys, files, argv, says):
+    argv = [a.format(g=files["graph"], root=files["root"]) for a in argv]
+    out, _ = run(capsys, *argv, says=says)
+    assert out == ""
+
+
 def test_unknown_command_and_option(capsys):
     run(capsys, "place", "mlp", says=["invalid choice"])
     run(capsys, "graph", "mlp", "--smallest", says=["--smallest"])
