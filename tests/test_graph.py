@@ -145,3 +145,25 @@ def test_split_name_path():
     assert split_name_path("backward/ResNet/stage1") == (True, ("ResNet", "stage1"))
     assert split_name_path("ResNet/stage1") == (False, ("ResNet", "stage1"))
     assert split_name_path("") == (False, ())
+
+
+@pytest.mark.parametrize("over,says", [
+    ({"src": [0, 1.5, 0]}, "'src'.*1.5"),
+    ({"dst": [1.0, 2.7, 2.0]}, "'dst'.*2.7"),
+    ({"src": [False, True, False]}, "'src'.*integers"),
+    ({"param_index": [0.0, 0.5]}, "'param_index'"),
+    ({"is_output": ["no", "no", "yes"]}, "'is_output'.*booleans"),
+    ({"is_output": [0, 0, 2]}, "'is_output'"),
+])
+def test_indices_and_flags_are_never_truncated(over, says):
+    # numpy would turn 1.5 into 1 (a "duplicate edge"), True into op 1, "yes" into True.
+    with pytest.raises(GraphError, match=says):
+        make(**over)
+    with pytest.raises(GraphError, match=says.split(".*")[0]):
+        OpGraph.from_unordered(**{**make().to_dict()["ops"], **make().to_dict()["edges"],
+                                  **make().to_dict()["params"], **over})
+
+
+def test_whole_floats_and_0_1_flags_are_accepted():
+    g = make(src=[0.0, 1.0, 0.0], is_output=[0, 0, 1])
+    assert g.hash == make().hash
