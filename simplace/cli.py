@@ -86,7 +86,11 @@ def cmd_models(args) -> int:
             t0 = time.perf_counter()
             print(f"  [{k + 1}/{len(names)}] tracing {name}...", end="", file=sys.stderr,
                   flush=True)
-            g = load_graph(name, training=not args.inference, small=args.small)
+            try:
+                g = load_graph(name, training=not args.inference, small=args.small)
+            except BaseException:
+                print(file=sys.stderr)  # end the progress line before the error
+                raise
             print(f" {g.num_ops:,} ops, {time.perf_counter() - t0:.1f} s", file=sys.stderr,
                   flush=True)
             row += [f"{g.num_ops:,}", f"{g.flops.sum() / 1e9:.1f}"]
@@ -415,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as stop:  # --help, --version, or a usage error argparse printed
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
+    restore = _sigterm_as_interrupt()
     try:
         check_outputs(args)
         return args.func(args)
@@ -434,6 +439,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simplace {args.command}: error: {err.strerror or err}{where}",
               file=sys.stderr)
         return EXIT_ERROR
+    finally:
+        restore()
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM (``kill``, a job scheduler's time limit) ends a command as Ctrl-C does:
+    exit 130, after what the command keeps on an interrupt. Searches install their own
+    handlers over this one. Returns a function that puts the previous handler back (in
+    process, e.g. in tests, main leaves no handler behind)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # Python allows signal handlers in the main thread only
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    # None: a handler not installed from Python, which cannot be put back; the default.
+    return lambda: signal.signal(signal.SIGTERM,
+                                 signal.SIG_DFL if previous is None else previous)
 
 
 if __name__ == "__main__":

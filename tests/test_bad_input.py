@@ -659,3 +659,26 @@ def test_unwritable_out_through_the_real_command(files, tmp_path):
                      "--out", bad, cwd=tmp_path)
     assert proc.returncode == 2 and str(bad) in proc.stderr and proc.stdout == ""
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_exits_130(tmp_path):
+    import signal
+
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH",
+                                                                            ""))
+    proc = subprocess.Popen([sys.executable, "-m", "simplace", "models", "--count"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        seen = ""
+        while "[2/" not in seen:  # tracing has started: full sizes take minutes in all
+            ch = proc.stderr.read(1)
+            assert ch, f"ended early: {seen}"
+            seen += ch
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130
+        rest = proc.stderr.read()
+        assert "interrupted" in rest and "Traceback" not in seen + rest
+    finally:
+        proc.kill()

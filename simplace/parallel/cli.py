@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from simplace._argtypes import int_range, positive_int
 
@@ -53,6 +54,7 @@ def run(args) -> int:
 
     cost_model = CostModel.load(args.cost_model)
     graph = _load_graph(args)  # says on stderr that it traces, and how long it took
+    print(f"  [{args.method} over {args.devices} devices...]", file=sys.stderr, flush=True)
     st = parallelize(graph, cost_model, args.devices, method=args.method,
                      exact=not args.at_most, min_part_elements=args.min_part)
     m = st.info["machine"]
