@@ -117,9 +117,11 @@ def load_graph(spec: str, *, training: bool = True, batch: int | None = None,
     from simplace.trace import trace
 
     if is_graph_file(spec):
-        if batch is not None or small:
-            raise ModelError(f"'{spec}' is a saved graph: its sizes are fixed, so --batch and "
-                             "--small do not apply. Save a graph with the sizes you want.")
+        if batch is not None or small or not training:
+            raise ModelError(f"'{spec}' is a saved graph: its sizes and mode are fixed, so "
+                             "--batch, --small and --inference do not apply. Save a graph "
+                             "with the sizes and mode you want (simplace graph MODEL "
+                             "--inference --out g.json).")
         return OpGraph.load(spec)
     fn, args = load_function(spec, training=training, batch=batch, small=small)
     mode = "train" if training else "inference"

@@ -557,6 +557,9 @@ def test_unknown_methods_and_devices(capsys, files, argv, says):
      ["--out is empty"]),
     (["graph", "{g}", "--out", "{root}/g.txt"], ["must end in .json"]),
     (["graph", "", "--small"], ["Unknown model ''"]),
+    (["graph", "{g}", "--inference"], ["saved graph", "--inference"]),
+    (["simulate", "{g}", "--cost-model", MACHINE, "--single", "0", "--batch", "8"],
+     ["saved graph", "--batch"]),
 ])
 def test_empty_and_unloadable_names(capsys, files, argv, says):
     argv = [a.format(g=files["graph"], root=files["root"]) for a in argv]

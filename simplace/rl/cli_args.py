@@ -20,8 +20,9 @@ def add_rl_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--episodes --samples --warm-start --history --checkpoint`` (rl-* only)."""
     g = parser.add_argument_group("REINFORCE methods (rl-seq2seq, rl-hierarchical, rl-gnn)")
     g.add_argument("--episodes", type=positive_int, default=None,
-                   help="sampled placements in all (deterministic for a seed); default: "
-                        "until --budget-s, or 2048 without it")
+                   help="sampled placements in all (deterministic for a seed), rounded up "
+                        "to whole updates of --samples; default: until --budget-s, or 2048 "
+                        "without it")
     g.add_argument("--samples", type=int_range(1, MAX_SAMPLES), default=None,
                    help=f"placements sampled and simulated per update, 1..{MAX_SAMPLES} "
                         "(default 64)")
