@@ -88,6 +88,8 @@ compile only when it reaches a new bucket.
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -202,7 +204,8 @@ class BatchedSimulator:
                 peak[suspect] = exact.peak_memory_bytes
                 oom[suspect] = exact.oom
         else:
-            params, key_free, key_alloc, dev, size = (np.asarray(x)[:b] for x in events)
+            params = np.asarray(events[0])[:b]
+            key_free, key_alloc, dev, size = (np.asarray(x)[:, :b] for x in events[1:])
             peak = params + _sweep_peaks(key_free, key_alloc, dev, size, d)
             oom = np.any(peak > cap[None, :], axis=1)
         return BatchResult(*(np.asarray(x)[:b] for x in (step_time, peak, oom, busy, moved,
@@ -271,7 +274,7 @@ class BatchedSimulator:
         far2 = far1 & up(far1, w)
         # Per op: device | flags << SH (flags: 1 opens a segment, 2 closes it, 4 * run).
         po = p.astype(it) | ((new.astype(it) + last.astype(it) * it(2) + run * it(4)) << sh)
-        send, code, pj, ubits = _pairs(c, st, p, ubits=memory is not False)
+        send, code, pj, ubits = _pairs(c, st, p, ubits=memory == "oom")
         fo = _rows(jnp.concatenate([far1.astype(jnp.int8) + 2 * far2.astype(jnp.int8),
                                     jnp.zeros((1, b), jnp.int8)]), c["pair_src_pad"])
         # Per pair: the producer's device | the transfer's link class << SH (0: none) |
@@ -443,23 +446,25 @@ class BatchedSimulator:
                     link_free = jnp.where(sends[k2] & (froms[k2] == fk), occs[k2],
                                           link_free)
                 t0 = jnp.maximum(jnp.maximum(h, ends[k]), link_free)
-                arrive = _barrier((t0 + lat) + t_x, lo_f)
+                arrive = (t0 + lat) + t_x
                 occs.append(t0 + t_x)  # the link is busy for the bytes; latency overlaps
                 big_r = jnp.where(snd, jnp.maximum(big_r, arrive), big_r)
                 arrivals.append(arrive)
                 sends.append(snd)
                 froms.append(fk)
+            h = jnp.where(is_last, h + _pick(ons, dispatch), h)
+            rows = [h, big_r, big_c, moved] + ([lmax] if has_ol else []) + (
+                [seg_a, fus] if has_uf else [])
+            # Everything the step carries on, computed in one kernel (see _barrier_many).
+            many = _barrier_many(rows + occs + arrivals, lo_f)
+            rows, occs = many[:len(rows)], many[len(rows):len(rows) + k_w]
+            arrivals = many[len(rows) + k_w:]
             # Write the column back (after this step's reads of link: XLA updates link
             # in place).
             for k in range(k_w):
                 lcol = jnp.where((dev_ids[:, None] == froms[k][None, :]) & sends[k][None, :],
                                  occs[k][None, :], lcol)
-            if k_w > 1:
-                lcol = _barrier(lcol, lo_f)
             link = jnp.where((dev_ids[:, None] == dev[None, :])[:, None, :], lcol[None], link)
-            h = jnp.where(is_last, h + _pick(ons, dispatch), h)
-            rows = [h, big_r, big_c, moved] + ([lmax] if has_ol else []) + (
-                [seg_a, fus] if has_uf else [])
             vals = jnp.stack(rows)
             out = None
             if memory is True:
@@ -493,10 +498,8 @@ class BatchedSimulator:
             ls = c["op_last_slice"]
             seg_start, seg_end = _segment_values(_rows(start_s, ls), _rows(end_s, ls), last)
             arr = _rows(jnp.stack(arr_s, axis=1).reshape(-1, b), c["pair_pos"])  # [P, B]
-            arr = jnp.where(send[:-1], arr, -jnp.inf)
-            mem = jax.vmap(self._peak_memory, in_axes=(None, 1, 1, 1, 1, 1, 2, 0))(
-                c, p.astype(jnp.int32), seg_start, seg_end, arr, ubits, multi_bytes,
-                step_time)
+            mem = self._memory_events(c, p, seg_start, seg_end, arr, send[:-1], multi_bytes,
+                                      step_time)
         elif memory == "oom":
             mem = self._peak_bound(c, p, ubits, multi_bytes)
         else:
@@ -535,58 +538,73 @@ class BatchedSimulator:
                 c["param_op"].astype(jnp.int32), c["param_sizes"][c["param_index"]]))[0]
         return held.T  # [B, D]
 
-    def _peak_memory(self, c, p, seg_start, seg_end, arr, ubits, multi_bytes, step_time):
-        """Peak memory events of one placement (vmapped over the batch)."""
+    def _memory_events(self, c, p, seg_start, seg_end, arr, send, multi_bytes, step_time):
+        """The live intervals of a batch as sort keys for ``_sweep_peaks``.
+
+        Batch-minor, with static indices only (per-placement scatters are slow on CPU).
+        Intervals: each op's activation (``[M]``) and one received copy per pair that
+        sends (``[P]``; pairs that do not send are empty). Per producer, maxima over its
+        pairs are running maxima along its chain of pairs (``_chain``): the activation
+        is freed at the latest of its segment's end, the ends of the segments on its
+        device that read it and the arrivals of its copies; a copy on device k at the
+        end of the last segment on k that reads it.
+
+        Returns ``(params float64[B, D], key_free uint64[N, B], key_alloc uint64[N, B],
+        dev int8[N, B], size float64[N, B])`` (batch-minor, like the scan: XLA:CPU's
+        transposes fused into other work are very slow; ``_sweep_peaks`` transposes);
+        see ``_event_keys`` for the keys."""
         st = self._static
-        m, d = st["M"], st["D"]
-        need = ((ubits[:, None] >> jnp.arange(d, dtype=ubits.dtype)[None, :])
-                & ubits.dtype.type(1)) > 0  # [M, D]
-        nbytes = jnp.where(need, c["single_bytes"][:, None], 0.0)
-        if st["Q"]:
-            nbytes = jnp.where(c["is_multi"][:, None], multi_bytes[c["multi_index"]], nbytes)
+        d, b = st["D"], p.shape[1]
+        ninf = jnp.asarray(-jnp.inf, jnp.float64)
         ps, pd = c["pair_src"], c["pair_dst"]
-        # last_use[i, d]: the latest end of a segment on device d that reads op i (-inf:
-        # none); arrival[i, d]: when op i's copy reaches device d (-inf: never sent).
-        last_use = jnp.full((m, d), -jnp.inf).at[ps, p[pd]].max(seg_end[pd])
-        arrival = jnp.full((m, d), -jnp.inf).at[ps, p[pd]].max(arr)
-        own_last = jnp.take_along_axis(last_use, p[:, None], axis=1)[:, 0]
-        free = jnp.maximum(jnp.maximum(seg_end, own_last), jnp.max(arrival, axis=1))
-        free = jnp.where(c["is_output"], step_time, free)
-        # Received copies: one slot per (producer, candidate destination), see
-        # _copy_slots. A slot is live when the producer sends to its device.
-        op_ = c["slot_op"]
-        rot = c["slot_rot"]
-        c_dev = jnp.where(rot > 0, (p[op_] + rot) % d, p[jnp.maximum(c["slot_cons"], 0)])
-        prev = c["slot_prev"]
-        dup = jnp.any((prev >= 0) & (p[jnp.maximum(prev, 0)] == c_dev[:, None]), axis=1)
-        c_need = need[op_, c_dev] & ~dup
-        c_alloc = arrival[op_, c_dev]
-        c_free = last_use[op_, c_dev]
-        c_size = jnp.where(c_need, nbytes[op_, c_dev], 0.0)
-        i_dev = jnp.concatenate([p, c_dev])
-        i_alloc = jnp.concatenate([seg_start, c_alloc])
-        i_free = jnp.concatenate([free, c_free])
-        i_size = jnp.concatenate([c["out_bytes"], c_size])
-        live_iv = (i_free > i_alloc) & (i_size > 0)
-        i_size = jnp.where(live_iv, i_size, 0.0)
-        i_alloc = jnp.where(live_iv, i_alloc, 0.0)
-        i_free = jnp.where(live_iv, i_free, 0.0)
+        pj, pi = _rows(p, ps), _rows(p, pd)  # [P, B]
+        end_i = _rows(seg_end, pd)
+        offs = st["rank_offsets"]
+        prev = c["pair_prev"]
+        lastp = c["op_last_pair"]  # row P (a pad row of -inf) for ops without consumers
+
+        def at_last(v):
+            """Per op, the running maximum at its last pair ([M, B])."""
+            v = _chain(v, prev, offs, jnp.maximum)
+            return _rows(jnp.concatenate([v, jnp.full((1, b), -jnp.inf)]), lastp)
+
+        # A pair that crosses devices without sending reads a copy sent for an earlier
+        # pair: that pair's arrival already counts.
+        act_free = jnp.maximum(seg_end, at_last(jnp.where(pj == pi, end_i,
+                                                          jnp.where(send, arr, ninf))))
+        act_free = jnp.where(c["is_output"][:, None], step_time[None, :], act_free)
+        # Copies: the last use on the receiving device, per device then picked.
+        on_k = [pi == k for k in range(d)]
+        last_use = [_rows(at_last(jnp.where(on_k[k], end_i, ninf)), ps) for k in range(d)]
+        cp_free = _pick(on_k, last_use)
+        cp_bytes = jnp.broadcast_to(c["single_bytes"][ps][:, None], pi.shape)
+        if st["Q"]:
+            mi = c["multi_index"][ps]
+            cp_bytes = jnp.where(c["is_multi"][ps][:, None],
+                                 _pick(on_k, [multi_bytes[mi, k] for k in range(d)]), cp_bytes)
+        cp_bytes = jnp.where(send, cp_bytes, 0.0)
+        i_dev = jnp.concatenate([p, pi])
+        i_alloc = jnp.concatenate([seg_start, arr])
+        i_free = jnp.concatenate([act_free, cp_free])
+        i_size = jnp.concatenate([jnp.broadcast_to(c["out_bytes"][:, None], p.shape),
+                                  cp_bytes])
+        live = (i_free > i_alloc) & (i_size > 0)
+        i_size = jnp.where(live, i_size, 0.0)
+        i_alloc = jnp.where(live, i_alloc, 0.0)
+        i_free = jnp.where(live, i_free, 0.0)
         # Parameters: resident on every device that runs an op reading them, once each.
         if st["P"]:
-            resident = jnp.zeros((st["P"], d), bool).at[
-                c["param_index"], p[c["param_op"]]].set(True)
-            params = jnp.sum(jnp.where(resident, c["param_sizes"][:, None], 0.0), axis=0)
+            dt = _bits_dtype(d)
+            use_bits = dt(1) << _rows(p, c["use_op"]).astype(dt)  # [U, B]
+            bits = _rows(_chain(use_bits, c["use_prev"], st["use_offsets"],
+                                jnp.bitwise_or), c["param_last_use"])  # [n_params, B]
+            sizes = c["param_sizes"][c["param_used"]]
+            params = jnp.stack([jnp.dot(sizes, ((bits >> dt(k)) & dt(1)).astype(jnp.float64))
+                                for k in range(d)], axis=1)  # [B, D]
         else:
-            params = jnp.zeros(d)
-
-        # One integer sort key per event: the bits of its time (times are >= 0, so their
-        # bit patterns sort like the times) and a last bit that puts frees (0) before
-        # allocations (1) at equal times, so half-open intervals that touch never overlap.
-        def key(time, is_alloc):
-            bits = jax.lax.bitcast_convert_type(time, jnp.uint64)
-            return (bits << 1) | jnp.uint64(is_alloc)
-
-        return params, key(i_free, 0), key(i_alloc, 1), i_dev.astype(jnp.int8), i_size
+            params = jnp.zeros((b, d))
+        kf, ka = _event_keys(i_free, i_alloc, i_dev, d)
+        return params, kf, ka, i_dev.astype(jnp.int8), i_size
 
 
 def _pick(on, rows):
@@ -603,6 +621,48 @@ def _rows(a, idx):
     return a.at[idx].get(mode="promise_in_bounds")
 
 
+def _chain(vals, prev, offsets, combine):
+    """Running ``combine`` along chains of rows ([N, B]): rows are grouped in blocks by
+    rank (``offsets``), and row q of rank r > 0 follows row ``prev[q]`` of rank r - 1."""
+    if len(offsets) <= 2:
+        return vals
+    out = [vals[:offsets[1]]]
+    for r in range(1, len(offsets) - 1):
+        pr = prev[offsets[r]:offsets[r + 1]] - offsets[r - 1]
+        out.append(combine(vals[offsets[r]:offsets[r + 1]], _rows(out[r - 1], pr)))
+    return jnp.concatenate(out)
+
+
+def _event_keys(free, alloc, dev, d: int):
+    """uint64 sort keys [N, B] of the frees and allocations of intervals [N, B].
+
+    A key orders events by device, then time, then frees before allocations (so that
+    half-open intervals that touch never overlap): ``dev << (T + 1) | rank << 1 |
+    is_alloc``, where ``rank`` is 0 for time 0 and otherwise the time's bit pattern
+    (which orders non-negative floats) less the placement's smallest positive pattern,
+    plus one; T = 63 - bits(D - 1). A placement whose times span too many binades for
+    T bits (a ratio over 2**255 between its largest and smallest positive time for
+    D <= 8) gets keys without the device instead: ``bits << 1 | is_alloc``
+    (``_sweep_peaks`` then groups its events by device itself)."""
+    u64 = jnp.uint64
+    db = max(1, (d - 1).bit_length())
+    tb = 63 - db
+    fb = jax.lax.bitcast_convert_type(free, u64)
+    ab = jax.lax.bitcast_convert_type(alloc, u64)
+    big = u64(np.iinfo(np.uint64).max)
+    lo = jnp.minimum(jnp.min(jnp.where(fb > 0, fb, big), axis=0),
+                     jnp.min(jnp.where(ab > 0, ab, big), axis=0))[None, :]
+    hi = jnp.maximum(jnp.max(fb, axis=0), jnp.max(ab, axis=0))[None, :]
+    ok = (hi < lo) | (hi - lo < u64((1 << tb) - 1))  # (hi < lo: no positive time)
+    top = dev.astype(u64) << u64(tb + 1)
+
+    def key(bits_, flag):
+        packed = top | (jnp.where(bits_ > 0, bits_ - lo + u64(1), u64(0)) << u64(1))
+        return jnp.where(ok, packed, bits_ << u64(1)) | u64(flag)
+
+    return key(fb, 0), key(ab, 1)
+
+
 def _barrier(x, lowest):
     """x, computed once: a max with the lowest value (a runtime argument, so XLA cannot
     simplify it away) over a new leading axis is a reduction, whose result is a buffer
@@ -612,6 +672,18 @@ def _barrier(x, lowest):
     both = jnp.stack([x, jnp.broadcast_to(lowest, x.shape)])
     # A reduction XLA:CPU keeps as its own (a plain max would go to a library call).
     return jax.lax.reduce(both, lowest, lambda u, v: jnp.where(u >= v, u, v), (0,))
+
+
+def _barrier_many(xs, lowest):
+    """Several float64 values of one shape, computed together in one kernel: a variadic
+    reduction over a stacked runtime -inf, so that values sharing a chain of
+    computations evaluate it once (separate barriers, or a stack, each evaluate it
+    again: XLA:CPU has no multi-output loop fusion)."""
+    lowest = jnp.asarray(lowest, xs[0].dtype)
+    n = len(xs)
+    ops = tuple(jnp.stack([x, jnp.broadcast_to(lowest, x.shape)]) for x in xs)
+    return list(jax.lax.reduce(ops, (lowest,) * n, lambda u, v: tuple(
+        jnp.where(u[k] >= v[k], u[k], v[k]) for k in range(n)), (0,)))
 
 
 def _info_dtype(st):
@@ -820,6 +892,7 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
     last_f = s_last[:, None].astype(np.float64)
     group = inp.exclusive_group
     sh = max(1, (d - 1).bit_length())
+    uses, use_offsets = _param_uses(graph)
     static = dict(
         M=m, D=d, G=inp.num_groups, K=k_w, W=w, P=graph.num_params, S=n_slices,
         E=m + 2 * w - 1, SH=sh, CB=sh + max(1, n_cls.bit_length()),
@@ -829,7 +902,8 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         lat=lat.tolist(), bw=bw.tolist(), put=put.tolist(),
         launch=inp.launch_s.tolist(), dispatch=inp.dispatch_s.tolist(),
         rank_offsets=rank_offsets, has_op_launch=bool(np.any(op_launch != 0)),
-        has_op_unfused=bool(np.any(unfused != 0)), NP=n_pairs)
+        has_op_unfused=bool(np.any(unfused != 0)), NP=n_pairs,
+        use_offsets=use_offsets)
     consts = dict(
         pair_src=pair_src.astype(np.int32), pair_dst=pair_dst.astype(np.int32),
         pair_src_pad=np.concatenate([pair_src, [m]]).astype(np.int32),
@@ -856,7 +930,7 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         mt_owner=tensor_op[mt].astype(np.int32),
         mt_bytes=tensor_bytes[mt], me_tensor=mt_pos[me[:, 0]].astype(np.int32),
         me_dst=me[:, 1].astype(np.int32),
-        **_copy_slots(graph, d),
+        **uses,
         out_bytes=graph.out_bytes, is_output=graph.is_output,
         param_op=graph.param_op, param_index=graph.param_index,
         param_sizes=graph.param_sizes,
@@ -865,36 +939,70 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
 
 
 def _sweep_peaks(key_free, key_alloc, dev, size, d: int) -> np.ndarray:
-    """Peak of live bytes per device, float64[B, D], from intervals [B, N] (numpy).
+    """Peak of live bytes per device, float64[B, D], from intervals [N, B] (numpy).
 
-    Events are sorted per placement by their key (time, frees first at equal times),
-    then stably by device (a radix sort on int8), so each device's events form one
-    time-ordered segment; the running sum of +size/-size over a segment is the device's
+    Events are sorted per placement by their key (``_event_keys``: device, time, frees
+    first at equal times), so each device's events form one time-ordered run; a
+    placement whose keys do not hold the device is then sorted stably by device (a
+    radix sort on int8). The running sum of +size/-size over a run is the device's
     live bytes, and its maximum (or 0) the peak. numpy's sorts are several times faster
-    than XLA's CPU sort with payloads."""
-    bsz, n = dev.shape
-    if n == 0:
+    than XLA's CPU sort with payloads; placements are swept in blocks on a thread per
+    core (numpy's sorts, gathers and sums release the GIL)."""
+    n, bsz = np.shape(dev)
+    if n == 0 or bsz == 0:
         return np.zeros((bsz, d))
-    keys = np.concatenate([key_free, key_alloc], axis=1)
-    order = np.argsort(keys, axis=1)
+    # Batch-major copies, transposed in blocks of rows (a plain .T copy misses the
+    # cache on every element).
+    key_free, key_alloc, dev, size = (_transposed(np.asarray(x))
+                                      for x in (key_free, key_alloc, dev, size))
+    rows = max(1, min(64, -(-bsz // (os.cpu_count() or 1))))
+    blocks = [(r, min(r + rows, bsz)) for r in range(0, bsz, rows)]
+    out = np.zeros((bsz, d))
+
+    def sweep(block):
+        r0, r1 = block
+        out[r0:r1] = _sweep_rows(key_free[r0:r1], key_alloc[r0:r1], dev[r0:r1],
+                                 size[r0:r1], d)
+
+    if len(blocks) == 1 or (os.cpu_count() or 1) == 1:
+        for blk in blocks:
+            sweep(blk)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(os.cpu_count()) as pool:
+            list(pool.map(sweep, blocks))
+    return out
+
+
+def _transposed(x: np.ndarray, rows: int = 64) -> np.ndarray:
+    out = np.empty(x.shape[::-1], x.dtype)
+    for i in range(0, x.shape[0], rows):
+        out[:, i:i + rows] = x[i:i + rows].T
+    return out
+
+
+def _sweep_rows(key_free, key_alloc, dev, size, d: int) -> np.ndarray:
+    """``_sweep_peaks`` of batch-major intervals [b, N]."""
+    bsz, n = dev.shape
+    order = np.argsort(np.concatenate([key_free, key_alloc], axis=1), axis=1)
     ev_dev = np.take_along_axis(np.concatenate([dev, dev], axis=1), order, axis=1)
     delta = np.take_along_axis(np.concatenate([-size, size], axis=1), order, axis=1)
-    by_dev = np.argsort(ev_dev, axis=1, kind="stable")
-    delta = np.take_along_axis(delta, by_dev, axis=1)
+    loose = np.flatnonzero(np.any(ev_dev[:, 1:] < ev_dev[:, :-1], axis=1))
+    if len(loose):
+        by_dev = np.argsort(ev_dev[loose], axis=1, kind="stable")
+        delta[loose] = np.take_along_axis(delta[loose], by_dev, axis=1)
     live = np.cumsum(delta, axis=1)
     counts = np.stack([np.count_nonzero(dev == k, axis=1) for k in range(d)], axis=1) * 2
-    ends = np.cumsum(counts, axis=1)  # [B, D], exclusive segment ends
+    ends = np.cumsum(counts, axis=1)  # [b, D], exclusive run ends
     starts = ends - counts
-    # A -inf column after each row keeps every segment start inside the array.
+    # A -inf column after each row keeps every run start inside the array.
     flat = np.concatenate([live, np.full((bsz, 1), -np.inf)], axis=1).reshape(-1)
     row0 = (np.arange(bsz) * (2 * n + 1))[:, None]
-    seg_max = np.maximum.reduceat(flat, (starts + row0).reshape(-1))
-    seg_max = seg_max.reshape(bsz, d)
-    # Each segment's running sum starts from the sum of the segments before it (zero in
-    # exact arithmetic): subtract it, so rounding in other devices' sums cannot leak in.
+    run_max = np.maximum.reduceat(flat, (starts + row0).reshape(-1)).reshape(bsz, d)
+    # Each run's running sum starts from the sum of the runs before it (zero in exact
+    # arithmetic): subtract it, so rounding in other devices' sums cannot leak in.
     base = np.where(starts > 0, np.take_along_axis(live, np.maximum(starts - 1, 0), axis=1),
                     0.0)
-    return np.where(counts > 0, np.maximum(seg_max - base, 0.0), 0.0)
+    return np.where(counts > 0, np.maximum(run_max - base, 0.0), 0.0)
 
 
 def _bits_dtype(d: int):
@@ -921,41 +1029,29 @@ def _multi_bytes(c, p, d: int, rows: int):
     return jnp.stack(out, axis=1)
 
 
-def _copy_slots(graph, d: int) -> dict:
-    """Static slots for received copies, so that memory sorts few empty intervals.
-
-    Op i with ``n`` distinct consumer ops can have a copy on at most ``min(n, D-1)``
-    devices. If ``n <= D-1`` slot k stands for the device of its k-th consumer (a slot
-    whose device repeats an earlier slot's, listed in ``slot_prev``, or is the
-    producer's own, stays empty); otherwise the D-1 slots stand for the devices
-    ``(p_i + 1..D-1) % D``.
-    """
-    op, cons, rot, prev = [], [], [], []
-    if graph.num_edges and d > 1:
-        pairs = np.unique(np.stack([graph.src, graph.dst], axis=1).astype(np.int64), axis=0)
-        starts = np.searchsorted(pairs[:, 0], np.arange(graph.num_ops + 1))
-        for i in range(graph.num_ops):
-            consumers = pairs[starts[i]:starts[i + 1], 1]
-            if len(consumers) == 0:
-                continue
-            if len(consumers) <= d - 1:
-                for k, c in enumerate(consumers):
-                    op.append(i)
-                    cons.append(c)
-                    rot.append(0)
-                    prev.append(list(consumers[:k]) + [-1] * (d - 2 - k))
-            else:
-                for k in range(d - 1):
-                    op.append(i)
-                    cons.append(-1)
-                    rot.append(k + 1)
-                    prev.append([-1] * (d - 2))
-    w = max(d - 2, 1)
-    prev_arr = np.full((len(op), w), -1, np.int32)
-    for r, row in enumerate(prev):
-        prev_arr[r, :len(row)] = row
-    return dict(slot_op=np.asarray(op, np.int32), slot_cons=np.asarray(cons, np.int32),
-                slot_rot=np.asarray(rot, np.int32), slot_prev=prev_arr)
+def _param_uses(graph) -> tuple[dict, list[int]]:
+    """Static chains of the parameter uses (op, parameter), for a running OR of the
+    devices that read each parameter (``_chain``): uses grouped by rank among the uses
+    of their parameter, each following the previous use of its parameter."""
+    ops = np.asarray(graph.param_op, np.int64)
+    idx = np.asarray(graph.param_index, np.int64)
+    if len(ops) == 0:
+        z = np.zeros(0, np.int32)
+        return dict(use_op=z, use_prev=z, param_last_use=z, param_used=z), [0]
+    uses = np.unique(np.stack([idx, ops], axis=1), axis=0)  # sorted by parameter
+    first = np.searchsorted(uses[:, 0], uses[:, 0])
+    rank = np.arange(len(uses)) - first
+    perm = np.argsort(rank, kind="stable")
+    inv = np.empty(len(uses), np.int64)
+    inv[perm] = np.arange(len(uses))
+    prev_raw = np.where(rank > 0, np.arange(len(uses)) - 1, 0)
+    used = np.unique(uses[:, 0])
+    last_raw = np.searchsorted(uses[:, 0], used, side="right") - 1
+    offsets = np.searchsorted(rank[perm], np.arange(int(rank.max()) + 2)).tolist()
+    return dict(use_op=uses[perm, 1].astype(np.int32),
+                use_prev=inv[prev_raw[perm]].astype(np.int32),
+                param_last_use=inv[last_raw].astype(np.int32),
+                param_used=used.astype(np.int32)), offsets
 
 
 def batched_simulator(graph, cost_model, *, memory: bool | str = True) -> Callable:
