@@ -164,11 +164,10 @@ def run(args) -> int:
         raise SimplaceError(f"--held-out must be in [0, 1) (0: no held-out check), got "
                             f"{args.held_out}.")
     cost_model = CostModel.load(args.cost_model)
-    # Placement files are read before devices are set up and the model is built and run,
-    # so a bad one fails at once.
-    placements = [Placement.load(p) for p in args.placements]
     match_cpu_cost_model(cost_model)  # a model measured on N virtual CPU devices runs on N
     devices = _devices(cost_model)
+    # Placement files are read before the model is built and run, so a bad one fails at once.
+    placements = [Placement.load(p) for p in args.placements]
     program, run_args, spec = _load_program(args)
     graph = program.graph
     for k, (path, p) in enumerate(zip(args.placements, placements, strict=True)):
