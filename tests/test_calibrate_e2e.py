@@ -187,7 +187,6 @@ def test_refit_of_synthetic_records(tmp_path, capsys):
     (["--refit"], "need --name"),
     (["--name", "x", "--devices", "cpu:9"], "No device 'cpu:9'"),
     (["--name", "x", "--devices", "cpu:0,cpu:0"], "repeats a device"),
-    (["--name", "x", "--budget-s", "0"], "must be > 0"),
     (["--name", "x", "--resume", "--overwrite"], "contradict"),
     (["--name", "x", "--refit", "--quick"], "only refits"),
     (["--name", "../x"], "plain file name"),
@@ -196,6 +195,13 @@ def test_cli_errors(tmp_path, argv, match):
     with pytest.raises(Exception, match=match) as err:
         _run(argv, tmp_path)
     assert isinstance(err.value, ValueError)  # SimplaceError subclasses: clean CLI errors
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "nan", "inf"])
+def test_cli_budget_is_refused_while_parsing(tmp_path, capsys, budget):
+    with pytest.raises(SystemExit) as stop:  # argparse: exit 2 with a message
+        _run(["--name", "x", "--budget-s", budget], tmp_path)
+    assert stop.value.code == 2 and "--budget-s: must be a finite" in capsys.readouterr().err
 
 
 def test_cli_unknown_model_is_refused_before_measuring(tmp_path):
