@@ -480,6 +480,22 @@ def test_validate_refuses_another_machine(capsys, files, tmp_path):
     assert "measured" not in out and not records.exists()
 
 
+@pytest.mark.slow
+def test_validate_force_runs_a_placement_of_another_machine(capsys, files, tmp_path):
+    cm = simplace.CostModel.load("cpu_vm2core_x4")
+    other = tmp_path / "other_vm.json"
+    other.write_text(json.dumps(dict(cm.to_dict(), name="other_vm")))
+    p_path = tmp_path / "p.json"
+    Placement(np.arange(files["num_ops"]) % 4, files["hash"], cm.name,
+              tuple(cm.device_names)).save(p_path)
+    records = tmp_path / "records"
+    run(capsys, "validate", "mlp", "--small", "--cost-model", other, p_path, "--force",
+        "--repeats", "1", "--budget-s", "0", "--records-dir", records, code=0)
+    (rec,) = [json.loads(line) for line in
+              (records / "other_vm" / "validation.jsonl").read_text().splitlines()]
+    assert rec["cost_model"] == "other_vm"
+
+
 # ---------------------------------------------------------------------------- models
 FACTORIES = """
 import jax, jax.numpy as jnp
