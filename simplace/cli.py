@@ -389,6 +389,7 @@ def check_outputs(args) -> None:
     for dest, option in OUTPUT_FILES.items():
         if getattr(args, dest, None) is not None:
             check_output_path(getattr(args, dest), option)
+    _check_inputs_are_not_outputs(args)
     if getattr(args, "gantt", None) is not None:
         _check_image_format(args.gantt, "--gantt")
     for dest, option in OUTPUT_DIRS.items():
@@ -397,6 +398,34 @@ def check_outputs(args) -> None:
             continue
         if getattr(args, dest, None) is not None:
             check_output_dir(getattr(args, dest), option)
+
+
+def _check_inputs_are_not_outputs(args) -> None:
+    """An output written over an input file (``optimize g.json --out g.json``) would
+    destroy it: refuse. Rewriting a placement file in place (``simulate --placement
+    p.json --out p.json``) and re-saving a graph over itself stay allowed."""
+    import os
+
+    def same(a, b) -> bool:
+        try:
+            return os.path.samefile(a, b)
+        except OSError:  # one of them does not exist (yet): not the same file
+            return False
+
+    inputs = [("MODEL", getattr(args, "model", None)),
+              ("--cost-model", getattr(args, "cost_model", None)),
+              ("--placement", getattr(args, "placement", None))]
+    inputs += [("P.JSON", p) for p in getattr(args, "placements", None) or []]
+    for dest, option in OUTPUT_FILES.items():
+        out = getattr(args, dest, None)
+        if out is None:
+            continue
+        for what, path in inputs:
+            allowed = (dest == "out" and ((args.command == "simulate" and what == "--placement")
+                                          or (args.command == "graph" and what == "MODEL")))
+            if path is not None and not allowed and same(out, path):
+                raise SimplaceError(f"{option} {out} is the {what} file this command reads: "
+                                    "writing there would destroy it. Choose another path.")
 
 
 def _check_image_format(path: str, option: str) -> None:

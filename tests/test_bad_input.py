@@ -235,6 +235,31 @@ def test_failed_command_keeps_the_old_output(capsys, files, tmp_path):
     assert out_path.read_text() == "old placement\n"
 
 
+@pytest.mark.parametrize("argv,what", [
+    (["optimize", "{g}", "--cost-model", MACHINE, "--method", "heft", "--out", "{g}"],
+     "MODEL"),
+    (["simulate", "{g}", "--cost-model", "{tiny}", "--single", "0", "--out", "{tiny}"],
+     "--cost-model"),
+    (["simulate", "{g}", "--cost-model", MACHINE, "--placement", "{p}", "--gantt", "{p}"],
+     "--placement"),
+])
+def test_an_output_never_overwrites_an_input(capsys, files, argv, what):
+    before = {k: files[k].read_bytes() for k in ("graph", "tiny", "placement")}
+    argv = [a.format(g=files["graph"], tiny=files["tiny"], p=files["placement"])
+            for a in argv]
+    out, _ = run(capsys, *argv, says=[what, "destroy"])
+    assert out == ""
+    assert {k: files[k].read_bytes() for k in before} == before
+
+
+def test_simulate_may_rewrite_its_placement_file(capsys, files, tmp_path):
+    p = tmp_path / "p.json"
+    p.write_bytes(files["placement"].read_bytes())
+    run(capsys, "simulate", files["graph"], "--cost-model", MACHINE, "--placement", p,
+        "--out", p, code=0)
+    assert Placement.load(p).predicted_step_time_s > 0
+
+
 def test_output_to_dev_null_is_written_in_place(capsys, files):
     if not os.access("/dev/null", os.W_OK):
         pytest.skip("no writable /dev/null")
