@@ -10,7 +10,7 @@ import pytest
 from simplace.cost_model import CostModel
 from simplace.errors import SimplaceError
 from simplace.placers import optimize
-from simplace.placers.list_schedulers import _Timeline
+from simplace.placers.list_schedulers import _Program, _Timeline
 from simplace.sim import lower_bound, make_sim_inputs, simulate
 from tests.sim_cases import corner_cases, make_graph, random_case, random_graph
 
@@ -140,16 +140,30 @@ def test_chain_with_free_links_takes_its_critical_path(method):
 
 
 def test_m_topo_fills_devices_in_turn():
-    # 8 equal ops on 4 identical devices: a share of 2 ops each, in topological order.
-    g = chain(8)
+    # 8 equal independent ops on 4 identical devices: a share of 2 ops each, in graph
+    # order, on all 4 devices (fewer devices take longer).
+    g = make_graph([], [], m=8)
     res = optimize(g, machine(np.ones((8, 4))), method="m_topo")
     np.testing.assert_array_equal(res.placement, [0, 0, 1, 1, 2, 2, 3, 3])
+    assert res.info["devices_used"] == 4
+    assert res.step_time_s == pytest.approx(2.0)
     # Heterogeneous: the fastest device (2, twice as fast) is filled first and gets twice
     # the ops of each other device.
     t = np.tile([2.0, 2.0, 1.0], (8, 1))
     res = optimize(g, machine(t), method="m_topo")
     np.testing.assert_array_equal(res.placement, [2, 2, 2, 2, 0, 0, 1, 1])
     assert res.info["device_order"] == [2, 0, 1]
+    assert res.step_time_s == pytest.approx(4.0)
+
+
+def test_m_topo_uses_fewer_devices_on_a_chain():
+    # A chain gains nothing from more devices: the fill over the fastest device alone
+    # wins (k = 1), where Baechi's fill over all devices would pay three transfers.
+    g = chain(8)
+    res = optimize(g, machine(np.ones((8, 4)), latency=1.0), method="m_topo")
+    np.testing.assert_array_equal(res.placement, np.zeros(8))
+    assert res.info["devices_used"] == 1
+    assert [r["unit"] for r in res.info["runs"]] == [f"{k} devices" for k in (1, 2, 3, 4)]
 
 
 def test_heft_bounds_with_free_links():
@@ -187,9 +201,11 @@ def test_heft_uses_an_idle_gap():
     t = np.array([[1.0, 100.0], [100.0, 1.0], [1.0, 100.0], [4.0, 40.0]])
     res = optimize(g, machine(t, latency=5.0), method="heft")
     np.testing.assert_array_equal(res.placement, [0, 1, 0, 0])
-    assert res.info["estimated_makespan_s"] == pytest.approx(13.0)
-    # The simulator runs device 0's ops in graph order (op 3 after op 2).
+    assert res.info["heft_estimated_makespan_s"] == pytest.approx(13.0)
+    # The program runs device 0's ops in graph order (op 3 after op 2), and so does the
+    # schedule heft builds from HEFT's devices.
     assert res.step_time_s == pytest.approx(17.0)
+    assert res.info["estimated_makespan_s"] == pytest.approx(17.0)
 
 
 # --------------------------------------------------------------------------- memory
@@ -298,14 +314,119 @@ def test_received_copies_count_against_memory(method):
 
 
 def test_m_sct_keeps_favourite_child_with_its_parent():
-    # 0 -> 1 (0 bytes, 3 s) and 0 -> 2 (2 bytes, 1 s); 2 is 0's favourite (the LP saves
-    # its 2 s transfer). Op 1 (higher rank) takes device 0 first. m_etf then sends 2 to
-    # device 1 (finish 4 vs 5 on device 0); m_sct keeps it on its parent's device, since
-    # 5 <= 4 + the 2 s transfer it avoids.
-    g = make_graph([0, 0], [1, 2], m=3, edge_bytes=[0.0, 2.0])
-    inp = machine(np.array([[1.0, 1.0], [3.0, 3.0], [1.0, 1.0]]), bandwidth=1.0)
+    # 0 -> 1 carries 2 bytes (2 s over the link): 1 is 0's favourite child. Op 0 runs on
+    # device 0 (1 s vs 5 s). Op 1 ends first on device 1 (4 s: 0's segment ends at 1,
+    # the copy arrives at 3, then 1 s) rather than on device 0 (4.5 s): m_etf sends it
+    # there; m_sct keeps it with its parent, since 4.5 <= 4 + the 2 s copy it avoids.
+    g = make_graph([0], [1], m=2, edge_bytes=[2.0])
+    inp = machine(np.array([[1.0, 5.0], [3.5, 1.0]]), bandwidth=1.0)
     sct = optimize(g, inp, method="m_sct")
-    assert list(sct.info["favourite_parent"]) == [-1, -1, 0]
-    np.testing.assert_array_equal(sct.placement, [0, 0, 0])
+    assert list(sct.info["favourite_parent"]) == [-1, 0]
+    np.testing.assert_array_equal(sct.placement, [0, 0])
+    assert sct.step_time_s == pytest.approx(4.5)
     etf = optimize(g, inp, method="m_etf")
-    np.testing.assert_array_equal(etf.placement, [0, 0, 1])
+    np.testing.assert_array_equal(etf.placement, [0, 1])
+    assert etf.step_time_s == pytest.approx(4.0)
+
+
+# --------------------------------------------------------------------------- the program
+def segment_inputs(rng, inp, group=None):
+    """inp with random segment launch, dispatch, put, per-op launch and unfused costs."""
+    m, d = inp.num_ops, inp.num_devices
+    return make_sim_inputs(inp.op_time_s, inp.latency_s, inp.bandwidth_bytes_per_s,
+                           inp.memory_bytes, group, rng.uniform(0, 2e-3, d),
+                           rng.uniform(0, 2e-3, d), rng.uniform(0, 1e-3, (d, d)),
+                           rng.uniform(0, 1e-3, (m, d)), rng.uniform(0, 1e-3, (m, d)))
+
+
+@pytest.mark.parametrize("shape", ("chain", "fan", "layered", "random", "params"))
+def test_program_estimate_is_the_reference_simulator(shape):
+    # Op by op in graph order, the schedulers' estimate is the reference simulator's step
+    # time (exact when every producer has one output, as here); end_on predicts the end
+    # of the segment commit builds; a trial rolled back leaves no trace.
+    rng = np.random.default_rng(21)
+    for k in range(6):
+        g = random_graph(rng, shape, 30)
+        _, base = random_case(rng, max_ops=30, max_devices=4)
+        d = base.num_devices
+        t = rng.uniform(0, 3e-3, (g.num_ops, d))
+        inp = segment_inputs(rng, make_sim_inputs(t, base.latency_s,
+                                                  base.bandwidth_bytes_per_s,
+                                                  np.full(d, 1e15)),
+                             group=(np.arange(d) // 2) if k % 2 else None)
+        prog = _Program(g, inp)
+        for p in (rng.integers(0, d, g.num_ops), np.repeat(rng.integers(0, d, 5), 6)):
+            want = simulate(g, inp, p).step_time_s
+            assert prog.replay(p) == pytest.approx(want, rel=1e-9, abs=1e-15)
+            prog.reset()
+            for i, dev in enumerate(p.tolist()):
+                other = (dev + 1) % d
+                prog.mark()  # try the op elsewhere, then roll back
+                prog.commit(i, other)
+                prog.undo()
+                end = prog.end_on(i, dev)
+                prog.commit(i, dev)
+                assert prog.open_end() == pytest.approx(end, rel=1e-12)
+            assert prog.step_time() == pytest.approx(want, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_falls_back_to_the_fastest_single_device(method):
+    # Op 0 is a hair faster on device 0, op 1 ten times faster on device 1, and op 0's
+    # output takes 100 s to cross. Any schedule that starts op 0 on device 0 ends at 11
+    # s; the whole graph on device 1 takes 2.1 s. Op units only, so that no coarser run
+    # finds device 1 (m_topo has no units: its fill over device 1 alone finds it).
+    g = make_graph([0], [1], m=2, edge_bytes=[100.0])
+    inp = machine(np.array([[1.0, 1.1], [10.0, 1.0]]), bandwidth=1.0)
+    opts = {} if method == "m_topo" else {"units": [0], "module_depths": [], "repasses": 0}
+    raw = optimize(g, inp, method=method, fallback_single=False, **opts)
+    res = optimize(g, inp, method=method, **opts)
+    assert res.step_time_s == pytest.approx(2.1)
+    np.testing.assert_array_equal(res.placement, [1, 1])
+    if raw.step_time_s > 2.1:
+        assert res.info["returned"] == "single"
+        assert res.info["single_device"] == 1
+        assert res.info["schedule_step_time_s"] == pytest.approx(raw.step_time_s)
+        assert "device 1" in res.info["note_single"]
+    else:
+        assert res.info["returned"] == "schedule"
+    if method == "m_etf":
+        np.testing.assert_array_equal(raw.placement, [0, 0])
+        assert raw.step_time_s == pytest.approx(11.0)
+        assert raw.info["returned"] == "schedule"
+
+
+@pytest.mark.parametrize("option,value", [("units", "many"), ("units", [-1]),
+                                          ("units", []), ("module_depths", [0]),
+                                          ("module_depths", ["x"])])
+def test_bad_unit_options(option, value):
+    g, inp = corner_cases()["no_edges"]
+    with pytest.raises(SimplaceError, match=option):
+        optimize(g, inp, method="m_etf", **{option: value})
+
+
+@pytest.fixture(scope="module")
+def small_zoo():
+    from simplace import trace, zoo
+
+    graphs = {}
+    for name in ("mlp", "tiny_cnn", "rnnlm"):
+        fn, args = zoo.get(name, small=True)
+        graphs[name] = trace(fn, *args, name=name)
+    return graphs
+
+
+@pytest.mark.parametrize("machine_name", ("haswell_k40x4", "cpu_h100x4_nvlink"))
+def test_never_slower_than_single_and_deterministic(small_zoo, machine_name):
+    cm = CostModel.load(machine_name)
+    for name, g in small_zoo.items():
+        single = optimize(g, cm, method="single")
+        assert not single.oom
+        for method in METHODS:
+            res = optimize(g, cm, method=method)
+            check_result(res, g, cm)
+            assert not res.oom
+            assert res.step_time_s <= single.step_time_s, (name, method)
+            assert res.info["returned"] in ("schedule", "single")
+            again = optimize(g, cm, method=method)
+            np.testing.assert_array_equal(res.placement, again.placement)

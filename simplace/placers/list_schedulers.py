@@ -1,45 +1,73 @@
-"""List schedulers: ``heft``, and Baechi's memory-constrained ``m_topo``, ``m_etf``, ``m_sct``.
+"""List schedulers that schedule the program simplace runs: ``heft``, ``m_topo``, ``m_etf``,
+``m_sct`` (Baechi's memory-constrained list schedulers, and HEFT).
 
-Each method builds its own schedule estimate to decide where ops go; the front end then
-re-simulates the placement (the simulator runs each device's ops in graph order, not in
-the scheduler's order), so the estimates in ``info`` are the heuristics' own, never the
-reported step time. Every method is a deterministic function of the graph and machine:
-ties go to the lower op index, then the lower device index.
+The program (``simplace.apply``; the design notes, "Simulation semantics") runs ops in
+graph order: a *segment* is a maximal run of consecutive ops on one device, one jitted
+call; one host thread dispatches the segments and the ``device_put`` of their inputs in
+graph order; each segment pays a launch; a producer's outputs reach another device once,
+by one put, over a FIFO link; outputs appear when their segment ends. A classic list
+scheduler picks its own op order, which the program does not follow, and places op by op,
+which the program pays for in launches and host dispatches: both made these methods
+slower than one device. Here every method schedules **in graph order, under the
+program's semantics**:
 
-Shared cost figures (``t[i, d]`` op time, ``lat``/``bw`` link latency and bandwidth with
-drift corrections folded in, as the simulators see them):
+* **The estimate is the program.** ``_Program`` simulates the placement incrementally, op
+  by op in graph order, exactly as the reference simulator does (segment start =
+  latest of its device group free, its inputs' arrival and its dispatch; launch, largest
+  per-op launch, fused and unfused op costs; host time of each put and dispatch; FIFO
+  links whose latencies overlap; one put per producer and device). Placing the next op
+  (or run of ops) on a device gives the exact end of the segment it joins or opens; the
+  only approximation is that a put carries the outputs its first reader needs (the
+  program sends every output any reader on that device needs).
+* **Units.** A unit is an op, or a block: a run of consecutive ops of about equal work
+  (``sum_i min_d t[i, d]`` split into k parts). Each method places units in graph order
+  (a block is tried on each device by simulating it there and rolling back). It runs
+  once with op units and once per block count in ``BLOCK_COUNTS`` below M/2 (coarse
+  units cannot fragment the program into many small segments; op units find fine-grained
+  parallelism); the run whose simulated step time is lowest wins
+  (``info["unit"]``, every run in ``info["runs"]``).
+* **Device rules** (what tells the methods apart):
+  - ``m_etf``: earliest task first in the program's order: the unit goes to the device
+    that can hold it where its segment ends first (ties: the device of the open
+    segment, which adds no segment; then the lower index).
+  - ``m_sct``: ``m_etf``, plus SCT's favourite children (from the LP relaxation of
+    Hanen & Munier, or by the largest tensor on big graphs, see
+    ``favourite_children_lp``): a unit goes to the device of its ops' favourite parents
+    when that device can hold it and its end there is no later than the best end plus
+    the time the favourite tensors would take to cross over.
+  - ``heft``: HEFT's own schedule (upward rank order, earliest finish with insertion,
+    memory-aware, see ``heft``) proposes a device per op; in graph order a unit goes to
+    its proposed device (the one holding most of its work under HEFT) or stays on the
+    device of the open segment, whichever ends it first (ties: the proposed device).
+  - ``m_topo``: Baechi's fill in topological (graph) order: the fastest k devices in
+    turn, each up to its share of the work, for every k = 1..D; no unit runs (its
+    placements are contiguous already).
+* **Memory** (Baechi's model, every method): a device holds the parameters of the ops
+  placed on it (each once), the output of each op placed there and the bytes of every
+  tensor it receives (once per producer and device). A unit is eligible on a device only
+  if what it adds fits. With ``memory="conservative"`` (default, Baechi's choice) nothing
+  is freed, an upper bound on the program's peak; ``memory="liveness"`` frees an output
+  and its copies once all its readers are placed (graph outputs never): it packs more
+  onto a device, without a guarantee. A unit that fits nowhere goes to the device with
+  the most free memory, op by op (``info["unplaceable_ops"]``, ``info["note"]``).
+* **Never worse than one device.** The winning schedule is simulated by the reference
+  simulator and compared with the single-device placements ``single`` considers (devices
+  by the step time of the whole graph alone, the first that fits memory); when one of
+  them is faster (or the schedule runs out of memory and it does not), it is returned
+  instead and ``info["returned"]`` says ``"single"`` (else ``"schedule"``), with both
+  step times in ``info``.
 
-* Communication of the tensors op ``p`` sends to op ``i`` (``b`` bytes: the sum of the
-  edges ``p -> i``) from device ``a`` to ``d``: ``lat[a, d] + b / bw[a, d]``. As in the
-  simulator a producer's output reaches a device once: once sent to ``d`` for one
-  consumer, later consumers on ``d`` reuse that arrival. ``m_topo``, ``m_etf`` and
-  ``m_sct`` model each link as a FIFO (a transfer starts when the producer has ended and
-  the link is free); ``heft`` uses the classic contention-free model (its ops are not
-  committed in time order, so a FIFO link would queue a transfer behind later ones).
-* Mean costs (HEFT's ranks, SCT's LP): ``w_i = mean_d t[i, d]``;
-  ``c_pi = mean(lat) + b / mean(bw)`` with both means over the off-diagonal device
-  pairs (``c = 0`` on one device).
-* Upward rank: ``rank_i = w_i + max_{i -> j} (c_ij + rank_j)`` (``w_i`` for sinks).
+Every method is a deterministic function of the graph and machine (no random choice,
+no time limit). Cost: O(M D) Python steps per run, a handful of runs.
 
-Memory (Baechi's model, every method): a device holds the parameters of the ops placed
-on it, each parameter once per device (a per-device set of resident parameters), plus
-``out_bytes`` of each op placed there, plus the bytes of every tensor it receives from
-another device (once per producer and device). Op ``i`` is eligible on ``d`` only if
-``used[d] + new parameters + out_bytes[i] + new received bytes <= memory_bytes[d]``.
-With ``memory="conservative"`` (the default, Baechi's choice) nothing is ever freed:
-outputs are kept to the end of the step, an upper bound on any schedule's peak, so a
-placement that fits under it is not OOM in the simulator (up to the scheduler's
-approximations of which tensors are sent). ``memory="liveness"`` frees an output (and
-its received copies) once all its consumers are placed (graph outputs never): a
-frontier estimate of the peak that packs far more onto a device, but without a
-guarantee. If no device can hold an op it goes to the device with the most free memory
-and ``info["note"]`` says so (``info["unplaceable_ops"]`` counts them).
-
-Options (``optimize(..., method=..., memory=..., lp_max_edges=...)``):
+Options (``optimize(..., method=..., memory=..., lp_max_edges=..., units=...)``):
   memory: ``"conservative"`` (default) or ``"liveness"``.
   lp_max_edges: m_sct solves its LP only for graphs with at most this many connected op
     pairs (default 20,000); larger graphs use the greedy favourite child.
-  fifo_links: heft only; model links as FIFOs as the other methods do (default False).
+  units: the unit runs to try: a list of block counts, 0 meaning op units (default: op
+    units and ``BLOCK_COUNTS``).
+  fallback_single: return the fastest single device that fits when it beats the
+    schedule (default True; False returns the schedule whatever it costs).
 """
 
 from __future__ import annotations
@@ -52,10 +80,29 @@ import time
 import numpy as np
 
 from simplace.errors import SimplaceError
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.graph import split_name_path
+from simplace.placers import PlacerContext, PlacerOutput, penalised, register
+from simplace.sim.reference import segments_of
 
 MEMORY_MODELS = ("conservative", "liveness")
 LP_MAX_EDGES = 20_000
+# Block counts tried besides op units: from a few big blocks (close to one device per
+# phase of the model) to many small ones.
+BLOCK_COUNTS = (8, 32, 128, 512)
+# Module-path depths whose runs of consecutive ops are tried as units (a layer, a cell
+# step, an attention block...: the pieces an expert would place).
+MODULE_DEPTHS = (1, 2, 3, 4)
+# Re-runs over the segments of the best placement so far (each one only while it helps).
+REPASSES = 3
+# The keyword options every method here takes (``optimize`` refuses others).
+_COMMON_OPTIONS = {
+    "memory": "memory model: 'conservative' (default, nothing freed) or 'liveness'",
+    "units": "block counts of the unit runs, 0 for op units (default [0, 8, 32, 128, 512])",
+    "module_depths": "module-path depths whose runs are tried as units (default [1, 2, 3, 4])",
+    "repasses": "re-runs over the best placement's segments (default 3)",
+    "fallback_single": "return the fastest single device that fits when it is faster "
+                       "(default True)",
+}
 # HEFT's insertion search looks at most this many idle gaps per device before appending
 # (bounds the worst case on graphs with very fragmented timelines).
 _MAX_GAPS = 2000
@@ -272,6 +319,358 @@ class _State:
         return out
 
 
+# --------------------------------------------------------------------------- the program
+class _Program:
+    """The program's schedule, built op by op in graph order (``reference._simulate``'s
+    rules, incrementally), with a journal to try a unit on a device and roll it back.
+
+    State: ``p`` (device per placed op, -1 not yet), ``seg``/``seg_end`` (closed
+    segments' ends), ``arr[j]`` (device -> arrival of op j's put), group and link free
+    times, ``host`` (host time, the open segment's puts included, its dispatch not), and
+    the open segment: device ``cur``, first op ``first``, ``ready`` (group free at its
+    opening and its inputs' arrivals), ``work`` (launch plus op costs) and ``olm`` (the
+    largest per-op launch).
+    """
+
+    def __init__(self, graph, inp):
+        m, d = inp.num_ops, inp.num_devices
+        self.m, self.d = m, d
+        self.t = inp.op_time_s.tolist()
+        self.unf = inp.op_unfused_s.tolist()
+        self.op_launch = inp.op_launch_s.tolist()
+        self.lat = inp.latency_s.tolist()
+        self.bw = inp.bandwidth_bytes_per_s.tolist()
+        self.put = inp.put_s.tolist()
+        self.launch = inp.launch_s.tolist()
+        self.disp = inp.dispatch_s.tolist()
+        self.group = inp.exclusive_group.tolist()
+        self.num_groups = inp.num_groups
+        src = graph.src.tolist()
+        eout = graph.edge_output.tolist()
+        tensor_bytes: dict[tuple[int, int], float] = {}
+        for s_, k, nb in zip(src, eout, graph.edge_bytes.tolist(), strict=True):
+            tensor_bytes[s_, k] = max(tensor_bytes.get((s_, k), 0.0), nb)
+        in_ptr, in_order = (a.tolist() for a in graph.in_edges)
+        # ins[i]: (producer, bytes of its distinct outputs op i reads), producers in the
+        # order of op i's first in-edge from each (the order the program issues puts).
+        self.ins: list[list[tuple[int, float]]] = []
+        for i in range(m):
+            outs: dict[int, set[int]] = {}
+            for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
+                outs.setdefault(src[e], set()).add(eout[e])
+            self.ins.append([(j, float(sum(tensor_bytes[j, k] for k in sorted(ks))))
+                             for j, ks in outs.items()])
+        self.reset()
+
+    def reset(self) -> None:
+        m, d = self.m, self.d
+        self.p = [-1] * m
+        self.seg = [0] * m
+        self.seg_end: list[float] = []
+        self.arr: list[dict[int, float] | None] = [None] * m
+        self.gfree = [0.0] * max(self.num_groups, 1)
+        self.lfree = [[0.0] * d for _ in range(d)]
+        self.host = 0.0
+        self.max_arrival = 0.0
+        self.cur, self.first = -1, 0
+        self.ready = self.work = self.olm = 0.0
+        self.journal: list | None = None
+        self._saved = None
+
+    def open_end(self) -> float:
+        """End of the open segment if it were closed now (0 when there is none)."""
+        c = self.cur
+        if c < 0:
+            return 0.0
+        return max(self.ready, self.host + self.disp[c]) + self.work + self.olm
+
+    def end_on(self, i: int, d: int) -> float:
+        """End of op i's segment if op i (the next op) went to device d; no change."""
+        c, p, arr = self.cur, self.p, self.arr
+        if d == c:
+            h, ready, first, ce = self.host, self.ready, self.first, -1.0
+        else:
+            ce = self.open_end()
+            h = self.host + (self.disp[c] if c >= 0 else 0.0)
+            g = self.group[d]
+            ready = ce if c >= 0 and self.group[c] == g else self.gfree[g]
+            first = i
+        fused = False
+        links = None
+        for j, nb in self.ins[i]:
+            if j >= first:
+                fused = True
+                continue
+            a = p[j]
+            if a == d:
+                continue
+            aj = arr[j]
+            r = aj.get(d) if aj is not None else None
+            if r is None:
+                h += self.put[a][d]
+                se = ce if j >= self.first and c >= 0 and d != c else self.seg_end[self.seg[j]]
+                if links is None:
+                    links = {}
+                busy = nb / self.bw[a][d]
+                t0 = max(h, se, links.get(a, self.lfree[a][d]))
+                links[a] = t0 + busy
+                r = t0 + self.lat[a][d] + busy
+            if r > ready:
+                ready = r
+        if d == c:
+            work = self.work + self.t[i][d] + (0.0 if fused else self.unf[i][d])
+            olm = max(self.olm, self.op_launch[i][d])
+        else:
+            work = self.launch[d] + self.t[i][d] + self.unf[i][d]
+            olm = self.op_launch[i][d]
+        return max(ready, h + self.disp[d]) + work + olm
+
+    def mark(self) -> None:
+        """Start a trial: ``undo`` brings the state back to this point."""
+        self.journal = []
+        self._saved = (self.host, self.cur, self.first, self.ready, self.work, self.olm,
+                       self.max_arrival, len(self.seg_end), list(self.gfree))
+
+    def undo(self) -> None:
+        (self.host, self.cur, self.first, self.ready, self.work, self.olm,
+         self.max_arrival, n_seg, self.gfree) = self._saved
+        del self.seg_end[n_seg:]
+        for kind, a, b, v in reversed(self.journal):
+            if kind == 0:
+                self.p[a] = -1
+            elif kind == 1:
+                del self.arr[a][b]
+            else:
+                self.lfree[a][b] = v
+        self.journal = None
+
+    def commit(self, i: int, d: int) -> None:
+        """Op i (the next op) runs on device d."""
+        p, arr, jr = self.p, self.arr, self.journal
+        if d != self.cur:
+            c = self.cur
+            if c >= 0:  # close the open segment: its dispatch, then its end is known
+                end = self.open_end()
+                self.host += self.disp[c]
+                self.seg_end.append(end)
+                self.gfree[self.group[c]] = end
+            self.cur, self.first = d, i
+            self.ready = self.gfree[self.group[d]]
+            self.work, self.olm = self.launch[d], 0.0
+        fused = False
+        ready = self.ready
+        for j, nb in self.ins[i]:
+            if j >= self.first:
+                fused = True
+                continue
+            a = p[j]
+            if a == d:
+                continue
+            aj = arr[j]
+            if aj is None:
+                aj = arr[j] = {}
+            r = aj.get(d)
+            if r is None:
+                self.host += self.put[a][d]
+                busy = nb / self.bw[a][d]
+                t0 = max(self.host, self.seg_end[self.seg[j]], self.lfree[a][d])
+                if jr is not None:
+                    jr.append((2, a, d, self.lfree[a][d]))
+                    jr.append((1, j, d, None))
+                self.lfree[a][d] = t0 + busy
+                r = aj[d] = t0 + self.lat[a][d] + busy
+                if r > self.max_arrival:
+                    self.max_arrival = r
+            if r > ready:
+                ready = r
+        self.ready = ready
+        self.work += self.t[i][d] + (0.0 if fused else self.unf[i][d])
+        if self.op_launch[i][d] > self.olm:
+            self.olm = self.op_launch[i][d]
+        p[i] = d
+        self.seg[i] = len(self.seg_end)
+        if jr is not None:
+            jr.append((0, i, None, None))
+
+    def step_time(self) -> float:
+        """The step time once every op is placed (the reference simulator's, up to the
+        put sizes, see the module docstring)."""
+        c = self.cur
+        if c < 0:
+            return 0.0
+        return max(self.host + self.disp[c], self.open_end(), self.max_arrival,
+                   max(self.seg_end, default=0.0))
+
+    def replay(self, placement) -> float:
+        """Simulate a whole placement from scratch; its step time."""
+        self.reset()
+        for i, d in enumerate(placement):
+            self.commit(i, int(d))
+        return self.step_time()
+
+
+class _Memory:
+    """Baechi's memory accounting for placements built in graph order (module docstring).
+
+    ``used[d]``: bytes charged to device d; ``sent[j]``: device -> bytes of op j's put
+    there (received copies, charged to the receiver)."""
+
+    def __init__(self, graph, inp, prog: _Program, *, liveness: bool):
+        m, d = inp.num_ops, inp.num_devices
+        self.prog = prog
+        self.cap = inp.memory_bytes.tolist()
+        self.used = [0.0] * d
+        self.resident: list[set[int]] = [set() for _ in range(d)]
+        self.out = graph.out_bytes.tolist()
+        self.is_output = graph.is_output.tolist()
+        params: list[list[int]] = [[] for _ in range(m)]
+        for op, k in sorted(set(zip(graph.param_op.tolist(), graph.param_index.tolist(),
+                                    strict=True))):
+            params[op].append(k)
+        self.params = params
+        self.param_sizes = graph.param_sizes.tolist()
+        self.sent: list[dict[int, float] | None] = [None] * m
+        self.liveness = liveness
+        readers = [0] * m
+        for ins in prog.ins:
+            for j, _ in ins:
+                readers[j] += 1
+        self.remaining = readers
+
+    def need(self, a: int, b: int, d: int) -> float:
+        """Bytes that ops a..b-1 (the next ops) would add to device d."""
+        p, sent, res = self.prog.p, self.sent, self.resident[d]
+        n = 0.0
+        new: set[int] = set()
+        got: set[int] = set()
+        for i in range(a, b):
+            n += self.out[i]
+            for j, nb in self.prog.ins[i]:
+                if j >= a or p[j] == d or j in got:
+                    continue
+                sj = sent[j]
+                if sj is None or d not in sj:
+                    n += nb
+                    got.add(j)
+            for k in self.params[i]:
+                if k not in res and k not in new:
+                    new.add(k)
+                    n += self.param_sizes[k]
+        return n
+
+    def fits(self, d: int, nbytes: float) -> bool:
+        return self.used[d] + nbytes <= self.cap[d]
+
+    def most_free(self) -> int:
+        return max(range(len(self.cap)), key=lambda d: (self.cap[d] - self.used[d], -d))
+
+    def commit(self, i: int, d: int) -> None:
+        """Charge op i on device d (call before ``_Program.commit`` of the same op)."""
+        p, used = self.prog.p, self.used
+        used[d] += self.out[i]
+        for j, nb in self.prog.ins[i]:
+            if p[j] != d:
+                sj = self.sent[j]
+                if sj is None:
+                    sj = self.sent[j] = {}
+                if d not in sj:
+                    sj[d] = nb
+                    used[d] += nb
+        res = self.resident[d]
+        for k in self.params[i]:
+            if k not in res:
+                res.add(k)
+                used[d] += self.param_sizes[k]
+        if self.liveness:
+            for j, _ in self.prog.ins[i]:
+                self.remaining[j] -= 1
+                if self.remaining[j] == 0:
+                    self._free(j, p[j])
+            if self.remaining[i] == 0:
+                self._free(i, d)
+
+    def _free(self, j: int, dev: int) -> None:
+        if self.is_output[j]:
+            return
+        self.used[dev] -= self.out[j]
+        for to, nb in (self.sent[j] or {}).items():
+            self.used[to] -= nb
+        self.sent[j] = None
+
+
+# --------------------------------------------------------------------------- one run
+def _blocks(work: np.ndarray, k: int) -> list[tuple[int, int]]:
+    """Ops 0..M-1 cut into at most k runs of about equal ``work`` (0: one op per run)."""
+    m = len(work)
+    if k <= 0 or k >= m:
+        return [(i, i + 1) for i in range(m)]
+    # A tiny floor so that runs of zero-work ops are still split by count.
+    c = np.cumsum(work + 1e-9 * (float(work.max()) + 1e-9))
+    cuts = np.searchsorted(c, c[-1] * np.arange(1, k) / k, side="right")
+    cuts = sorted({0, m, *(int(x) for x in cuts)})
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=False) if b > a]
+
+
+class _Run:
+    """One pass of a device rule over units in graph order: the placement it builds, the
+    simulated step time, the ops that fit nowhere."""
+
+    def __init__(self, graph, inp, prog: _Program, *, liveness: bool):
+        prog.reset()
+        self.prog = prog
+        self.mem = _Memory(graph, inp, prog, liveness=liveness)
+        self.unplaceable: list[int] = []
+
+    def ends(self, a: int, b: int, devices) -> dict[int, float]:
+        """Per device: the end of the segment that ops a..b-1 (the next ops) would end in,
+        all placed there."""
+        prog = self.prog
+        if b == a + 1:
+            return {d: prog.end_on(a, d) for d in devices}
+        out = {}
+        for d in devices:
+            prog.mark()
+            for i in range(a, b):
+                prog.commit(i, d)
+            out[d] = prog.open_end()
+            prog.undo()
+        return out
+
+    def place(self, a: int, b: int, d: int) -> None:
+        for i in range(a, b):
+            self.mem.commit(i, d)
+            self.prog.commit(i, d)
+
+    def run(self, units, choose) -> None:
+        """``choose(a, b, eligible) -> device`` for each unit that fits somewhere; units
+        that fit nowhere as a whole go op by op (an op that fits nowhere: the device with
+        the most free memory)."""
+        mem = self.mem
+        alldev = range(self.prog.d)
+        for a, b in units:
+            eligible = [d for d in alldev if mem.fits(d, mem.need(a, b, d))]
+            if eligible:
+                self.place(a, b, choose(a, b, eligible))
+                continue
+            for i in range(a, b):
+                eligible = [d for d in alldev if mem.fits(d, mem.need(i, i + 1, d))]
+                if eligible:
+                    d = choose(i, i + 1, eligible)
+                else:
+                    self.unplaceable.append(i)
+                    d = mem.most_free()
+                self.place(i, i + 1, d)
+
+
+def _earliest(run: _Run, a: int, b: int, eligible) -> tuple[int, dict[int, float]]:
+    """The eligible device where the unit ends first (ties: the open segment's device,
+    then the lower index), and every eligible device's end."""
+    ends = run.ends(a, b, eligible)
+    cur = run.prog.cur
+    return min(eligible, key=lambda d: (ends[d], d != cur, d)), ends
+
+
+# --------------------------------------------------------------------------- runs and result
 def _memory_option(ctx: PlacerContext) -> str:
     memory = ctx.options.get("memory", "conservative")
     if memory not in MEMORY_MODELS:
@@ -280,11 +679,149 @@ def _memory_option(ctx: PlacerContext) -> str:
     return memory
 
 
-def _empty(pb: _Problem, memory: str) -> PlacerOutput | None:
-    if pb.m == 0:
-        return PlacerOutput(np.zeros(0, np.int32), info={
-            "memory_model": memory, "estimated_makespan_s": 0.0, "unplaceable_ops": 0})
-    return None
+def _unit_counts(ctx: PlacerContext, m: int) -> list[int]:
+    units = ctx.options.get("units")
+    if units is None:
+        return [0] + [k for k in BLOCK_COUNTS if 2 * k <= m]
+    try:
+        counts = sorted({int(k) for k in units})
+    except (TypeError, ValueError):
+        raise SimplaceError(f"units={units!r}: give a list of block counts (0 for op "
+                            "units), e.g. units=[0, 32].") from None
+    if not counts or counts[0] < 0:
+        raise SimplaceError(f"units={units!r}: give a non-empty list of block counts >= 0 "
+                            "(0 for op units).")
+    return counts
+
+
+def _module_depths(ctx: PlacerContext) -> list[int]:
+    depths = ctx.options.get("module_depths", MODULE_DEPTHS)
+    try:
+        depths = sorted({int(k) for k in depths})
+    except (TypeError, ValueError):
+        raise SimplaceError(f"module_depths={depths!r}: give a list of depths >= 1, "
+                            "e.g. module_depths=[2, 3].") from None
+    if depths and depths[0] < 1:
+        raise SimplaceError(f"module_depths={depths!r}: depths start at 1 (the top "
+                            "module); give [] for none.")
+    return depths
+
+
+def _module_runs(graph, depth: int) -> list[tuple[int, int]]:
+    """Ops 0..M-1 cut where the module path, cut to ``depth`` parts, or the forward /
+    backward flag changes: one unit per run of consecutive ops of one module."""
+    keys = [(bw, parts[:depth]) for bw, parts in map(split_name_path,
+                                                     graph.name_path.tolist())]
+    cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def _unit_label(k: int, m: int) -> str:
+    return "ops" if k <= 0 or k >= m else f"{k} blocks"
+
+
+class _Setup:
+    """What every method shares: inputs, the program simulator, memory model."""
+
+    def __init__(self, ctx: PlacerContext):
+        self.ctx = ctx
+        self.memory = _memory_option(ctx)
+        self.inp = ctx.inputs
+        self.graph = ctx.graph
+        self.m, self.d = self.inp.num_ops, self.inp.num_devices
+        self.prog = _Program(ctx.graph, self.inp)
+        self.work = self.inp.op_time_s.min(axis=1) if self.m else np.zeros(0)
+
+    def run(self, units, choose) -> dict:
+        r = _Run(self.graph, self.inp, self.prog, liveness=self.memory == "liveness")
+        r.run(units, lambda a, b, eligible: choose(r, a, b, eligible))
+        return {"placement": np.asarray(self.prog.p, dtype=np.int32),
+                "estimated_s": self.prog.step_time(), "unplaceable": r.unplaceable}
+
+    def unit_runs(self, choose) -> list[dict]:
+        """One run per unit family (ops, blocks, module runs; identical unit lists run
+        once), then re-runs over the segments of the best placement so far while that
+        helps (at most ``repasses`` times)."""
+        ctx, m = self.ctx, self.m
+        families = [(_unit_label(k, m), _blocks(self.work, k))
+                    for k in _unit_counts(ctx, m)]
+        for depth in _module_depths(ctx):
+            families.append((f"module depth {depth}", _module_runs(self.graph, depth)))
+        runs, seen = [], set()
+        for label, units in families:
+            key = tuple(a for a, _ in units)
+            if key in seen:
+                continue
+            seen.add(key)
+            r = self.run(units, choose)
+            r["unit"] = label
+            runs.append(r)
+        for k in range(int(ctx.options.get("repasses", REPASSES))):
+            best = min(runs, key=lambda r: r["estimated_s"])
+            units = segments_of(best["placement"])
+            key = tuple(a for a, _ in units)
+            if key in seen:
+                break
+            seen.add(key)
+            r = self.run(units, choose)
+            r["unit"] = f"segments of {best['unit']}" if k == 0 else f"segments ({k + 1})"
+            runs.append(r)
+            if r["estimated_s"] >= best["estimated_s"]:
+                break
+        return runs
+
+    def finish(self, runs: list[dict], info: dict | None = None) -> PlacerOutput:
+        """The best run, checked by the reference simulator against ``single``'s
+        candidates (module docstring)."""
+        from simplace.placers.single import single_device_candidates, single_device_step_s
+
+        ctx, m = self.ctx, self.m
+        best = min(runs, key=lambda r: r["estimated_s"])
+        out = {"memory_model": self.memory, "unit": best.get("unit"),
+               "estimated_makespan_s": float(best["estimated_s"]),
+               "unplaceable_ops": len(best["unplaceable"]),
+               "runs": [{"unit": r.get("unit"), "estimated_step_s": float(r["estimated_s"])}
+                        for r in runs]}
+        out.update(info or {})
+        if best["unplaceable"]:
+            i = best["unplaceable"][0]
+            more = len(best["unplaceable"]) - 1
+            out["note"] = (
+                f"no device can hold op {i} ({self.graph.out_bytes[i]:.0f} output bytes "
+                f"plus its parameters and inputs, under the {self.memory} memory model)"
+                + (f" nor {more} more ops" if more else "")
+                + "; placed on the device with the most free memory")
+        placement = best["placement"]
+        if m == 0:
+            out["returned"] = "schedule"
+            return PlacerOutput(placement, info=out)
+        res = ctx.simulate(placement)
+        score = float(penalised(res.step_time_s, res.oom))
+        out["returned"] = "schedule"
+        out["schedule_step_time_s"] = float(res.step_time_s)
+        if not ctx.options.get("fallback_single", True):
+            return PlacerOutput(placement, info=out)
+        alone = single_device_step_s(ctx)
+        for d in single_device_candidates(ctx):
+            if alone[d] >= score:  # no single device left that could beat the schedule
+                break
+            one = np.full(m, d, dtype=np.int32)
+            r1 = ctx.simulate(one)
+            if r1.oom:
+                continue  # single skips it as well
+            if r1.step_time_s < score:
+                out.update(returned="single", single_device=int(d),
+                           single_step_time_s=float(r1.step_time_s),
+                           note_single=(
+                               f"the schedule ({res.step_time_s * 1e3:.3f} ms"
+                               f"{', out of memory' if res.oom else ''}) is slower than the "
+                               f"whole graph on device {d} ({r1.step_time_s * 1e3:.3f} ms): "
+                               "returned that"))
+                out.pop("note", None)
+                out["unplaceable_ops"] = 0
+                return PlacerOutput(one, info=out)
+            break  # the first device that fits is single's choice
+        return PlacerOutput(placement, info=out)
 
 
 # --------------------------------------------------------------------------- HEFT
@@ -314,26 +851,23 @@ class _Timeline:
         self.ends.insert(k, e)
 
 
-@register("heft")
-def heft(ctx: PlacerContext) -> PlacerOutput:
-    """HEFT (Topcuoglu et al. 2002), memory-aware.
+def heft_proposal(ctx: PlacerContext, memory: str, *, fifo_links: bool = False
+                  ) -> tuple[np.ndarray, float]:
+    """HEFT's own schedule (Topcuoglu et al. 2002), memory-aware: device per op and its
+    estimated makespan.
 
     Ops go in decreasing upward rank (mean op time over devices, mean communication
     ``mean(lat) + bytes / mean(bw)`` over off-diagonal pairs), taken from a heap of ready
     ops so precedence always holds (ties: lower op index). Each op goes to the device
     with the earliest finish time **with insertion**: it may fill an idle gap of its
-    device's timeline (devices of one exclusive group share one timeline) between
-    already-scheduled ops if the gap is long enough and starts after its inputs arrive
-    (contention-free links unless ``fifo_links=True``, one transfer per producer and
-    device). Unlike the paper's
-    HEFT, devices that cannot hold the op under the memory model (module docstring) are
-    skipped.
+    device's timeline (devices of one exclusive group share one timeline) if the gap is
+    long enough and starts after its inputs arrive (contention-free links unless
+    ``fifo_links``, one transfer per producer and device). Devices that cannot hold the
+    op under the memory model are skipped. This schedule ignores segments and the
+    program's op order: ``heft`` uses it only to propose devices.
     """
-    memory = _memory_option(ctx)
     pb = _Problem(ctx)
-    if (out := _empty(pb, memory)) is not None:
-        return out
-    st = _State(pb, memory=memory, contention=bool(ctx.options.get("fifo_links", False)))
+    st = _State(pb, memory=memory, contention=fifo_links)
     rank = pb.upward_rank()
     timelines = [_Timeline() for _ in range(max(pb.num_groups, 1))]
     indeg = [len(p) for p in pb.preds]
@@ -344,10 +878,7 @@ def heft(ctx: PlacerContext) -> PlacerOutput:
         _, i = heapq.heappop(heap)
         drt, need = st.ready_and_need(i)
         best = None
-        eligible = [d for d in range(pb.d) if st.fits(d, need[d])]
-        if not eligible:
-            st.unplaceable.append(i)
-            eligible = [st.most_free()]
+        eligible = [d for d in range(pb.d) if st.fits(d, need[d])] or [st.most_free()]
         for d in eligible:
             dur = t[i][d]
             s, k = timelines[group[d]].earliest(drt[d], dur)
@@ -363,198 +894,125 @@ def heft(ctx: PlacerContext) -> PlacerOutput:
             indeg[j] -= 1
             if indeg[j] == 0:
                 heapq.heappush(heap, (-rank[j], j))
-    return PlacerOutput(np.asarray(st.dev, dtype=np.int32), info=st.info(memory))
+    return np.asarray(st.dev, dtype=np.int32), st.makespan()
+
+
+@register("heft", options={
+    **_COMMON_OPTIONS,
+    "fifo_links": "HEFT's own schedule models links as FIFOs (default False: contention-free)"})
+def heft(ctx: PlacerContext) -> PlacerOutput:
+    """HEFT's devices, scheduled in the program's order: each unit (op or block, in graph
+    order) goes to the device HEFT's own schedule gives most of its work
+    (``heft_proposal``) or stays on the open segment's device, whichever ends it first
+    under the program's semantics (module docstring). Option ``fifo_links``: HEFT's own
+    schedule models links as FIFOs (default: contention-free, the classic model)."""
+    s = _Setup(ctx)
+    if s.m == 0:
+        return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
+                          "unplaceable": []}])
+    prop, prop_est = heft_proposal(ctx, s.memory,
+                                   fifo_links=bool(ctx.options.get("fifo_links", False)))
+    prop_l = prop.tolist()
+    t = s.prog.t
+
+    def choose(run, a, b, eligible):
+        if b == a + 1:
+            want = prop_l[a]
+        else:
+            load: dict[int, float] = {}
+            for i in range(a, b):
+                load[prop_l[i]] = load.get(prop_l[i], 0.0) + t[i][prop_l[i]]
+            want = max(sorted(load), key=lambda d: load[d])
+        cands = [d for d in dict.fromkeys((want, run.prog.cur)) if d in eligible]
+        if not cands:
+            return _earliest(run, a, b, eligible)[0]
+        ends = run.ends(a, b, cands)
+        return min(cands, key=lambda d: (ends[d], d != want))  # ties: HEFT's choice
+
+    return s.finish(s.unit_runs(choose), {"heft_estimated_makespan_s": float(prop_est)})
 
 
 # --------------------------------------------------------------------------- m-TOPO
-@register("m_topo")
+@register("m_topo", options={"memory": _COMMON_OPTIONS["memory"],
+                             "fallback_single": _COMMON_OPTIONS["fallback_single"]})
 def m_topo(ctx: PlacerContext) -> PlacerOutput:
-    """Baechi's m-TOPO: fill devices in turn, in topological order, under memory caps.
+    """Baechi's m-TOPO: fill devices in turn, in topological (graph) order, under memory
+    caps; over the fastest k devices for every k, the best simulated.
 
-    Devices are taken fastest first (smallest total op time ``T_d = sum_i t[i, d]``,
-    ties by index). A balanced share of the compute for device ``d`` is
-    ``cap_d = T* / n_g`` of its own time, with ``T* = 1 / sum_g (1 / T_g)`` the makespan of
-    a perfect split over the exclusive groups (``T_g``: the group's fastest member,
-    ``n_g``: its size); on identical devices this is ``sum_i t_i / D``. Ops go in graph
-    (topological) order to the current device until its load ``sum t[i, d]`` reaches
-    ``cap_d``; then the next device takes over (the last one takes the rest). An op that
-    does not fit the current device's memory moves the fill on to the next device that
-    holds it (then any earlier device that does, else the device with the most free
-    memory).
+    Devices are ranked fastest first (smallest total op time ``T_d = sum_i t[i, d]``,
+    ties by index). For k = 1..D the first k take part: device ``d``'s share is
+    ``cap_d = T* / n_g`` of its own time, with ``T* = 1 / sum_g (1 / T_g)`` the makespan
+    of a perfect split over the exclusive groups among them (``T_g``: the group's
+    fastest member, ``n_g``: its members taking part); on identical devices this is
+    ``sum_i t_i / k``. Ops go in graph order to the current device until its load
+    ``sum t[i, d]`` reaches ``cap_d``; then the next device takes over (the last one
+    takes the rest). An op that does not fit the current device's memory moves the fill
+    on to the next device that holds it (then any earlier one that does, then any device
+    that does, else the device with the most free memory). ``info["devices_used"]``: the
+    k that won, ``info["device_order"]`` its devices.
     """
-    memory = _memory_option(ctx)
-    pb = _Problem(ctx)
-    if (out := _empty(pb, memory)) is not None:
-        return out
-    st = _State(pb, memory=memory, contention=True)
-    total = pb.t_np.sum(axis=0)
-    order = [int(d) for d in np.argsort(total, kind="stable")]
-    group_total: dict[int, float] = {}
-    group_size: dict[int, int] = {}
-    for d in range(pb.d):
-        g = pb.group[d]
-        group_total[g] = min(group_total.get(g, math.inf), float(total[d]))
-        group_size[g] = group_size.get(g, 0) + 1
-    if all(v > 0 for v in group_total.values()):
-        t_star = 1.0 / sum(1.0 / v for v in group_total.values())
-    else:
-        t_star = 0.0
-    cap = [t_star / group_size[pb.group[d]] for d in range(pb.d)]
-    load = [0.0] * pb.d
-    cur = 0
-    for i in range(pb.m):
-        while cur < pb.d - 1 and load[order[cur]] >= cap[order[cur]] and (
-                load[order[cur]] > 0 or cap[order[cur]] > 0):
-            cur += 1
-        drt, need = st.ready_and_need(i)
-        d = order[cur]
-        if not st.fits(d, need[d]):
-            ahead = [k for k in range(cur + 1, pb.d) if st.fits(order[k], need[order[k]])]
-            if ahead:
-                cur = ahead[0]
-                d = order[cur]
-            else:
-                behind = [order[k] for k in range(cur) if st.fits(order[k], need[order[k]])]
-                if behind:
-                    d = behind[0]
+    s = _Setup(ctx)
+    if s.m == 0:
+        return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
+                          "unplaceable": []}], {"device_order": [], "share_s": []})
+    total = s.inp.op_time_s.sum(axis=0)
+    ranked = [int(d) for d in np.argsort(total, kind="stable")]
+    group = s.prog.group
+    t = s.prog.t
+    runs = []
+    for k in range(1, s.d + 1):
+        order = ranked[:k]
+        g_total: dict[int, float] = {}
+        g_size: dict[int, int] = {}
+        for d in order:
+            g_total[group[d]] = min(g_total.get(group[d], math.inf), float(total[d]))
+            g_size[group[d]] = g_size.get(group[d], 0) + 1
+        t_star = (1.0 / sum(1.0 / v for v in g_total.values())
+                  if all(v > 0 for v in g_total.values()) else 0.0)
+        cap = {d: t_star / g_size[group[d]] for d in order}
+        load = dict.fromkeys(order, 0.0)
+        state = {"cur": 0}
+
+        def choose(run, a, b, eligible, order=order, cap=cap, load=load, state=state):
+            cur = state["cur"]
+            while cur < len(order) - 1 and load[order[cur]] >= cap[order[cur]] and (
+                    load[order[cur]] > 0 or cap[order[cur]] > 0):
+                cur += 1
+            state["cur"] = cur
+            d = order[cur]
+            if d not in eligible:
+                ahead = [x for x in range(cur + 1, len(order)) if order[x] in eligible]
+                if ahead:
+                    state["cur"] = cur = ahead[0]
+                    d = order[cur]
                 else:
-                    st.unplaceable.append(i)
-                    d = st.most_free()
-        ready = st.commit_inputs(i, d)
-        g = pb.group[d]
-        s = max(st.group_free[g], ready)
-        st.group_free[g] = s + pb.t[i][d]
-        load[d] += pb.t[i][d]
-        st.commit(i, d, s)
-    info = st.info(memory)
-    info["device_order"] = order
-    info["share_s"] = [float(c) for c in cap]
-    return PlacerOutput(np.asarray(st.dev, dtype=np.int32), info=info)
+                    behind = [order[x] for x in range(cur) if order[x] in eligible]
+                    d = behind[0] if behind else min(eligible, key=ranked.index)
+            if d in load:
+                load[d] += sum(t[i][d] for i in range(a, b))
+            return d
+
+        r = s.run(_blocks(s.work, 0), choose)
+        r.update(unit=f"{k} devices", order=order, cap=[float(cap[d]) for d in order])
+        runs.append(r)
+    best = min(runs, key=lambda r: r["estimated_s"])
+    return s.finish(runs, {"devices_used": len(best["order"]), "device_order": best["order"],
+                           "share_s": best["cap"]})
 
 
 # --------------------------------------------------------------------------- ETF family
-def _etf(pb: _Problem, memory: str, fav_parent: list[int] | None = None) -> _State:
-    """Earliest-task-first list scheduling, memory-constrained (see ``m_etf``).
-
-    Each ready op waits in the queue of the device it would currently go to: ``avail[d]``
-    (its inputs are there by the time d is free; start ``= free time of d``, order by
-    ``(-rank, index)``) or ``pending[d]`` (start ``= data-ready time``). The next op is
-    the head with the earliest start over all devices (ties: higher rank, lower index,
-    lower device); its device is re-checked when it is taken (devices fill up as the
-    schedule grows) and, if another device now suits it better, it moves to that
-    device's queue instead. Data-ready times and memory needs are computed once, when
-    the op becomes ready (the commit then sends its inputs over the FIFO links exactly).
-    """
-    st = _State(pb, memory=memory, contention=True)
-    m, dcount = pb.m, pb.d
-    neg_rank = [-r for r in pb.upward_rank()]
-    t, group, gfree = pb.t, pb.group, st.group_free
-    avail: list[list] = [[] for _ in range(dcount)]
-    pending: list[list] = [[] for _ in range(dcount)]
-    drt_of: list = [None] * m
-    need_of: list = [None] * m
-
-    def device_of(i: int) -> tuple[int, bool]:
-        """(device, fits) where op i would go now: the earliest finish among devices
-        that can hold it (SCT: its favourite parent's device when close enough)."""
-        drt, need, ti = drt_of[i], need_of[i], t[i]
-        best_f, best_d = math.inf, -1
-        starts = [0.0] * dcount
-        ok = [False] * dcount
-        for d in range(dcount):
-            s = gfree[group[d]]
-            if drt[d] > s:
-                s = drt[d]
-            starts[d] = s
-            if st.fits(d, need[d]):
-                ok[d] = True
-                f = s + ti[d]
-                if f < best_f:
-                    best_f, best_d = f, d
-        if best_d < 0:  # fits nowhere: the device with the most free memory
-            return st.most_free(), False
-        if fav_parent is not None and (q := fav_parent[i]) >= 0:
-            dq = st.dev[q]
-            if dq != best_d and ok[dq]:
-                b = next(b for p, b in pb.preds[i] if p == q)
-                if starts[dq] + ti[dq] <= best_f + pb.comm(b, dq, best_d):
-                    return dq, True
-        return best_d, True
-
-    def enqueue(i: int, d: int) -> None:
-        r = drt_of[i][d]
-        if r <= gfree[group[d]]:
-            heapq.heappush(avail[d], (neg_rank[i], i))
-        else:
-            heapq.heappush(pending[d], (r, neg_rank[i], i))
-
-    def make_ready(i: int) -> None:
-        drt_of[i], need_of[i] = st.ready_and_need(i)
-        enqueue(i, device_of(i)[0])
-
-    indeg = [len(p) for p in pb.preds]
-    for i in range(m):
-        if indeg[i] == 0:
-            make_ready(i)
-    placed = 0
-    while placed < m:
-        best = None
-        for d in range(dcount):
-            gf = gfree[group[d]]
-            ad, pdq = avail[d], pending[d]
-            while pdq and pdq[0][0] <= gf:
-                _, nr, i = heapq.heappop(pdq)
-                heapq.heappush(ad, (nr, i))
-            if ad:
-                cand = (gf, ad[0][0], ad[0][1], d, ad)
-            elif pdq:
-                cand = (pdq[0][0], pdq[0][1], pdq[0][2], d, pdq)
-            else:
-                continue
-            if best is None or cand[:4] < best[:4]:
-                best = cand
-        _, _, i, d, queue = best
-        heapq.heappop(queue)
-        e, fits = device_of(i)
-        if e != d:  # the device filled up or got busy since: queue it where it goes now
-            enqueue(i, e)
-            continue
-        if not fits:
-            st.unplaceable.append(i)
-        ready = st.commit_inputs(i, d)
-        g = group[d]
-        start = max(gfree[g], ready)
-        gfree[g] = start + t[i][d]
-        st.commit(i, d, start)
-        drt_of[i] = need_of[i] = None
-        placed += 1
-        for j, _ in pb.succs[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                make_ready(j)
-    return st
-
-
-@register("m_etf")
+@register("m_etf", options=_COMMON_OPTIONS)
 def m_etf(ctx: PlacerContext) -> PlacerOutput:
-    """Baechi's m-ETF: earliest-task-first list scheduling under memory caps.
-
-    Repeatedly schedule, among ready ops (all predecessors scheduled), the one that can
-    start earliest: op ``i``'s start on ``d`` is ``max(free time of d's exclusive group,
-    arrival of its last input on d)`` (FIFO links, one transfer per producer and
-    device), over the devices that can still hold it (module docstring). Ties: higher
-    upward rank, then lower op index. Each op's device is the eligible one where it
-    *finishes* first (lower index on ties): on identical devices that is exactly Hwang
-    et al.'s ETF (the earliest-start pair); on heterogeneous machines it stops an idle
-    slow CPU from taking every op. Devices run their ops back to back (no insertion).
-    Implementation: per-device queues, re-checked lazily (see ``_etf``); O(M D log M).
-    """
-    memory = _memory_option(ctx)
-    pb = _Problem(ctx)
-    if (out := _empty(pb, memory)) is not None:
-        return out
-    st = _etf(pb, memory)
-    return PlacerOutput(np.asarray(st.dev, dtype=np.int32), info=st.info(memory))
+    """Baechi's m-ETF in the program's order: each unit (op or block, in graph order)
+    goes to the device that can hold it where its segment ends first, under the
+    program's semantics (ties: the open segment's device, then the lower index); the
+    best of the unit runs, never worse than ``single`` (module docstring)."""
+    s = _Setup(ctx)
+    if s.m == 0:
+        return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
+                          "unplaceable": []}])
+    return s.finish(s.unit_runs(lambda run, a, b, eligible: _earliest(run, a, b,
+                                                                      eligible)[0]))
 
 
 # --------------------------------------------------------------------------- m-SCT
@@ -676,24 +1134,27 @@ def favourite_children_greedy(pb: _Problem) -> tuple[list[int], dict]:
                         "favourite_pairs": sum(1 for q in fav_parent if q >= 0)}
 
 
-@register("m_sct")
+@register("m_sct", options={
+    **_COMMON_OPTIONS,
+    "lp_max_edges": "connected op pairs above which the favourite-child LP gives way to the "
+                    "greedy favourite (default 20,000)"})
 def m_sct(ctx: PlacerContext) -> PlacerOutput:
-    """Baechi's m-SCT: m-ETF plus favourite children from the SCT LP relaxation.
+    """Baechi's m-SCT in the program's order: ``m_etf`` plus favourite children.
 
     Favourite children come from ``favourite_children_lp`` (the LP and its rounding are
     documented there); for graphs with more than ``lp_max_edges`` connected op pairs
     (default 20,000) the LP is skipped and ``favourite_children_greedy`` picks favourites
-    by the largest tensor (``info["favourite_children"]`` says which).
-    Scheduling is ``m_etf``'s, except for the device of an op j whose favourite parent q
-    sits on device ``d_q``: j goes to ``d_q`` when ``d_q`` can hold it and j's finish
-    there is no later than its best finish elsewhere (on ``d*``) plus the time the
-    tensor ``q -> j`` would take over the link ``d_q -> d*``.
+    by the largest tensor (``info["favourite_children"]`` says which). A unit whose ops
+    have favourite parents placed before it (outside the unit) leans to their device
+    ``d_q`` (the one holding the most favourite bytes): it goes there when ``d_q`` can
+    hold it and its end there is no later than its earliest end (on ``d*``) plus the time
+    those favourite tensors would take over the link ``d_q -> d*``; else to ``d*``.
     """
-    memory = _memory_option(ctx)
+    s = _Setup(ctx)
+    if s.m == 0:
+        return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
+                          "unplaceable": []}], {"favourite_children": "none"})
     pb = _Problem(ctx)
-    if (out := _empty(pb, memory)) is not None:
-        out.info["favourite_children"] = "none"
-        return out
     limit = int(ctx.options.get("lp_max_edges", LP_MAX_EDGES))
     if len(pb.pair_src) == 0:
         fav, finfo = [-1] * pb.m, {"favourite_children": "lp", "favourite_pairs": 0}
@@ -704,8 +1165,26 @@ def m_sct(ctx: PlacerContext) -> PlacerOutput:
         finfo["note_lp"] = (f"{len(pb.pair_src)} connected op pairs > lp_max_edges={limit}: "
                             "greedy favourite children (the largest tensor) instead of the "
                             "SCT LP")
-    st = _etf(pb, memory, fav)
-    info = st.info(memory)
-    info.update(finfo)
+    fav_bytes = [0.0] * pb.m
+    for j, q in enumerate(fav):
+        if q >= 0:
+            fav_bytes[j] = next(b for p, b in pb.preds[j] if p == q)
+
+    def choose(run, a, b, eligible):
+        best, ends = _earliest(run, a, b, eligible)
+        p = run.prog.p
+        lean: dict[int, float] = {}
+        for j in range(a, b):
+            q = fav[j]
+            if 0 <= q < a:
+                lean[p[q]] = lean.get(p[q], 0.0) + fav_bytes[j]
+        if lean:
+            dq = max(sorted(lean), key=lambda d: lean[d])
+            if dq != best and dq in ends and ends[dq] <= ends[best] + pb.comm(lean[dq], dq,
+                                                                                best):
+                return dq
+        return best
+
+    info = dict(finfo)
     info["favourite_parent"] = fav
-    return PlacerOutput(np.asarray(st.dev, dtype=np.int32), info=info)
+    return s.finish(s.unit_runs(choose), info)
