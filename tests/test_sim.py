@@ -453,6 +453,51 @@ def test_batched_compiles_once_per_bucket():
     assert f.num_traces == 2
 
 
+def test_chunked_batches_give_the_results_of_one_run():
+    # A batch larger than max_batch runs in chunks (the last one padded), compiled once.
+    rng = np.random.default_rng(12)
+    g = sim_cases.union_graph([sim_cases.random_graph(rng, s, 20) for s in sim_cases.SHAPES])
+    inp = sim_cases.random_inputs(rng, g.num_ops, 3, exclusive=True, host_costs=True)
+    p = sim_cases.random_placements(rng, 11, g.num_ops, 3)
+    peak = batched_simulator(g, inp)(p).peak_memory_bytes.max(axis=1)
+    inp = inp._replace(memory_bytes=np.full(3, np.median(peak)))  # some placements OOM
+    for memory in (True, "oom"):
+        whole = BatchedSimulator(g, inp, memory=memory)(p)
+        f = BatchedSimulator(g, inp, memory=memory, max_batch=4)
+        chunked = f(p)
+        assert f.num_traces == 1
+        for name in sim.BatchResult._fields:
+            np.testing.assert_array_equal(getattr(chunked, name), getattr(whole, name),
+                                          err_msg=name)
+    assert whole.oom.any() and not whole.oom.all()
+    with pytest.raises(ValueError, match="max_batch"):
+        BatchedSimulator(g, inp, max_batch=0)
+
+
+def test_peak_memory_exact_when_times_span_many_binades():
+    # Sort keys hold the device only while a placement's times span under 2**61 bit
+    # patterns (3 devices). A segment of 1e-300 s, then, in one exclusive group, one
+    # that starts at 1e-300 s and lasts 1 s do not fit: the sweep groups those events
+    # by device itself.
+    m = 8
+    rng = np.random.default_rng(13)
+    g = make_graph([0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 6, 7], m=m,
+                   out_bytes=rng.integers(1, 9, m) * 1000.0)
+    t = np.ones((m, 3))
+    t[0] = 1e-300
+    inp = make_sim_inputs(t, np.full((3, 3), 0.5), np.full((3, 3), 1000.0), np.full(3, 1e9),
+                          [0, 0, 0])
+    p = np.concatenate([[[0, 1, 0, 1, 2, 2, 0, 1]],
+                        sim_cases.random_placements(rng, 7, m, 3)])
+    f = batched_simulator(g, inp)
+    fn, consts = f.traceable()
+    with jax.enable_x64(True):
+        _, _, _, (_, kf, _, dev, _) = jax.jit(fn)(consts, jnp.asarray(p, jnp.int32))
+    packed = np.all((np.asarray(kf) >> np.uint64(62)) == np.asarray(dev), axis=0)
+    assert not packed[0]  # the case this test is about
+    check_agree(g, inp, p, f)
+
+
 def test_traceable_gives_the_call_results():
     # The pure function behind __call__ (what RL jits inside its update).
     rng = np.random.default_rng(10)
