@@ -29,7 +29,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          "(default: all devices JAX sees)")
     sp.add_argument("--cpu-devices", type=int_range(1, 256), default=None, metavar="N",
                     help="split the host CPU into N virtual JAX devices (sets "
-                         "jax_num_cpu_devices before JAX starts)")
+                         "jax_num_cpu_devices before JAX starts); default with --quick on "
+                         f"a host without accelerators: {QUICK_CPU_DEVICES}")
     sp.add_argument("--quick", action="store_true",
                     help="fewer sizes and repeats: about a minute on a 2-core machine")
     sp.add_argument("--budget-s", type=positive_seconds, default=None,
@@ -53,6 +54,40 @@ def _split(s: str | None) -> list[str] | None:
         return None
     out = [x.strip() for x in s.split(",") if x.strip()]
     return out or None
+
+
+# --quick on a host without accelerators splits its CPU into this many devices, so that the
+# model has devices for placements to choose from (one device is a model no placement uses).
+QUICK_CPU_DEVICES = 4
+
+
+def _cpu_only_host(environ) -> bool:
+    """Whether JAX can use no accelerator here, decided without starting JAX (once it
+    starts, its CPU device count is fixed): JAX_PLATFORMS names only cpu, or no GPU/TPU
+    plugin of JAX is installed."""
+    platforms = {p.strip() for p in environ.get("JAX_PLATFORMS", "").split(",") if p.strip()}
+    if platforms:
+        return platforms <= {"cpu"}
+    import importlib.metadata
+
+    names = {(d.metadata["Name"] or "").lower().replace("_", "-")
+             for d in importlib.metadata.distributions()}
+    return not any(n.startswith(("jax-cuda", "jax-rocm", "libtpu", "jax-metal"))
+                   for n in names)
+
+
+def quick_cpu_devices(args, environ=None) -> int | None:
+    """How many CPU devices ``calibrate`` splits the CPU into without --cpu-devices: None
+    (leave JAX alone) unless --quick on a CPU-only host with no --devices and no device
+    count set in XLA_FLAGS."""
+    import os
+
+    environ = os.environ if environ is None else environ
+    if (args.refit or not args.quick or args.cpu_devices is not None
+            or args.devices is not None
+            or "xla_force_host_platform_device_count" in environ.get("XLA_FLAGS", "")):
+        return None
+    return QUICK_CPU_DEVICES if _cpu_only_host(environ) else None
 
 
 def _set_cpu_devices(n: int) -> None:
@@ -121,6 +156,18 @@ def run(args) -> int:
     else:
         if args.cpu_devices is not None:
             _set_cpu_devices(args.cpu_devices)
+        elif (n := quick_cpu_devices(args)) is not None:
+            from simplace._devices import use_cpu_devices
+
+            try:
+                use_cpu_devices(n, CalibrationError, at_least=True)
+                print(f"calibrate --quick: no accelerator here, so the CPU is split into {n} "
+                      f"virtual devices (as --cpu-devices {n}), giving placements devices "
+                      "to choose from; --cpu-devices 1 calibrates the one CPU device.",
+                      file=sys.stderr, flush=True)
+            except CalibrationError as err:  # JAX already started in this process
+                print(f"calibrate --quick: could not split the CPU into {n} devices "
+                      f"({err}); calibrating the devices JAX has.", file=sys.stderr)
         model, report = core.calibrate(
             name, models=_split(args.models), devices=_split(args.devices),
             quick=args.quick, budget_s=args.budget_s, resume=args.resume,
