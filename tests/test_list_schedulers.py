@@ -361,8 +361,12 @@ def test_program_estimate_is_the_reference_simulator(shape):
             prog.reset()
             for i, dev in enumerate(p.tolist()):
                 other = (dev + 1) % d
-                prog.mark()  # try the op elsewhere, then roll back
+                prog.mark()  # try the op elsewhere, and the next one inside, roll back
                 prog.commit(i, other)
+                if i + 1 < g.num_ops:
+                    prog.mark()
+                    prog.commit(i + 1, dev)
+                    prog.undo()
                 prog.undo()
                 end = prog.end_on(i, dev)
                 prog.commit(i, dev)

@@ -100,6 +100,8 @@ _COMMON_OPTIONS = {
     "units": "block counts of the unit runs, 0 for op units (default [0, 8, 32, 128, 512])",
     "module_depths": "module-path depths whose runs are tried as units (default [1, 2, 3, 4])",
     "repasses": "re-runs over the best placement's segments (default 3)",
+    "lookahead": "also run each unit family (but op units) looking one unit ahead "
+                 "(default True)",
     "fallback_single": "return the fastest single device that fits when it is faster "
                        "(default True)",
 }
@@ -374,8 +376,8 @@ class _Program:
         self.max_arrival = 0.0
         self.cur, self.first = -1, 0
         self.ready = self.work = self.olm = 0.0
-        self.journal: list | None = None
-        self._saved = None
+        self.journal: list | None = None  # the innermost trial's changes (None: no trial)
+        self._saved: list[tuple] = []
 
     def open_end(self) -> float:
         """End of the open segment if it were closed now (0 when there is none)."""
@@ -426,15 +428,13 @@ class _Program:
         return max(ready, h + self.disp[d]) + work + olm
 
     def mark(self) -> None:
-        """Start a trial: ``undo`` brings the state back to this point."""
+        """Start a trial: ``undo`` brings the state back to this point (trials nest)."""
+        self._saved.append((self.journal, self.host, self.cur, self.first, self.ready,
+                            self.work, self.olm, self.max_arrival, len(self.seg_end),
+                            list(self.gfree)))
         self.journal = []
-        self._saved = (self.host, self.cur, self.first, self.ready, self.work, self.olm,
-                       self.max_arrival, len(self.seg_end), list(self.gfree))
 
     def undo(self) -> None:
-        (self.host, self.cur, self.first, self.ready, self.work, self.olm,
-         self.max_arrival, n_seg, self.gfree) = self._saved
-        del self.seg_end[n_seg:]
         for kind, a, b, v in reversed(self.journal):
             if kind == 0:
                 self.p[a] = -1
@@ -442,7 +442,9 @@ class _Program:
                 del self.arr[a][b]
             else:
                 self.lfree[a][b] = v
-        self.journal = None
+        (self.journal, self.host, self.cur, self.first, self.ready, self.work, self.olm,
+         self.max_arrival, n_seg, self.gfree) = self._saved.pop()
+        del self.seg_end[n_seg:]
 
     def commit(self, i: int, d: int) -> None:
         """Op i (the next op) runs on device d."""
@@ -620,20 +622,40 @@ class _Run:
         self.prog = prog
         self.mem = _Memory(graph, inp, prog, liveness=liveness)
         self.unplaceable: list[int] = []
+        self.next_unit: dict[int, tuple[int, int]] = {}  # lookahead: unit start -> next unit
+        self.plain: dict[int, float] = {}  # the last ``ends`` call's ends without lookahead
+
+    def _end(self, a: int, b: int, d: int) -> float:
+        prog = self.prog
+        if b == a + 1:
+            return prog.end_on(a, d)
+        prog.mark()
+        for i in range(a, b):
+            prog.commit(i, d)
+        end = prog.open_end()
+        prog.undo()
+        return end
 
     def ends(self, a: int, b: int, devices) -> dict[int, float]:
         """Per device: the end of the segment that ops a..b-1 (the next ops) would end in,
-        all placed there."""
+        all placed there. With lookahead (a unit followed by the next one in the run), the
+        later of that end and the earliest end of the next unit on any device after it:
+        a unit that ends a little later but leaves its device free for what follows can
+        win (pipelines of cell steps across devices)."""
+        nxt = self.next_unit.get(a)
+        if nxt is None or nxt[0] != b:
+            self.plain = out = {d: self._end(a, b, d) for d in devices}
+            return out
         prog = self.prog
-        if b == a + 1:
-            return {d: prog.end_on(a, d) for d in devices}
-        out = {}
+        out, self.plain = {}, {}
         for d in devices:
             prog.mark()
             for i in range(a, b):
                 prog.commit(i, d)
-            out[d] = prog.open_end()
+            end = self.plain[d] = prog.open_end()
+            after = min(self._end(nxt[0], nxt[1], e) for e in range(prog.d))
             prog.undo()
+            out[d] = max(end, after)
         return out
 
     def place(self, a: int, b: int, d: int) -> None:
@@ -641,10 +663,12 @@ class _Run:
             self.mem.commit(i, d)
             self.prog.commit(i, d)
 
-    def run(self, units, choose) -> None:
+    def run(self, units, choose, *, lookahead: bool = False) -> None:
         """``choose(a, b, eligible) -> device`` for each unit that fits somewhere; units
         that fit nowhere as a whole go op by op (an op that fits nowhere: the device with
-        the most free memory)."""
+        the most free memory). ``lookahead``: ``ends`` looks one unit ahead."""
+        if lookahead:
+            self.next_unit = {a: nxt for (a, _), nxt in zip(units, units[1:], strict=False)}
         mem = self.mem
         alldev = range(self.prog.d)
         for a, b in units:
@@ -666,8 +690,8 @@ def _earliest(run: _Run, a: int, b: int, eligible) -> tuple[int, dict[int, float
     """The eligible device where the unit ends first (ties: the open segment's device,
     then the lower index), and every eligible device's end."""
     ends = run.ends(a, b, eligible)
-    cur = run.prog.cur
-    return min(eligible, key=lambda d: (ends[d], d != cur, d)), ends
+    cur, plain = run.prog.cur, run.plain
+    return min(eligible, key=lambda d: (ends[d], plain[d], d != cur, d)), ends
 
 
 # --------------------------------------------------------------------------- runs and result
@@ -732,39 +756,43 @@ class _Setup:
         self.prog = _Program(ctx.graph, self.inp)
         self.work = self.inp.op_time_s.min(axis=1) if self.m else np.zeros(0)
 
-    def run(self, units, choose) -> dict:
+    def run(self, units, choose, *, lookahead: bool = False) -> dict:
         r = _Run(self.graph, self.inp, self.prog, liveness=self.memory == "liveness")
-        r.run(units, lambda a, b, eligible: choose(r, a, b, eligible))
+        r.run(units, lambda a, b, eligible: choose(r, a, b, eligible), lookahead=lookahead)
         return {"placement": np.asarray(self.prog.p, dtype=np.int32),
-                "estimated_s": self.prog.step_time(), "unplaceable": r.unplaceable}
+                "estimated_s": self.prog.step_time(), "unplaceable": r.unplaceable,
+                "lookahead": lookahead}
 
     def unit_runs(self, choose) -> list[dict]:
         """One run per unit family (ops, blocks, module runs; identical unit lists run
-        once), then re-runs over the segments of the best placement so far while that
-        helps (at most ``repasses`` times)."""
+        once), each family but op units once more with lookahead (option ``lookahead``),
+        then re-runs over the segments of the best placement so far while that helps (at
+        most ``repasses`` times)."""
         ctx, m = self.ctx, self.m
         families = [(_unit_label(k, m), _blocks(self.work, k))
                     for k in _unit_counts(ctx, m)]
         for depth in _module_depths(ctx):
             families.append((f"module depth {depth}", _module_runs(self.graph, depth)))
+        looks = (False, True) if ctx.options.get("lookahead", True) else (False,)
         runs, seen = [], set()
         for label, units in families:
             key = tuple(a for a, _ in units)
             if key in seen:
                 continue
             seen.add(key)
-            r = self.run(units, choose)
-            r["unit"] = label
-            runs.append(r)
-        for k in range(int(ctx.options.get("repasses", REPASSES))):
+            for look in looks if len(units) < m else (False,):
+                r = self.run(units, choose, lookahead=look)
+                r["unit"] = label + (" + lookahead" if look else "")
+                runs.append(r)
+        for _ in range(int(ctx.options.get("repasses", REPASSES))):
             best = min(runs, key=lambda r: r["estimated_s"])
             units = segments_of(best["placement"])
             key = tuple(a for a, _ in units)
             if key in seen:
                 break
             seen.add(key)
-            r = self.run(units, choose)
-            r["unit"] = f"segments of {best['unit']}" if k == 0 else f"segments ({k + 1})"
+            r = self.run(units, choose, lookahead=best["lookahead"])
+            r["unit"] = f"segments of {best['unit']}"
             runs.append(r)
             if r["estimated_s"] >= best["estimated_s"]:
                 break
