@@ -5,11 +5,16 @@
 
 For each (model, machine) it prints the table of `simplace optimize --method all`: step
 time, speedup over `single`, gap to the lower bound, peak memory / OOM, wall time of the
-method. Wall times are for the machine it runs on: quote it with the figures.
+method. At the end, a summary: each method's speedup over `single` per row (a list
+scheduler below 1.00x breaks its promise), what each list scheduler returned (its own
+schedule or the single device it fell back to), and Baechi's claim "m-SCT within 6% of
+expert" row by row. Wall times are for the machine it runs on, and the load average
+(printed at the start and the end) says how busy it was: quote both with the figures.
 """
 
 import argparse
 import json
+import os
 import platform
 import time
 
@@ -34,7 +39,8 @@ def main():
     ap.add_argument("--out", help="write all rows as JSON")
     args = ap.parse_args()
 
-    print(f"machine: {platform.node()} {platform.machine()}, {time.strftime('%Y-%m-%d')}")
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}")
     rows = []
     for model in args.models.split(","):
         fn, ex = zoo.get(model, training=True, small=args.small)
@@ -50,10 +56,71 @@ def main():
                 rows.append({"model": model, "ops": graph.num_ops, "machine": machine,
                              "method": r.method, "step_time_s": r.step_time_s,
                              "oom": r.oom, "wall_s": r.wall_s,
-                             "lower_bound_s": bound_s})
+                             "lower_bound_s": bound_s,
+                             "returned": r.info.get("returned"),
+                             "unit": r.info.get("unit"),
+                             "segments": r.num_segments})
+    print(summary(rows))
+    print(f"\nload average at the end: {_load()}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+LIST_SCHEDULERS = ("heft", "m_topo", "m_etf", "m_sct")
+
+
+def summary(rows: list[dict]) -> str:
+    """Speedup over ``single`` per (model, machine) and method; list schedulers' fallbacks;
+    m-SCT against expert."""
+    keys = list(dict.fromkeys((r["model"], r["machine"]) for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    at = {(r["model"], r["machine"], r["method"]): r for r in rows}
+    lines = ["", "speedup over single (single / method; OOM marked !; a list scheduler "
+             "that returned the single device marked =):"]
+    head = f"{'model':<14} {'machine':<18} " + " ".join(f"{m:>8}" for m in methods)
+    lines += [head, "-" * len(head)]
+    worse: dict[str, int] = {}
+    within = []
+    for model, machine in keys:
+        single = at.get((model, machine, "single"))
+        cells = []
+        for m in methods:
+            r = at.get((model, machine, m))
+            if r is None or single is None or r["step_time_s"] <= 0:
+                cells.append(f"{'-':>8}")
+                continue
+            x = single["step_time_s"] / r["step_time_s"]
+            mark = "!" if r["oom"] else ("=" if r.get("returned") == "single" else "")
+            cells.append(f"{x:7.2f}{mark or ' '}")
+            if m in LIST_SCHEDULERS and r["step_time_s"] > single["step_time_s"] and \
+                    not single["oom"]:
+                worse[m] = worse.get(m, 0) + 1
+        lines.append(f"{model:<14} {machine:<18} " + " ".join(cells))
+        sct, expert = at.get((model, machine, "m_sct")), at.get((model, machine, "expert"))
+        if sct is not None and expert is not None:
+            within.append((model, machine, sct["step_time_s"] / expert["step_time_s"],
+                           sct["oom"], expert["oom"]))
+    for m in LIST_SCHEDULERS:
+        if m in methods:
+            lines.append(f"{m}: slower than single (that fits) on {worse.get(m, 0)} of "
+                         f"{len(keys)} rows")
+    if within:
+        ok = [w for w in within if w[2] <= 1.06 and not w[3]]
+        lines.append(f"\nm-SCT within 6% of expert (m_sct / expert step time <= 1.06): "
+                     f"{len(ok)} of {len(within)} rows")
+        for model, machine, ratio, s_oom, e_oom in within:
+            note = " (m_sct OOM)" if s_oom else (" (expert OOM)" if e_oom else "")
+            lines.append(f"  {model:<14} {machine:<18} m_sct/expert {ratio:5.2f}"
+                         f"{'  ok' if ratio <= 1.06 and not s_oom else '  no'}{note}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
