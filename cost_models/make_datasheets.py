@@ -1,11 +1,15 @@
-"""Build the datasheet cost models in this directory from cited specifications.
+"""Build the datasheet cost models shipped in the package from cited specifications.
 
 Every figure below is a published spec (its source is named next to it and copied into
 the model's ``provenance.notes``) or a stated assumption; peak rates are derived from
 core counts and clocks in code so that they can be audited. Run
 
-    python cost_models/make_datasheets.py          # rewrite the *.json files next to it
+    python cost_models/make_datasheets.py          # rewrite simplace/machines/*.json
     python cost_models/make_datasheets.py --check  # exit 1 if a committed file is stale
+
+The files go to ``simplace/machines/``, package data that ships inside the wheel, so
+that an installed simplace has machines to optimize for. This folder (``cost_models/``)
+keeps what the project itself measured (``source: measured``).
 
 Datasheet models are starting points for machines one does not have; a machine one does
 have is better described by ``simplace calibrate`` (``source: measured``).
@@ -19,7 +23,9 @@ from pathlib import Path
 
 from simplace.cost_model import CostModel, Device, Provenance
 
-HERE = Path(__file__).resolve().parent
+# The package's data folder (simplace.paths.package_cost_model_dir) of the checkout
+# this script sits in, not of whichever simplace happens to be installed.
+MACHINES = Path(__file__).resolve().parents[1] / "simplace" / "machines"
 DATE = "2026-11-21"  # when these figures were compiled
 
 GIB = 2.0 ** 30  # memory capacities: GPUs and DIMMs come in binary gigabytes
@@ -328,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="compare with the committed files instead of writing them")
-    parser.add_argument("--out", type=Path, default=HERE, help="directory to write into")
+    parser.add_argument("--out", type=Path, default=MACHINES,
+                        help="directory to write into (default: simplace/machines/)")
     args = parser.parse_args(argv)
     stale = []
     for name, model in build_all().items():

@@ -153,7 +153,7 @@ def cmd_simulate(args) -> int:
     if args.force and args.placement is None:
         raise PlacementError("--force applies a --placement file to another machine; it "
                              "takes no --single.")
-    cost_model = CostModel.load(args.cost_model)
+    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     # Read the placement before tracing, so that a bad file fails at once.
     placement = Placement.load(args.placement) if args.placement is not None else None
     graph = _load_graph(args)
@@ -238,7 +238,7 @@ def cmd_optimize(args) -> int:
     if args.method != "all" and args.method not in methods():
         raise SimplaceError(f"Unknown --method {args.method!r}: use one of "
                             f"{', '.join(methods())} or 'all' (see `simplace methods`).")
-    cost_model = CostModel.load(args.cost_model)
+    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     if args.validate_every is not None:
         from simplace._devices import match_cpu_cost_model
 
@@ -303,7 +303,7 @@ def results_table(results, bound_s: float) -> str:
 
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    from simplace import __version__, validate_cli
+    from simplace import __version__, paths, validate_cli
     from simplace.rl.cli_args import add_rl_args
 
     p = argparse.ArgumentParser(
@@ -341,7 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("simulate", help="predict the step time and memory of a placement")
     model_args(sp)
     sp.add_argument("--cost-model", required=True, metavar="NAME",
-                    help="a cost model name (cost_models/NAME.json) or a path")
+                    help=paths.CLI_COST_MODEL_HELP)
+    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
+                    help=paths.CLI_COST_MODEL_DIR_HELP)
     sp.add_argument("--placement", metavar="P.JSON", help="a placement file")
     sp.add_argument("--single", metavar="DEVICE",
                     help="put every op on one device: a name, an index, or 'fastest'")
@@ -355,7 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("optimize", help="search for a fast placement")
     model_args(sp)
     sp.add_argument("--cost-model", required=True, metavar="NAME",
-                    help="a cost model name (cost_models/NAME.json) or a path")
+                    help=paths.CLI_COST_MODEL_HELP)
+    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
+                    help=paths.CLI_COST_MODEL_DIR_HELP)
     sp.add_argument("--method", default="all",
                     help="a placement method (see `simplace methods`) or 'all' "
                          "(default: all, with a comparison table)")
@@ -395,6 +399,11 @@ def check_outputs(args) -> None:
     for dest, option in OUTPUT_DIRS.items():
         # calibrate --refit only reads its records.
         if dest == "records_dir" and getattr(args, "refit", False):
+            continue
+        # Only calibrate and validate --update write models; the other commands read
+        # --cost-model-dir (simplace.paths checks that it is a folder).
+        if dest == "cost_model_dir" and not (args.command == "calibrate"
+                                             or getattr(args, "update", False)):
             continue
         if getattr(args, dest, None) is not None:
             check_output_dir(getattr(args, dest), option)

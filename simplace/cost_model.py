@@ -15,7 +15,8 @@ A cost model gives the simulators what a placed JAX program costs on one machine
 
 Op and transfer times are multiplied by the drift corrections fitted from hardware runs
 (``Corrections``; identity by default). Models are stored as schema-versioned JSON files
-(see ``cost_models/README.md``) and loaded by name (``CostModel.load("haswell_k40x4")``).
+(see ``cost_models/README.md``) and loaded by name (``CostModel.load("haswell_k40x4")``);
+``simplace.paths`` says where names are looked up.
 """
 
 from __future__ import annotations
@@ -983,10 +984,15 @@ class CostModel:
         write_json(path, self.to_dict())
 
     @classmethod
-    def load(cls, name_or_path: str | os.PathLike) -> CostModel:
-        """A model by file path, or by name: ``<name>.json`` in the package's
-        ``cost_models/`` directory, then in the directories of ``$SIMPLACE_COST_MODELS``."""
-        path = _find(name_or_path)
+    def load(cls, name_or_path: str | os.PathLike,
+             cost_model_dir: str | os.PathLike | None = None) -> CostModel:
+        """A model by file path, or by name: ``<name>.json`` in the first folder that has
+        it of ``cost_model_dir``, ``$SIMPLACE_COST_MODELS``, the user directory
+        (``$SIMPLACE_HOME``), a source checkout's ``cost_models/``, and the machines shipped
+        with simplace (``simplace.paths.cost_model_search_dirs``)."""
+        from simplace import paths
+
+        path = paths.find_cost_model(name_or_path, cost_model_dir)
         d = read_json(path, CostModelError, "Cost-model file")
         return cls.from_dict(d, source=str(path))
 
@@ -1016,39 +1022,10 @@ class CostModel:
 
 
 # --------------------------------------------------------------------------- lookup
-def cost_model_dirs() -> list[Path]:
-    """Where ``CostModel.load`` looks for a name: the package's ``cost_models/`` directory,
-    then each directory in ``$SIMPLACE_COST_MODELS`` (``os.pathsep``-separated)."""
-    dirs = [Path(__file__).resolve().parents[1] / "cost_models"]
-    env = os.environ.get("SIMPLACE_COST_MODELS", "")
-    dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    return dirs
+def available_cost_models(cost_model_dir: str | os.PathLike | None = None
+                          ) -> dict[str, Path]:
+    """Name -> file of every model ``CostModel.load`` finds by name (first one wins, in
+    the lookup order of ``simplace.paths.cost_model_search_dirs``)."""
+    from simplace import paths
 
-
-def available_cost_models() -> dict[str, Path]:
-    """Name -> file of every model ``CostModel.load`` finds by name (first one wins)."""
-    out: dict[str, Path] = {}
-    for d in cost_model_dirs():
-        if d.is_dir():
-            for p in sorted(d.glob("*.json")):
-                out.setdefault(p.stem, p)
-    return out
-
-
-def _find(name_or_path: str | os.PathLike) -> Path:
-    p = Path(name_or_path)
-    if p.is_file():
-        return p
-    name = str(name_or_path)
-    if os.sep not in name and (os.altsep is None or os.altsep not in name):
-        stem = name[:-5] if name.endswith(".json") else name
-        for d in cost_model_dirs():
-            cand = d / f"{stem}.json"
-            if cand.is_file():
-                return cand
-    avail = sorted(available_cost_models())
-    raise CostModelError(
-        f"No cost model {name!r}: not a file, and not a name in "
-        f"{', '.join(str(d) for d in cost_model_dirs())}. Available: "
-        f"{', '.join(avail) if avail else '(none)'}. Write one with `simplace calibrate` or "
-        "point $SIMPLACE_COST_MODELS at a directory of cost-model files.")
+    return paths.available_cost_models(cost_model_dir)

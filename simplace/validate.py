@@ -76,16 +76,19 @@ def kendall_tau(predicted_s, measured_s) -> float:
 
 # --------------------------------------------------------------------------- records
 def calibration_dir() -> Path:
-    """``calibration/`` next to ``cost_models/`` (``$SIMPLACE_CALIBRATION`` overrides)."""
-    env = os.environ.get("SIMPLACE_CALIBRATION")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "calibration"
+    """Where validation records go by default: the user directory's ``calibration/``
+    (``$SIMPLACE_HOME``; see ``simplace.paths``)."""
+    from simplace import paths
+
+    return paths.user_records_dir()
 
 
 def validation_path(cost_model_name: str, records_dir: str | os.PathLike | None = None
                     ) -> Path:
     """``<records_dir or calibration_dir()>/NAME/validation.jsonl``."""
-    base = Path(records_dir) if records_dir is not None else calibration_dir()
-    return base / cost_model_name / "validation.jsonl"
+    from simplace import paths
+
+    return paths.records_path(cost_model_name, "validation.jsonl", records_dir)
 
 
 _RECORD_FIELDS = {"cost_model": str, "graph_hash": str, "graph_name": str,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simplace import _argtypes
+from simplace import _argtypes, paths
 from simplace.errors import ModelError, SimplaceError
 
 
@@ -42,7 +42,7 @@ def _timing_args(sp) -> None:
                     metavar="S", help="timing budget per placement once --repeats are done "
                                       "(default 1 s)")
     sp.add_argument("--records-dir", default=None, metavar="DIR",
-                    help="where NAME/validation.jsonl lives (default: calibration/)")
+                    help=paths.CLI_RECORDS_DIR_HELP)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -56,7 +56,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "corrections into the cost model.")
     _model_args(sp)
     sp.add_argument("--cost-model", required=True, metavar="NAME",
-                    help="a cost model name (cost_models/NAME.json) or a path")
+                    help=paths.CLI_COST_MODEL_HELP)
+    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
+                    help=paths.CLI_COST_MODEL_DIR_HELP + "; --update writes the corrected "
+                         "model there (default: back to a file of the user's, or to the "
+                         "user directory for a machine of the project's)")
     sp.add_argument("placements", nargs="+", metavar="P.JSON", help="placement files")
     sp.add_argument("--top-k", type=_argtypes.positive_int, default=None, metavar="K",
                     help="validate only the K placements predicted fastest")
@@ -93,7 +97,7 @@ def add_validate_args(parser: argparse.ArgumentParser) -> None:
                    type=_argtypes.nonnegative_seconds, default=1.0,
                    metavar="S", help="timing budget per validated candidate (default 1 s)")
     g.add_argument("--records-dir", default=None, metavar="DIR",
-                   help="where NAME/validation.jsonl lives (default: calibration/)")
+                   help=paths.CLI_RECORDS_DIR_HELP)
 
 
 def _timing(args) -> dict:
@@ -148,7 +152,7 @@ def _devices(cost_model) -> list:
 def run(args) -> int:
     """``simplace validate``: see ``add_parser``."""
     from simplace._devices import match_cpu_cost_model
-    from simplace.cost_model import CostModel, _find
+    from simplace.cost_model import CostModel
     from simplace.placement import Placement
     from simplace.sim import simulate
     from simplace.validate import (
@@ -163,7 +167,8 @@ def run(args) -> int:
     if not 0 <= args.held_out < 1:
         raise SimplaceError(f"--held-out must be in [0, 1) (0: no held-out check), got "
                             f"{args.held_out}.")
-    cost_model = CostModel.load(args.cost_model)
+    cost_model_file = paths.find_cost_model(args.cost_model, args.cost_model_dir)
+    cost_model = CostModel.load(cost_model_file)
     match_cpu_cost_model(cost_model)  # a model measured on N virtual CPU devices runs on N
     devices = _devices(cost_model)
     # Placement files are read before the model is built and run, so a bad one fails at once.
@@ -212,7 +217,10 @@ def run(args) -> int:
                         note=f"`simplace validate --update` on {len(mine)} records")
         print("\ndrift correction fitted on all records of this model:")
         print(res.summary())
-        path = _find(args.cost_model)
+        # Never over a shipped or committed machine: those go to the user directory.
+        path = paths.cost_model_write_path(cost_model.name, args.cost_model_dir,
+                                           read_from=cost_model_file)
+        path.parent.mkdir(parents=True, exist_ok=True)
         res.cost_model.save(path)
         print(f"corrected cost model written to {path} "
               f"({len(res.corrections.history)} corrections in its history)")

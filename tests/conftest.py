@@ -11,6 +11,19 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _fresh_user_dir(tmp_path_factory):
+    """Tests neither read nor write the user's own calibrations (simplace.paths): the user
+    directory is an empty temporary one (subprocesses inherit it)."""
+    old = os.environ.get("SIMPLACE_HOME")
+    os.environ["SIMPLACE_HOME"] = str(tmp_path_factory.mktemp("simplace_home"))
+    yield
+    if old is None:
+        os.environ.pop("SIMPLACE_HOME", None)
+    else:
+        os.environ["SIMPLACE_HOME"] = old
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run tests marked slow")
 

@@ -26,9 +26,12 @@ from simplace.graph import OpGraph
 
 REPO = Path(__file__).resolve().parents[1]
 # Measured models (written by `simplace calibrate`) have no generator to match.
-DATASHEETS = sorted(p for p in (REPO / "cost_models").glob("*.json")
+# Datasheet models ship in the package; the repo's cost_models/ keeps measured ones.
+MACHINE_FILES = sorted([*(REPO / "cost_models").glob("*.json"),
+                        *(REPO / "simplace" / "machines").glob("*.json")])
+DATASHEETS = sorted(p for p in MACHINE_FILES
                     if json.loads(p.read_text())["provenance"]["source"] == "datasheet")
-MEASURED = sorted(p for p in (REPO / "cost_models").glob("*.json") if p not in DATASHEETS)
+MEASURED = sorted(p for p in MACHINE_FILES if p not in DATASHEETS)
 
 CPU_EFF = {"matmul": 0.5, "conv": 0.4, "elementwise": 0.25, "reduction": 0.2,
            "data_movement": 0.5, "control": 0.1}
@@ -340,7 +343,7 @@ def test_null_diagonal_bandwidth_is_accepted():
 
 def test_load_by_name_and_by_path(tmp_path, monkeypatch):
     by_name = CostModel.load("haswell_k40x4")
-    by_path = CostModel.load(REPO / "cost_models" / "haswell_k40x4.json")
+    by_path = CostModel.load(REPO / "simplace" / "machines" / "haswell_k40x4.json")
     assert by_name == by_path and by_name.num_devices == 5
     assert CostModel.load("haswell_k40x4.json") == by_name
     assert "haswell_k40x4" in available_cost_models()

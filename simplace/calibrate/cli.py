@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simplace import paths
 from simplace._argtypes import int_range, positive_seconds
 from simplace.errors import CalibrationError
 
@@ -16,7 +17,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "calibrate", help="time this machine's ops and links and fit a cost model",
         description="Time the ops and links of the JAX devices this machine has and fit a "
                     "cost model: raw records to calibration/NAME/records.jsonl, the model "
-                    "to cost_models/NAME.json.")
+                    "to cost_models/NAME.json, both in the user directory ($SIMPLACE_HOME, "
+                    "else the platform's user data folder) unless --records-dir and "
+                    "--cost-model-dir say otherwise; never into the installed package.")
     sp.add_argument("--name", default=None,
                     help="machine name (default: the host name, or the records' name with "
                          "--refit/--resume)")
@@ -37,13 +40,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="wall-time budget, seconds: model signatures, then link sizes, "
                          "left unmeasured past it are costed by the fits")
     sp.add_argument("--refit", action="store_true",
-                    help="refit cost_models/NAME.json from the records; no hardware touched")
+                    help="refit cost_models/NAME.json from the records (--records-dir, "
+                         "else the user directory, else a checkout's calibration/); no "
+                         "hardware touched")
     sp.add_argument("--resume", action="store_true",
                     help="continue an interrupted calibration of NAME")
     sp.add_argument("--overwrite", action="store_true",
                     help="measure NAME again, replacing its records")
-    sp.add_argument("--records-dir", default=None, help=argparse.SUPPRESS)
-    sp.add_argument("--cost-model-dir", default=None, help=argparse.SUPPRESS)
+    sp.add_argument("--records-dir", default=None, metavar="DIR",
+                    help=paths.CLI_RECORDS_DIR_HELP)
+    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
+                    help="where NAME.json is written (default: cost_models/ in the user "
+                         "directory, $SIMPLACE_HOME)")
     sp.add_argument("--no-progress", action="store_true", help="no progress line")
     sp.set_defaults(func=run)
     return sp
@@ -174,6 +182,8 @@ def run(args) -> int:
             overwrite=args.overwrite, records_dir=args.records_dir,
             cost_model_dir=args.cost_model_dir, progress=not args.no_progress)
     rec, cm = core.paths(name, args.records_dir, args.cost_model_dir)
+    if args.refit:  # read from wherever they were found
+        rec = paths.find_records(name, "records.jsonl", args.records_dir)
     print(format_report(model, report))
     print(f"records: {rec}\ncost model: {cm}")
     sys.stdout.flush()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simplace import paths as data_paths
 from simplace.calibrate import exclusive as excl_mod
 from simplace.calibrate import links as links_mod
 from simplace.calibrate import ops as ops_mod
@@ -31,9 +32,6 @@ from simplace.calibrate.records import (
 from simplace.cost_model import CostModel
 from simplace.errors import CalibrationError
 
-REPO = Path(__file__).resolve().parents[2]
-RECORDS_DIR = REPO / "calibration"
-COST_MODEL_DIR = REPO / "cost_models"
 # Zoo models calibrated by default (small presets: they run on a laptop). --quick: two.
 # rnnlm is left out on purpose: bench/fidelity.py validates on it, so one of its
 # models is one the calibration never saw.
@@ -155,13 +153,13 @@ def _header(name: str, devices: list, settings: Settings) -> dict[str, Any]:
 
 
 def paths(name: str, records_dir=None, cost_model_dir=None) -> tuple[Path, Path]:
-    """``(records file, cost-model file)`` of calibration ``name``; the directories
-    default to the repository's ``calibration/`` and ``cost_models/``."""
+    """``(records file, cost-model file)`` a calibration of ``name`` writes; the
+    directories default to the user directory's ``calibration/`` and ``cost_models/``
+    (``simplace.paths``), never the installed package."""
     if not name or os.sep in name or name.startswith("."):
         raise CalibrationError(f"--name must be a plain file name, got {name!r}.")
-    rdir = Path(records_dir) if records_dir is not None else RECORDS_DIR
-    cdir = Path(cost_model_dir) if cost_model_dir is not None else COST_MODEL_DIR
-    return rdir / name / "records.jsonl", cdir / f"{name}.json"
+    return (data_paths.records_path(name, "records.jsonl", records_dir),
+            data_paths.cost_model_write_path(name, cost_model_dir))
 
 
 def calibrate(name: str, *, models: Sequence[str] | None = None,
@@ -174,7 +172,8 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
 
     Args:
       name: machine name: records go to ``calibration/NAME/records.jsonl`` and the
-        model to ``cost_models/NAME.json`` (or under ``records_dir`` / ``cost_model_dir``).
+        model to ``cost_models/NAME.json`` under ``records_dir`` / ``cost_model_dir``,
+        by default under the user directory (``$SIMPLACE_HOME``, see ``simplace.paths``).
       models: zoo names (small presets) or ``file.py:factory`` whose op signatures are
         timed; default: every zoo model (``--quick``: tiny_cnn and mlp).
       devices: device names (``cpu:0``...) to calibrate; default: all JAX sees.
@@ -423,6 +422,10 @@ def _fit_and_save(rec_path: Path, cm_path: Path, name: str):
 def refit(name: str, *, records_dir: str | os.PathLike | None = None,
           cost_model_dir: str | os.PathLike | None = None) -> tuple[CostModel, dict[str, Any]]:
     """Rebuild ``cost_models/NAME.json`` from ``calibration/NAME/records.jsonl`` without
-    touching hardware; returns ``(cost_model, report)`` like ``calibrate``."""
-    rec_path, cm_path = paths(name, records_dir, cost_model_dir)
+    touching hardware; returns ``(cost_model, report)`` like ``calibrate``. The records
+    are read from ``records_dir``, else the user directory, else a source checkout's
+    ``calibration/`` (``simplace.paths.find_records``); the model is written like
+    ``calibrate``'s."""
+    _, cm_path = paths(name, records_dir, cost_model_dir)
+    rec_path = data_paths.find_records(name, "records.jsonl", records_dir)
     return _fit_and_save(rec_path, cm_path, name)

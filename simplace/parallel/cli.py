@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from simplace import paths
 from simplace._argtypes import int_range, positive_int
 
 # Devices to split over: PaSE enumerates the factorisations of P per layer; past a few
@@ -26,8 +27,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     help="zoo name (see `simplace models`), path/file.py:factory, "
                          "package.module:factory, or a saved graph .json")
     sp.add_argument("--cost-model", required=True, metavar="NAME",
-                    help="a cost model name (cost_models/NAME.json) or a path; its fastest "
-                         "accelerator and link stand for all P devices")
+                    help=paths.CLI_COST_MODEL_HELP + "; its fastest accelerator and link "
+                         "stand for all P devices")
+    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
+                    help=paths.CLI_COST_MODEL_DIR_HELP)
     sp.add_argument("--devices", type=int_range(1, MAX_DEVICES), required=True, metavar="P",
                     help=f"number of devices to split over, 1..{MAX_DEVICES}")
     sp.add_argument("--method", default="pase", choices=("pase", "data_parallel", "expert"),
@@ -52,7 +55,7 @@ def run(args) -> int:
     from simplace.cost_model import CostModel
     from simplace.parallel import parallelize
 
-    cost_model = CostModel.load(args.cost_model)
+    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     graph = _load_graph(args)  # says on stderr that it traces, and how long it took
     print(f"  [{args.method} over {args.devices} devices...]", file=sys.stderr, flush=True)
     st = parallelize(graph, cost_model, args.devices, method=args.method,
