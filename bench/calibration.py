@@ -99,7 +99,7 @@ def main(argv=None) -> int:
 
         _set_cpu_devices(args.cpu_devices)
     from simplace.calibrate import calibrate, refit
-    from simplace.calibrate.core import paths
+    from simplace.paths import find_records
 
     if args.run:
         tmp = Path(tempfile.mkdtemp(prefix="simplace_bench_cal_"))
@@ -110,9 +110,9 @@ def main(argv=None) -> int:
         source = f"fresh calibration ({'quick' if args.quick else 'full'}) in {tmp}"
     else:
         tmp = Path(tempfile.mkdtemp(prefix="simplace_bench_refit_"))
-        model, report = refit(args.name, records_dir=paths(args.name)[0].parents[1],
-                              cost_model_dir=tmp)
-        source = f"refit of {paths(args.name)[0]}"
+        # The records are found as `calibrate --refit` finds them (user dir, checkout).
+        model, report = refit(args.name, cost_model_dir=tmp)
+        source = f"refit of {find_records(args.name)}"
     text, summary = table(report)
     head = (f"calibration bench: {args.name} ({source})\n"
             f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
