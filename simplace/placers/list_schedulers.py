@@ -19,13 +19,22 @@ program's semantics**:
   (or run of ops) on a device gives the exact end of the segment it joins or opens; the
   only approximation is that a put carries the outputs its first reader needs (the
   program sends every output any reader on that device needs).
-* **Units.** A unit is an op, or a block: a run of consecutive ops of about equal work
-  (``sum_i min_d t[i, d]`` split into k parts). Each method places units in graph order
-  (a block is tried on each device by simulating it there and rolling back). It runs
-  once with op units and once per block count in ``BLOCK_COUNTS`` below M/2 (coarse
-  units cannot fragment the program into many small segments; op units find fine-grained
-  parallelism); the run whose simulated step time is lowest wins
-  (``info["unit"]``, every run in ``info["runs"]``).
+* **Units.** A unit is a run of consecutive ops placed together: one op; a block (ops of
+  about equal work, ``sum_i min_d t[i, d]`` split into k parts, k in ``BLOCK_COUNTS``
+  below M/2); or a module run (consecutive ops of one module path cut to a depth in
+  ``MODULE_DEPTHS``, forward and backward apart: a layer, an LSTM cell step, an attention
+  block, the pieces an expert places). Each method places units in graph order; a unit
+  is tried on each device by simulating it there and rolling the trial back. Coarse
+  units cannot fragment the program into many small segments; fine ones find parallel
+  work. Each unit family runs once, and once more (but op units) with **one-unit
+  lookahead**: a unit's end on a device counts as the later of that end and the
+  earliest end of the next unit on any device after it, so that a unit may end a
+  little later to leave its device free for what follows (this is how cell steps of
+  stacked LSTM layers pipeline across devices, as the expert placement does). Then
+  **segment re-passes**: the segments of the best placement so far become the units of
+  a new run (units aligned with what the first runs found; up to ``repasses`` times,
+  while it helps). The run whose simulated step time is lowest wins (``info["unit"]``;
+  every run in ``info["runs"]``).
 * **Device rules** (what tells the methods apart):
   - ``m_etf``: earliest task first in the program's order: the unit goes to the device
     that can hold it where its segment ends first (ties: the device of the open
@@ -58,16 +67,19 @@ program's semantics**:
   step times in ``info``.
 
 Every method is a deterministic function of the graph and machine (no random choice,
-no time limit). Cost: O(M D) Python steps per run, a handful of runs.
+no time limit). Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 15
+runs; seconds on graphs of tens of thousands of ops.
 
-Options (``optimize(..., method=..., memory=..., lp_max_edges=..., units=...)``):
+Options (``optimize(..., method=..., memory=..., ...)``):
   memory: ``"conservative"`` (default) or ``"liveness"``.
   lp_max_edges: m_sct solves its LP only for graphs with at most this many connected op
     pairs (default 20,000); larger graphs use the greedy favourite child.
-  units: the unit runs to try: a list of block counts, 0 meaning op units (default: op
-    units and ``BLOCK_COUNTS``).
+  units: block counts of the unit runs, 0 meaning op units (default: 0 and
+    ``BLOCK_COUNTS``); module_depths (default ``MODULE_DEPTHS``, [] for none); lookahead
+    (default True); repasses (default ``REPASSES``). Not m_topo's.
   fallback_single: return the fastest single device that fits when it beats the
     schedule (default True; False returns the schedule whatever it costs).
+  fifo_links: heft only, for HEFT's own schedule (default False: contention-free).
 """
 
 from __future__ import annotations
@@ -186,9 +198,11 @@ class _Problem:
         return 0.0 if a == d else self.lat[a][d] + nbytes / self.bw[a][d]
 
 
-# --------------------------------------------------------------------------- schedule state
+# --------------------------------------------------------------------------- HEFT's own state
 class _State:
-    """Partial schedule: where and when placed ops run, arrivals, links and memory."""
+    """HEFT's own partial schedule (op by op in its order, no segments, no host): where
+    and when placed ops run, arrivals, links and Baechi's memory. Only ``heft_proposal``
+    uses it; the methods' schedules are ``_Program``'s."""
 
     def __init__(self, pb: _Problem, *, memory: str, contention: bool):
         m, d = pb.m, pb.d
@@ -205,7 +219,6 @@ class _State:
         self.resident: list[set[int]] = [set() for _ in range(d)]
         self.copies: list[list[tuple[int, float]] | None] = [None] * m
         self.remaining = [len(s) for s in pb.succs]
-        self.unplaceable: list[int] = []
 
     # ---------------------------------------------------------------- evaluation
     def ready_and_need(self, i: int) -> tuple[list[float], list[float]]:
@@ -307,18 +320,6 @@ class _State:
     def makespan(self) -> float:
         return max(self.end, default=0.0)
 
-    def info(self, memory: str) -> dict:
-        out = {"memory_model": memory, "estimated_makespan_s": self.makespan(),
-               "unplaceable_ops": len(self.unplaceable)}
-        if self.unplaceable:
-            i = self.unplaceable[0]
-            more = len(self.unplaceable) - 1
-            out["note"] = (
-                f"no device can hold op {i} ({self.pb.out_bytes[i]:.0f} output bytes plus "
-                f"its parameters and inputs, under the {memory} memory model)"
-                + (f" nor {more} more ops" if more else "")
-                + "; placed on the device with the most free memory")
-        return out
 
 
 # --------------------------------------------------------------------------- the program
