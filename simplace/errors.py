@@ -36,6 +36,10 @@ class CalibrationError(SimplaceError):
     """Bad calibration input: timing arguments, a malformed records file, a failed fit."""
 
 
+class OptionError(SimplaceError):
+    """An option a placement method does not take, or a bad value of one."""
+
+
 class OutputError(SimplaceError):
     """An output path that cannot be written (missing folder, a directory, read-only)."""
 

@@ -41,7 +41,7 @@ from simplace.errors import PlacementError, SimplaceError
 from simplace.graph import OpGraph
 from simplace.placement import Placement, check_placement
 
-__all__ = ["DriftFit", "ValidationReport", "ValidationRow", "append_records", "rl_status_callback",
+__all__ = ["DriftFit", "ValidationReport", "ValidationRow", "append_records", "SearchValidation",
            "calibration_dir", "fit_drift", "kendall_tau", "make_validation_callback",
            "mape", "raw_model", "read_records", "split_records", "validate",
            "validation_path"]
@@ -963,9 +963,9 @@ def make_validation_callback(graph: OpGraph, fn, args, cost_model: CostModel, to
       reported) and the corrected model is returned: the search should continue
       against it. Otherwise None.
 
-    Attributes of the callable: ``records`` (every record so far), ``reports`` (one
-    ``ValidationReport`` per call that validated), ``fits`` (one ``DriftFit`` per fit),
-    ``measured`` (``{placement bytes: measured step time s}``).
+    It is the validation hook of ``simplace.search`` (option ``validate`` of ``local``
+    and the ``rl-*`` methods). Returns a ``SearchValidation``: the callable, with what it
+    did as fields.
     """
     from simplace.execute import prepare
 
@@ -978,10 +978,43 @@ def make_validation_callback(graph: OpGraph, fn, args, cost_model: CostModel, to
     if program.graph.hash != graph.hash:
         raise PlacementError("validation callback: the function does not trace to the graph "
                              "being searched; pass the model function and sizes it came from.")
-    state: dict[str, Any] = {"records": [], "reports": [], "fits": [], "measured": {}}
+    return SearchValidation(graph=graph, program=program, run_args=run_args,
+                            timing=dict(timing or {}), top_k=int(top_k), every=int(every),
+                            records_path=records_path, min_records=int(min_records),
+                            held_out_fraction=float(held_out_fraction),
+                            params=tuple(params), regularization=float(regularization),
+                            progress=progress)
 
-    def callback(update_index: int, candidates, current: CostModel):
-        if update_index >= 0 and update_index % int(every):
+
+@dataclasses.dataclass(eq=False)
+class SearchValidation:
+    """The validation hook ``make_validation_callback`` makes (see there), with what it
+    did: ``records`` (every record so far), ``reports`` (one ``ValidationReport`` per
+    call that validated), ``fits`` (one ``DriftFit`` per fit), ``measured`` (``{placement
+    bytes: measured step time s}``); ``program``, ``run_args`` and ``timing`` run more."""
+
+    graph: OpGraph
+    program: Any
+    run_args: tuple
+    timing: dict
+    top_k: int = 3
+    every: int = 1
+    records_path: Any = None
+    min_records: int = 2
+    held_out_fraction: float = 0.0
+    params: tuple = FIT_PARAMS
+    regularization: float = 1e-3
+    progress: Callable[[str], None] | None = None
+    records: list = dataclasses.field(default_factory=list)
+    reports: list = dataclasses.field(default_factory=list)
+    fits: list = dataclasses.field(default_factory=list)
+    measured: dict = dataclasses.field(default_factory=dict)
+
+    def __call__(self, update_index: int, candidates, current: CostModel):
+        """Validate the best ``top_k`` of ``candidates`` under ``current``; a corrected
+        model once there are ``min_records`` records, else None."""
+        graph, progress = self.graph, self.progress
+        if update_index >= 0 and update_index % int(self.every):
             return None
         chosen, seen = [], set()
         for c in candidates:
@@ -991,65 +1024,31 @@ def make_validation_callback(graph: OpGraph, fn, args, cost_model: CostModel, to
                 continue
             seen.add(key)
             chosen.append(a)
-            if len(chosen) >= int(top_k):
+            if len(chosen) >= self.top_k:
                 break
         if not chosen:
             return None
-        rep = validate(graph, current, chosen, program=program, args=run_args,
+        rep = validate(graph, current, chosen, program=self.program, args=self.run_args,
                        labels=[f"u{update_index}#{k}" for k in range(len(chosen))],
-                       methods=["search"] * len(chosen), timing=timing,
-                       records_path=records_path, progress=progress)
-        state["reports"].append(rep)
-        state["records"].extend(rep.records)
+                       methods=["search"] * len(chosen), timing=self.timing,
+                       records_path=self.records_path, progress=progress)
+        self.reports.append(rep)
+        self.records.extend(rep.records)
         for a, r in zip(chosen, rep.rows, strict=True):
-            state["measured"][a.tobytes()] = r.measured_s
+            self.measured[a.tobytes()] = r.measured_s
         if progress:
             progress(f"validation at update {update_index} on {len(chosen)} candidates: "
                      f"MAPE raw {_fmt_pct(rep.raw_mape)}"
                      + (f", corrected {_fmt_pct(rep.mape)}" if rep.corrected else ""))
-        recs = state["records"]
-        if len(recs) < int(min_records):
+        recs = self.records
+        if len(recs) < self.min_records:
             return None
-        fit, held = (split_records(recs, 1 - held_out_fraction, seed=len(recs))
-                     if held_out_fraction > 0 else (recs, None))
-        res = fit_drift(fit, {graph.hash: graph}, current, held_out=held, params=params,
-                        regularization=regularization,
+        fit, held = (split_records(recs, 1 - self.held_out_fraction, seed=len(recs))
+                     if self.held_out_fraction > 0 else (recs, None))
+        res = fit_drift(fit, {graph.hash: graph}, current, held_out=held, params=self.params,
+                        regularization=self.regularization,
                         note=f"validation callback, update {update_index}")
-        state["fits"].append(res)
+        self.fits.append(res)
         if progress:
             progress("drift fit: " + res.summary().splitlines()[0])
         return res.cost_model
-
-    callback.records = state["records"]
-    callback.reports = state["reports"]
-    callback.fits = state["fits"]
-    callback.measured = state["measured"]
-    callback.program = program
-    callback.run_args = run_args
-    callback.timing = dict(timing or {})
-    return callback
-
-
-def rl_status_callback(callback, cost_model: CostModel):
-    """Adapt a validation ``callback`` to the RL trainer's hook,
-    ``f(RLStatus) -> CostModel | None``.
-
-    Each status's ``candidates`` (best first) are validated; a corrected cost model is
-    returned to the trainer, which trains on against it, and kept in
-    ``f.state["cost_model"]``; ``f.validation`` is the wrapped callback. Pass ``every=1``
-    to ``make_validation_callback``: the trainer's ``callback_every`` already spaces calls.
-    """
-    state = {"cost_model": cost_model}
-
-    def on_status(status):
-        cands = [np.asarray(c[0] if isinstance(c, tuple) else c) for c in status.candidates]
-        if not cands:
-            cands = [np.asarray(status.best_placement)]
-        new = callback(-1 if status.done else int(status.update), cands, state["cost_model"])
-        if new is not None:
-            state["cost_model"] = new
-        return new  # the trainer goes on against a corrected model
-
-    on_status.state = state
-    on_status.validation = callback
-    return on_status

@@ -229,7 +229,9 @@ def run(args) -> int:
 
 def validate_options(args, graph, cost_model, progress=None) -> dict:
     """Options for ``optimize`` that validate during the search (``{}`` unless
-    ``--validate-every`` was given): ``callback``, ``callback_every``, ``callback_top_k``."""
+    ``--validate-every`` was given): the search session's hook ``validate`` (a
+    ``simplace.validate.SearchValidation``), ``validate_every`` (rounds of local search,
+    updates of RL; 0: at the end only) and ``top_k``."""
     if getattr(args, "validate_every", None) is None:
         return {}
     if args.validate_every < 0 or args.top_k < 1:
@@ -248,32 +250,26 @@ def validate_options(args, graph, cost_model, progress=None) -> dict:
     if program.graph.hash != graph.hash:
         raise SimplaceError("The model does not trace to the same graph when run for real; "
                             "check --batch/--inference/--small.")
-    cb = make_validation_callback(
-        graph, None, run_args, cost_model, top_k=args.top_k, every=max(args.validate_every, 1),
-        program=program, timing=_timing(args),
-        records_path=validation_path(cost_model.name, args.records_dir), progress=progress)
-    if is_rl:
-        from simplace.validate import rl_status_callback
-
-        # RL calls its hook every N updates; 0 means at the end only.
-        every = int(args.validate_every) or 2**62
-        return {"callback": rl_status_callback(cb, cost_model), "callback_every": every}
-    return {"callback": cb, "callback_every": int(args.validate_every),
-            "callback_top_k": int(args.top_k)}
+    # The session spaces the calls (every N steps, and at the end): the hook acts on each.
+    hook = make_validation_callback(
+        graph, None, run_args, cost_model, top_k=args.top_k, every=1, program=program,
+        timing=_timing(args), records_path=validation_path(cost_model.name, args.records_dir),
+        progress=progress)
+    return {"validate": hook, "validate_every": int(args.validate_every),
+            "top_k": max(int(args.top_k), 5)}
 
 
 def report_winner(best, graph, cost_model, options: dict) -> str:
     """Predicted (by the raw, uncorrected model and by the last corrected one) and
     measured step time of the winner of a search run with ``validate_options``; '' when
     there was no validation."""
-    cb = options.get("callback")
+    cb = options.get("validate")
     if cb is None:
         return ""
-    cb = getattr(cb, "validation", cb)  # the validation callback behind RL's adapter
-
     key = np.asarray(best.placement, dtype=np.int32).tobytes()
     measured = cb.measured.get(key)
-    model = best.info.get("corrected_cost_model", cost_model)
+    # The model the search judged its winner by (drift-corrected if validation fitted one).
+    model = best.cost_model if best.cost_model is not None else cost_model
     if measured is None:  # the winner was never among the validated candidates
         from simplace.execute import measure
 

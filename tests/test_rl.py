@@ -138,35 +138,34 @@ def test_deterministic_and_checkpoint_resume_equals_uninterrupted_run(small_case
                  units="ops", hidden=16, checkpoint=ck)
 
 
-def test_warm_start_callback_history_and_plot(small_case, tmp_path):
+def test_warm_start_hook_history_and_plot(small_case, tmp_path):
     g, cm = small_case
     single = optimize(g, cm, method="single")
     seen = []
 
-    def callback(status):
-        seen.append(status)
-        return status.update >= 6  # stop at the second call
+    def hook(step, candidates, cost_model):
+        seen.append((step, [np.array(c) for c in candidates], cost_model))
 
     hist = tmp_path / "h.json"
     res = optimize(g, cm, method="rl-hierarchical", seed=0, episodes=16 * 50, samples=16,
-                   units="ops", hidden=16, warm_start="single,m_topo", callback=callback,
-                   callback_every=3, history=str(hist))
+                   units="ops", hidden=16, warm_start="single,m_topo", validate=hook,
+                   validate_every=3, stop_after_updates=6, history=str(hist))
     assert res.step_time_s <= single.step_time_s * (1 + 1e-12)  # never worse than it
     assert res.info["imitation_steps"] >= 1 and 0 < res.info["imitation_likelihood"] <= 1
     assert set(res.info["warm_starts"]) == {"single", "m_topo"}
-    assert res.info["stop"] == "callback" and res.info["updates"] == 6
-    assert [s.update for s in seen] == [3, 6, 6] and [s.done for s in seen] == \
-        [False, False, True]
-    last = seen[-1]
-    assert last.best_placement.shape == (g.num_ops,) and not last.best_oom
-    assert last.best_step_time_s == pytest.approx(res.step_time_s, **TOL)
-    assert last.candidates and last.candidates[0][1] == last.best_step_time_s
+    assert res.info["stop"] == "stopped" and res.info["updates"] == 6
+    # every 3 updates, then once at the end (step -1), always under the given model
+    assert [s for s, _, _ in seen] == [3, 6, -1] and all(m is cm for *_, m in seen)
+    assert res.info["validation"] == {"calls": 3, "corrections": 0}
+    last = seen[-1][1]
+    assert last[0].shape == (g.num_ops,) and np.array_equal(last[0], res.placement)
+    assert res.cost_model is cm
     rows = json.loads(hist.read_text())["rows"]
     assert len(rows) == 6 and {"episodes", "mean_step_time_s", "reward_mean"} <= set(rows[0])
     assert (tmp_path / "h.png").stat().st_size > 0
 
 
-def test_callback_returning_a_corrected_cost_model_is_trained_against(small_case):
+def test_hook_returning_a_corrected_cost_model_is_trained_against(small_case):
     from simplace.cost_model import Corrections, CostModel
     from simplace.sim import simulate
 
@@ -179,19 +178,23 @@ def test_callback_returning_a_corrected_cost_model_is_trained_against(small_case
         Corrections.identity(cm.num_devices), compute_scale=scale))
     calls = []
 
-    def callback(status):
-        calls.append(status.update)
-        return corrected if status.update == 4 else None
+    def hook(step, candidates, cost_model):
+        calls.append((step, cost_model))
+        return corrected if step == 4 else None
 
     res = optimize(g, cm, method="rl-seq2seq", seed=0, episodes=16 * 10, samples=16,
-                   units="ops", hidden=16, callback=callback, callback_every=4)
-    assert calls == [4, 8, 10]
+                   units="ops", hidden=16, validate=hook, validate_every=4)
+    assert [s for s, _ in calls] == [4, 8, -1]
+    # the hook is told which model the search uses now
+    assert [m is corrected for _, m in calls] == [False, True, True]
     assert res.info["cost_model_switches"] == 1
-    assert res.info["corrected_cost_model"] is corrected
-    # After the switch the run's best is scored by the corrected model.
-    after = [r for r in res.history if r["update"] > 4]
-    assert after[-1]["best_step_time_s"] == pytest.approx(
+    assert res.cost_model is corrected
+    # The result is simulated under the model it was judged by, and after the switch the
+    # run's best is scored by the corrected model.
+    assert res.step_time_s == pytest.approx(
         simulate(g, corrected, res.placement).step_time_s, **TOL)
+    after = [r for r in res.history if r["update"] > 4]
+    assert after[-1]["best_step_time_s"] == pytest.approx(res.step_time_s, **TOL)
 
 
 def test_bad_input_is_a_clear_error(small_case):

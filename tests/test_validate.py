@@ -395,13 +395,13 @@ def test_validation_callback_in_local_search(mlp, tmp_path):
     assert cb(1, [np.zeros(graph.num_ops)], cm) is None  # not a validation round
     assert cb.records == []
     res = simplace.optimize(graph, cm, "local", seed=0, max_evaluations=300,
-                            starts=["single"], callback=cb, callback_every=3,
-                            callback_top_k=2, batch=64)
+                            starts=["single"], validate=cb, validate_every=3,
+                            top_k=2, batch=64)
     info = res.info["validation"]
     assert info["calls"] >= 2 and info["corrections"] >= 1
     assert len(cb.records) >= 2 and cb.fits
-    corrected = res.info["corrected_cost_model"]
-    assert not corrected.corrections.is_identity
+    corrected = res.cost_model  # the model the result was judged by
+    assert corrected is not cm and not corrected.corrections.is_identity
     # the result is simulated with the corrected model
     assert res.step_time_s == pytest.approx(simulate(graph, corrected, res.placement)
                                             .step_time_s)
@@ -480,47 +480,27 @@ def test_optimize_options_validate_the_winner(mlp, tmp_path, capsys):
     fn, fargs = zoo.get("mlp", small=True, training=False)
     g = simplace.trace(fn, *fargs)
     opts = validate_cli.validate_options(args, g, cm)
-    assert set(opts) == {"callback", "callback_every", "callback_top_k"}
+    assert set(opts) == {"validate", "validate_every", "top_k"}
     best = simplace.optimize(g, cm, "local", max_evaluations=128, batch=64,
                              starts=["single"], **opts)
     text = validate_cli.report_winner(best, g, cm, opts)
     assert "validated winner: predicted raw" in text and "measured" in text
     raw = simulate(g, cm, best.placement).step_time_s
     assert f"raw {raw * 1e3:.3f} ms" in text
-    corrected = best.info["corrected_cost_model"]  # the fit at the end of the search
+    corrected = best.cost_model  # the fit at the end of the search
     assert not corrected.corrections.is_identity
     assert f"corrected {simulate(g, corrected, best.placement).step_time_s * 1e3:.3f} ms" \
         in text and "fitted during the search" in text
-    assert opts["callback"].reports  # validated once, at the end of the search
-    args.method = "rl-gnn"  # RL gets the validation behind its own hook's adapter
+    assert opts["validate"].reports  # validated once, at the end of the search
+    args.method = "rl-gnn"  # RL takes the same hook
     rl_opts = validate_cli.validate_options(args, g, cm)
-    assert set(rl_opts) == {"callback", "callback_every"}
-    assert rl_opts["callback_every"] >= 2**62  # --validate-every 0: at the end only
-    assert callable(rl_opts["callback"].validation)
+    assert set(rl_opts) == {"validate", "validate_every", "top_k"}
+    assert rl_opts["validate_every"] == 0  # --validate-every 0: at the end only
     args.method = "heft"
     with pytest.raises(SimplaceError, match="local"):
         validate_cli.validate_options(args, g, cm)
     args.validate_every = None
     assert validate_cli.validate_options(args, g, cm) == {}
-
-
-def test_rl_status_adapter(mlp):
-    from simplace.validate import rl_status_callback
-
-    *_, graph = mlp
-    seen = []
-
-    def fake(update, cands, model):
-        seen.append((update, len(cands)))
-        return model.with_corrections(Corrections([2.0, 2.0], [0, 0], np.ones((2, 2))))
-
-    cm = cpu_model(2)
-    hook = rl_status_callback(fake, cm)
-    status = type("S", (), {"update": 5, "done": False, "best_placement": np.zeros(3),
-                            "candidates": [(np.zeros(3), 1.0), (np.ones(3), 2.0)]})
-    new = hook(status)  # the trainer goes on against the corrected model it returns
-    assert new is hook.state["cost_model"] and hook.validation is fake
-    assert seen == [(5, 2)] and hook.state["cost_model"].corrections.compute_scale[0] == 2
 
 
 @pytest.mark.parametrize("data, kept", [(b"a\nbc\nde", b"a\nbc\n"), (b"abc", b""),

@@ -1,10 +1,14 @@
 """Placers and the ``optimize`` front end: one signature for every method.
 
 A method is a function ``place(ctx: PlacerContext) -> PlacerOutput`` registered under a
-name with ``@register("name")``; adding a method is adding one module that registers
-itself (and importing it in ``_load_methods``). The front end re-simulates every
-returned placement with the reference simulator, so the step time a method reports is
-always the simulator's, never the method's own estimate.
+name with ``@register("name", options={...})``, which declares the keyword options it
+takes (``optimize`` refuses any other, naming the valid ones); adding a method is adding
+one module that registers itself (and importing it in ``_load_methods``). The front end
+re-simulates every returned placement with the reference simulator, under the cost model
+the method judged it by (a search that validated on hardware may have switched to a
+drift-corrected one), so the step time a method reports is always the simulator's, never
+the method's own estimate. Search methods share ``simplace.search.SearchSession`` (clock,
+stop reason, best placement, history, progress, the validation hook).
 """
 
 from __future__ import annotations
@@ -19,17 +23,21 @@ from typing import Any
 
 import numpy as np
 
-from simplace.errors import SimplaceError
+from simplace.errors import OptionError, SimplaceError
+from simplace.search import OOM_PENALTY, SearchSession, penalised
 
 
 @dataclasses.dataclass
 class PlacerOutput:
     """What a method returns: ``placement`` int32[M], and optionally a ``history`` of
-    ``{"wall_s", "step_time_s", ...}`` rows (for search curves) and ``info`` (free form)."""
+    ``{"wall_s", "step_time_s", ...}`` rows (for search curves), ``info`` (free form) and
+    ``cost_model``: the model the placement was judged under when it is not the one
+    ``optimize`` was given (a search that switched to a drift-corrected model)."""
 
     placement: np.ndarray
     history: list[dict] = dataclasses.field(default_factory=list)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    cost_model: Any = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -43,7 +51,11 @@ class OptimizeResult:
     wall_s: the method's own wall time (seconds), simulation of the result excluded.
     method, seed: what produced it.
     history: search curve rows (method-specific; may be empty).
-    info: method-specific details.
+    info: method-specific details (search methods: ``stop``, ``first_batch_s``,
+      ``budget_s``, ...).
+    cost_model: the cost model the figures above were simulated under: the one given to
+      ``optimize``, or the drift-corrected one a validating search switched to. Compare
+      results (and lower bounds) under the same model.
     """
 
     placement: np.ndarray
@@ -60,25 +72,50 @@ class OptimizeResult:
     num_segments: int = 0
     num_transfers: int = 0
     host_s: float = 0.0
+    cost_model: Any = None
 
 
 class PlacerContext:
     """Everything a method may use; costly pieces are built on first use and cached.
 
+    A context is never changed: ``with_cost_model`` gives a new one for another cost
+    model (with its own simulators), sharing the rest (the random generator included).
+
     Attributes:
       graph, cost_model, seed, budget_s (None: the method's default), options (dict of
-      method-specific keyword options), rng (``np.random.Generator`` from ``seed``).
+      method-specific keyword options), rng (``np.random.Generator`` from ``seed``),
+      t_begin (``time.perf_counter()`` when the work began: budgets run from it).
     """
 
     def __init__(self, graph, cost_model, *, seed: int = 0, budget_s: float | None = None,
-                 options: dict | None = None, progress: Callable[[str], None] | None = None):
+                 options: dict | None = None, progress: Callable[[str], None] | None = None,
+                 t_begin: float | None = None, rng: np.random.Generator | None = None):
         self.graph = graph
         self.cost_model = cost_model
         self.seed = int(seed)
         self.budget_s = budget_s
         self.options = dict(options or {})
-        self.rng = np.random.default_rng(self.seed)
+        self.rng = np.random.default_rng(self.seed) if rng is None else rng
+        self.t_begin = time.perf_counter() if t_begin is None else t_begin
         self._progress = progress
+
+    def with_cost_model(self, cost_model) -> PlacerContext:
+        """A new context for ``cost_model`` (fresh simulators), the rest shared."""
+        return PlacerContext(self.graph, cost_model, seed=self.seed, budget_s=self.budget_s,
+                             options=self.options, progress=self._progress,
+                             t_begin=self.t_begin, rng=self.rng)
+
+    def session(self, label: str, *, default_budget_s: float | None = None, **kw
+                ) -> SearchSession:
+        """A ``SearchSession`` for this problem: its clock runs from ``t_begin`` with
+        ``budget_s`` (or ``default_budget_s``), its hook and top-k from the options
+        ``validate``, ``validate_every`` and ``top_k``; ``kw`` go to the session."""
+        budget = self.budget_s if self.budget_s is not None else default_budget_s
+        return SearchSession(label, self.cost_model, budget_s=budget, t_begin=self.t_begin,
+                             hook=self.options.get("validate"),
+                             validate_every=_int_option(self.options, "validate_every", 0),
+                             top_k=_int_option(self.options, "top_k", 5),
+                             progress=self._progress, **kw)
 
     @functools.cached_property
     def inputs(self):
@@ -123,32 +160,66 @@ class PlacerContext:
             self._progress(message)
 
 
-# An OOM placement scores as if it took this much longer; large enough that any placement
-# that fits wins, while still ordering OOM placements by step time.
-OOM_PENALTY = 1e6
+def _int_option(options: dict, name: str, default: int) -> int:
+    val = options.get(name, default)
+    if isinstance(val, bool) or not isinstance(val, int | np.integer):
+        raise OptionError(f"Option {name} must be an integer, got {val!r}.")
+    return int(val)
 
 
-def penalised(step_time_s, oom) -> np.ndarray:
-    """Step times with OOM placements pushed behind every placement that fits."""
-    step = np.asarray(step_time_s, dtype=np.float64)
-    return np.where(np.asarray(oom), step + OOM_PENALTY, step)
-
+__all__ = ["OOM_PENALTY", "OptimizeResult", "PlacerContext", "PlacerOutput", "best_of",
+           "compare", "method_options", "methods", "optimize", "penalised", "register"]
 
 _METHODS: dict[str, Callable[[PlacerContext], PlacerOutput]] = {}
+_OPTIONS: dict[str, dict[str, str]] = {}
+# Options of methods whose modules do not declare them at registration yet
+# (list_schedulers.py is being reworked; this goes once it declares its own).
+_UNDECLARED = {
+    "heft": {"memory": "memory check: 'conservative' (default) or 'off'",
+             "fifo_links": "model link contention (FIFO links)"},
+    "m_topo": {"memory": "memory check", "fifo_links": "model link contention"},
+    "m_etf": {"memory": "memory check", "fifo_links": "model link contention"},
+    "m_sct": {"memory": "memory check", "fifo_links": "model link contention",
+              "lp_max_edges": "edges above which the favourite-child LP is skipped"},
+}
 # Modules that register methods; imported on first use so that ``import simplace``
 # stays light.
 _METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "local", "exact",
                    "rl")
 
 
-def register(name: str):
-    """Decorator: make ``fn(ctx) -> PlacerOutput`` available as ``optimize(method=name)``."""
+def register(name: str, *, options: dict[str, str] | None = None):
+    """Decorator: make ``fn(ctx) -> PlacerOutput`` available as ``optimize(method=name)``.
+
+    ``options``: ``{option name: one-line description}`` of every keyword option the
+    method reads from ``ctx.options``; ``optimize`` refuses any other."""
 
     def deco(fn):
         _METHODS[name] = fn
+        _OPTIONS[name] = dict(options if options is not None else _UNDECLARED.get(name, {}))
         return fn
 
     return deco
+
+
+def method_options(method: str) -> dict[str, str]:
+    """``{option: description}`` of the keyword options ``method`` takes."""
+    _load_methods()
+    if method not in _METHODS:
+        raise SimplaceError(f"Unknown placement method {method!r}. Available: "
+                            f"{', '.join(sorted(_METHODS))} (or 'all').")
+    return dict(_OPTIONS.get(method, {}))
+
+
+def _check_options(method: str, options: dict) -> None:
+    valid = _OPTIONS.get(method, {})
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        which = ", ".join(repr(u) for u in unknown)
+        takes = (f"Valid options: {', '.join(sorted(valid))}." if valid
+                 else "It takes no options.")
+        raise OptionError(f"Method {method!r} has no option{'s' * (len(unknown) > 1)} "
+                          f"{which}. {takes}")
 
 
 def _load_methods() -> None:
@@ -191,34 +262,63 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
       seed: seeds every random choice; the same seed gives the same placement.
       budget_s: wall-time budget for search methods (None: the method's default).
       progress: called with short progress messages (the CLI prints them).
-      **options: method-specific options.
+      **options: method-specific options (``method_options(method)`` lists them; any
+        other is an ``OptionError``).
 
     Returns:
       An ``OptimizeResult`` whose step time and OOM flag come from the reference
-      simulator.
+      simulator, under ``result.cost_model`` (``cost_model``, or the drift-corrected
+      model a validating search switched to).
     """
+    t_begin = time.perf_counter()
     _load_methods()
     if method == "all":
+        if options:
+            raise OptionError(f"--method all takes no method options, got "
+                              f"{', '.join(sorted(options))}.")
         return best_of(compare(graph, cost_model, seed=seed, budget_s=budget_s,
                                progress=progress))
-    if method not in _METHODS:
-        raise SimplaceError(f"Unknown placement method {method!r}. Available: "
-                            f"{', '.join(sorted(_METHODS))} (or 'all').")
-    ctx = PlacerContext(graph, cost_model, seed=seed, budget_s=budget_s, options=options,
-                        progress=progress)
-    t0 = time.perf_counter()
-    out = _METHODS[method](ctx)
-    wall_s = time.perf_counter() - t0
+    out, ctx = _place(graph, cost_model, method, seed=seed, budget_s=budget_s,
+                      progress=progress, options=options, t_begin=t_begin)
+    wall_s = time.perf_counter() - t_begin
     from simplace.placement import check_placement
+    from simplace.sim import simulate
 
+    model = out.cost_model if out.cost_model is not None else cost_model
     placement = check_placement(out.placement, graph.num_ops, ctx.inputs.num_devices)
-    res = ctx.simulate(placement)
+    res = simulate(graph, model, placement)
     return OptimizeResult(
         placement=placement, step_time_s=float(res.step_time_s), oom=bool(res.oom),
         peak_memory_bytes=res.peak_memory_bytes, busy_s=res.busy_s,
         bytes_moved=float(res.bytes_moved), wall_s=wall_s, method=method, seed=int(seed),
         history=list(out.history), info=dict(out.info), num_segments=int(res.num_segments),
-        num_transfers=int(res.num_transfers), host_s=float(res.host_s))
+        num_transfers=int(res.num_transfers), host_s=float(res.host_s), cost_model=model)
+
+
+def _place(graph, cost_model, method: str, *, seed: int = 0, budget_s: float | None = None,
+           progress=None, options: dict | None = None, t_begin: float | None = None
+           ) -> tuple[PlacerOutput, PlacerContext]:
+    """Run ``method`` and return its raw output (no re-simulation) and context: for
+    searches that start from other methods' placements and score them themselves."""
+    _load_methods()
+    if method not in _METHODS:
+        raise SimplaceError(f"Unknown placement method {method!r}. Available: "
+                            f"{', '.join(sorted(_METHODS))} (or 'all').")
+    options = dict(options or {})
+    _check_options(method, options)
+    if budget_s is not None:
+        import math
+
+        try:
+            ok = float(budget_s) > 0 and math.isfinite(float(budget_s))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise OptionError(f"budget_s must be a positive number of seconds, got "
+                              f"{budget_s!r}.")
+    ctx = PlacerContext(graph, cost_model, seed=seed, budget_s=budget_s, options=options,
+                        progress=progress, t_begin=t_begin)
+    return _METHODS[method](ctx), ctx
 
 
 def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int = 0,

@@ -194,7 +194,7 @@ def _dense_or_none(groups: np.ndarray) -> np.ndarray:
     return out
 
 
-@register("expert")
+@register("expert", options={"embed": "LSTM models: the embedding's device, 'gpu' or 'cpu'"})
 def place(ctx: PlacerContext) -> PlacerOutput:
     g, cm = ctx.graph, ctx.cost_model
     m = g.num_ops

@@ -42,23 +42,22 @@ is returned, so an OOM placement is returned only if every placement scored was 
 Stopping and determinism: option ``max_evaluations`` caps the number of placements
 scored; with it and no ``budget_s`` the search is deterministic for a fixed seed (the
 same placement on any machine). With a time budget (``budget_s``, default 30 s when no
-``max_evaluations`` is given; the start heuristics and compilation count against it) the
-number of rounds, hence the result, depends on the machine's speed.
+``max_evaluations`` is given) the number of rounds, hence the result, depends on the
+machine's speed. The budget runs from the call of ``optimize``: start heuristics (no more
+are started once half of it is spent, ``single`` always runs) and compilation count
+against it, and a round is started only when it is expected to end in time (see
+``simplace.search``). ``request_stop()`` (Ctrl-C in the CLI) ends the search at the next
+round with the best placement so far (stop reason ``"interrupted"``).
 
-Options: starts, max_evaluations, patience (default 200 rounds), batch (placements per
-round; default 256, less on graphs of many thousand ops when not screening), screen,
-screen_checks, t0 (default 0.01), t1 (default 1e-4), module_depths (default
-(1, 2, 3, 4)).
-
-Validation during the search (options ``callback``, ``callback_every``, ``callback_top_k``):
-``callback(round, candidates, cost_model) -> CostModel | None`` is called every
-``callback_every`` rounds (0, the default: never during the search) and once at the end
-with round -1, with the ``callback_top_k`` (default 3) best distinct placements scored so
-far, best first (``simplace.validate.make_validation_callback`` makes one that runs them
-on hardware and fits drift corrections). When it returns a cost model, the search goes on
-against it: simulators are rebuilt, the kept placements re-scored, and at the end the best
-of them under the last model is returned (``info["validation"]`` says what happened;
-``info["corrected_cost_model"]`` is the last model returned).
+The clock, the best placement, the kept candidates, history, progress and validation are
+a ``simplace.search.SearchSession``: with option ``validate`` (a hook ``(round,
+candidates, cost_model) -> CostModel | None``, e.g.
+``simplace.validate.make_validation_callback``), called every ``validate_every`` rounds
+(0, the default: only at the end, with round -1) with the ``top_k`` best distinct
+placements scored so far, best first, a returned cost model is what the search goes on
+against: a new context (simulators) for it, the kept placements re-scored, and the
+result is the best under the last model (``PlacerOutput.cost_model``;
+``info["validation"]`` counts calls and corrections).
 """
 
 from __future__ import annotations
@@ -71,12 +70,29 @@ import numpy as np
 from simplace.errors import SimplaceError
 from simplace.graph import split_name_path
 from simplace.groups import by_module, chain_collapse, colocate_free_ops, target_count
-from simplace.placers import OOM_PENALTY, PlacerContext, PlacerOutput, penalised, register
+from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.search import OOM_PENALTY, SESSION_OPTIONS, penalised, stop_requested
 
 DEFAULT_BUDGET_S = 30.0
 SCREEN_ROUNDS = 4  # screened rounds: at most this many calls of screen_checks checks
 REPAIR_CHECKS = 16  # screened rounds from an OOM placement: exact memory checks per round
 _NOT_STARTS = ("local", "exact", "all")
+# Start heuristics are run until this share of the budget is spent (``single`` always).
+STARTS_SHARE = 0.5
+OPTIONS = {
+    "starts": "method names and/or int[M] placements to start from (default: every fast "
+              "heuristic, and single)",
+    "max_evaluations": "stop after this many placements scored (deterministic without "
+                       "budget_s)",
+    "patience": "rounds without a new best before stopping (default 200)",
+    "batch": "neighbours proposed and scored per round (default 256)",
+    "screen": "'auto', True or False: rank neighbours without memory, check the fastest",
+    "screen_checks": "neighbours checked for memory per screened call (default 2)",
+    "t0": "start temperature, a fraction of the start's step time (default 0.01)",
+    "t1": "final temperature, a fraction of it (default 1e-4)",
+    "module_depths": "module-path depths whose groups are moved (default (1, 2, 3, 4))",
+    **SESSION_OPTIONS,
+}
 
 
 # ---------------------------------------------------------------- scoring
@@ -155,10 +171,11 @@ def _start_list(ctx: PlacerContext) -> list:
     return starts
 
 
-def _run_starts(ctx: PlacerContext, deadline: float, sub_budget: float | None):
-    """[(label, placement)] and a report row per start."""
+def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None):
+    """[(label, placement)] and a report row per start. Heuristics are not started after
+    ``starts_until`` (perf_counter time) or once a stop is requested (``single`` is)."""
     from simplace.placement import check_placement
-    from simplace.placers import optimize
+    from simplace.placers import _place
 
     m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
     found, report = [], []
@@ -167,17 +184,20 @@ def _run_starts(ctx: PlacerContext, deadline: float, sub_budget: float | None):
             if s in _NOT_STARTS:
                 report.append({"start": s, "error": "not usable as a start"})
                 continue
-            if time.perf_counter() > deadline and s != "single":
-                report.append({"start": s, "error": "skipped: time budget spent"})
+            if s != "single" and (time.perf_counter() > starts_until or stop_requested()):
+                report.append({"start": s, "error": "skipped: time budget spent" if
+                               not stop_requested() else "skipped: interrupted"})
                 continue
             t = time.perf_counter()
             try:
-                res = optimize(ctx.graph, ctx.cost_model, method=s, seed=ctx.seed,
-                               budget_s=sub_budget)
+                # The raw placement: the search scores every start itself, in one batch.
+                out, _ = _place(ctx.graph, ctx.cost_model, s, seed=ctx.seed,
+                                budget_s=sub_budget)
+                p = check_placement(out.placement, m, d)
             except Exception as err:  # a failing heuristic must not sink the search
                 report.append({"start": s, "error": f"{type(err).__name__}: {err}"})
                 continue
-            found.append((s, res.placement))
+            found.append((s, p))
             report.append({"start": s, "wall_s": time.perf_counter() - t})
         else:
             try:
@@ -334,44 +354,24 @@ def _accepts(delta: float, u: float, temp: float) -> bool:
     return delta <= 0 or u < math.exp(-delta / temp)
 
 
-class _TopK:
-    """The ``k`` best distinct placements seen, with their scores."""
 
-    def __init__(self, k: int):
-        self.k = k
-        self.items: dict[bytes, tuple[float, np.ndarray]] = {}
-
-    def add(self, p: np.ndarray, score: float) -> None:
-        key = p.tobytes()
-        if key in self.items or len(self.items) < self.k or score < max(
-                s for s, _ in self.items.values()):
-            self.items[key] = (float(score), p.copy())
-            if len(self.items) > self.k:
-                worst = max(self.items, key=lambda q: self.items[q][0])
-                del self.items[worst]
-
-    def ranked(self) -> list[np.ndarray]:
-        return [p for _, p in sorted(self.items.values(), key=lambda sp: sp[0])]
+def _reference_scores(ctx: PlacerContext, placements: np.ndarray) -> np.ndarray:
+    """Penalised step times by the reference simulator, one placement at a time: when a
+    stop is requested before the batched simulator has compiled."""
+    return np.array([float(penalised(r.step_time_s, r.oom)) for r in
+                     (ctx.simulate(p) for p in placements)])
 
 
-def _switch_model(ctx: PlacerContext, cost_model) -> None:
-    """Point the context at another cost model (drift-corrected): drop cached simulators."""
-    ctx.cost_model = cost_model
-    for attr in ("inputs", "op_times", "lower_bound_s", "batched"):
-        ctx.__dict__.pop(attr, None)
-
-
-@register("local")
+@register("local", options=OPTIONS)
 def place(ctx: PlacerContext) -> PlacerOutput:
-    t_begin = time.perf_counter()
+    """``local``: simulated annealing over the batched simulator, from the best heuristic."""
     g, opts = ctx.graph, ctx.options
     m, d = g.num_ops, int(ctx.cost_model.num_devices)
     max_evals = opts.get("max_evaluations")
     max_evals = None if max_evals is None else int(max_evals)
-    budget = ctx.budget_s
-    if budget is None and max_evals is None:
-        budget = DEFAULT_BUDGET_S
-    deadline = math.inf if budget is None else t_begin + float(budget)
+    session = ctx.session("local", default_budget_s=DEFAULT_BUDGET_S if max_evals is None
+                          else None)
+    budget = session.budget_s
     patience = int(opts.get("patience", 200))
     checks = int(opts.get("screen_checks", 2))
     t0_rel, t1_rel = float(opts.get("t0", 0.01)), float(opts.get("t1", 1e-4))
@@ -380,87 +380,90 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         raise SimplaceError(f"local: screen must be 'auto', True or False, got {screen!r}.")
     if patience < 1 or checks < 1 or not (t0_rel > 0 and t1_rel > 0):
         raise SimplaceError("local: patience and screen_checks must be >= 1, t0 and t1 > 0.")
-    callback = opts.get("callback")
-    cb_every = int(opts.get("callback_every", 0))
-    cb_top = int(opts.get("callback_top_k", 3))
-    if callback is not None and (not callable(callback) or cb_every < 0 or cb_top < 1):
-        raise SimplaceError("local: callback must be callable, callback_every >= 0 and "
-                            "callback_top_k >= 1.")
+    if max_evals is not None and max_evals < 1:
+        raise SimplaceError(f"local: max_evaluations must be >= 1, got {max_evals}.")
 
-    found, start_report = _run_starts(ctx, deadline,
-                                      None if budget is None else 0.25 * float(budget))
+    found, start_report = _run_starts(
+        ctx, session.t_begin + (math.inf if budget is None else STARTS_SHARE * budget),
+        None if budget is None else 0.25 * budget)
     if m == 0 or d == 1 or not found:
         p = found[0][1] if found else np.zeros(m, dtype=np.int32)
         return PlacerOutput(p.astype(np.int32), info={"starts": start_report,
-                                                      "note": "nothing to search"})
+                                                      "note": "nothing to search",
+                                                      **session.finish("nothing to search")})
     start_p = np.stack([p for _, p in found]).astype(np.int32)
-    # Starts are scored in the same small fixed batch as the screened rounds' checks.
-    start_s, suspect = _score_fixed(ctx, start_p, checks)
+    t_score = time.perf_counter()
+    if stop_requested():  # interrupted before anything compiled: the reference simulator
+        start_s, suspect = _reference_scores(ctx, start_p), np.zeros(len(start_p), bool)
+    else:
+        # Starts are scored in the same small fixed batch as the screened rounds' checks.
+        start_s, suspect = _score_fixed(ctx, start_p, checks)
+    session.first_batch_ready()
+    score_s = time.perf_counter() - t_score
     if screen == "auto":
         screen = bool(suspect.mean() >= 0.5)
     batch = int(opts.get("batch", _default_batch(m, screen)))
     if batch < 1:
         raise SimplaceError(f"local: batch must be >= 1, got {batch}.")
-    fast = None
-    if screen:
-        from simplace.sim import batched_simulator
-
-        fast = batched_simulator(g, ctx.cost_model, memory=False)
     for row, s in zip((r for r in start_report if "error" not in r), start_s, strict=True):
         row["score"] = float(s)
     j = int(np.argmin(start_s))
-    best, best_s = start_p[j].copy(), float(start_s[j])
-    cur, cur_s = best.copy(), best_s
+    for k in np.argsort(start_s, kind="stable"):
+        session.offer(start_p[k], float(start_s[k]))
+    cur, cur_s = start_p[j].copy(), float(start_s[j])
     evals, memory_checks = len(start_p), len(start_p)
     # Temperatures are fractions of the first fitting best's step time; while nothing
     # fits the search is greedy (uphill steps would only add memory excess).
-    ref = best_s if best_s < OOM_PENALTY else None
+    ref = session.best_score if session.best_score < OOM_PENALTY else None
     mover = _Mover(ctx)
     rng = ctx.rng
+    # The first round compiles the screening simulator (or the bigger batch): expect it
+    # to take about as long as scoring the starts (their compilation) did.
+    session.expect_compile(score_s)
 
+    def fast_simulator(c: PlacerContext):
+        from simplace.sim import batched_simulator
+
+        return batched_simulator(g, c.cost_model, memory=False) if screen else None
+
+    fast = fast_simulator(ctx)
     t_search = time.perf_counter()
-    history = [{"wall_s": t_search - t_begin, "evaluations": evals,
-                "best_step_time_s": best_s, "current_step_time_s": cur_s}]
+    session.record({"evaluations": evals, "best_step_time_s": session.best_score,
+                    "current_step_time_s": cur_s})
     rounds = stale = accepted = 0
-    last_note = t_search
-    top = _TopK(cb_top)
-    top.add(best, best_s)
-    validation = {"calls": 0, "corrections": 0}
+    deadline = session.deadline
 
-    def revalidate(round_index: int):
-        """Call the validation hook; on a new model re-score what the search holds."""
-        nonlocal fast, best, best_s, cur, cur_s, ref
-        validation["calls"] += 1
-        new_model = callback(round_index, top.ranked(), ctx.cost_model)
-        if new_model is None:
+    def validate(round_index: int):
+        """Call the hook; on a new model: a new context, the current placement re-scored."""
+        nonlocal ctx, fast, cur_s, ref
+        made = {}
+
+        def rescore(model, placements):
+            made["ctx"] = ctx.with_cost_model(model)  # never changes the context in use
+            return _score_fixed(made["ctx"], placements, checks)[0]
+
+        new = session.validate(round_index, rescore)
+        if new is None:
             return
-        validation["corrections"] += 1
-        _switch_model(ctx, new_model)
-        if fast is not None:
-            from simplace.sim import batched_simulator
+        ctx = made["ctx"]
+        fast = fast_simulator(ctx)
+        cur_s = float(_score_fixed(ctx, cur[None], checks)[0][0])
+        ref = session.best_score if session.best_score < OOM_PENALTY else None
 
-            fast = batched_simulator(g, ctx.cost_model, memory=False)
-        held = top.ranked() + [best, cur]
-        scores, _ = _score_fixed(ctx, np.stack(held), checks)
-        top.items.clear()
-        for p, sc in zip(held[:-1], scores[:-1], strict=True):
-            top.add(p, sc)
-        k = int(np.argmin(scores[:-1]))
-        best, best_s = held[k].copy(), float(scores[k])
-        cur_s = float(scores[-1])
-        ref = best_s if best_s < OOM_PENALTY else None
     stop = "budget"
     while True:
-        now = time.perf_counter()
         if max_evals is not None and evals >= max_evals:
             stop = "max_evaluations"
-            break
-        if now >= deadline:
-            stop = "time budget"
             break
         if stale >= patience:
             stop = "patience"
             break
+        if session.should_stop():
+            stop = session.stop
+            break
+        now = time.perf_counter()
+        session.step_started()
+        best_s = session.best_score
         frac = 0.0
         if max_evals is not None:
             frac = evals / max_evals
@@ -484,11 +487,11 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             # then step time, and check the first few exactly.
             steps = np.where(same, np.inf, fast(cand).step_time_s)
             u = rng.random()
-            top = np.lexsort((steps, _param_excess(ctx, cand)))[:REPAIR_CHECKS]
-            obj, _ = _objective(ctx, _pad(cand[top], REPAIR_CHECKS))
-            obj = obj[:len(top)]
-            memory_checks += len(top)
-            pick = int(top[int(np.argmin(obj))]), float(obj.min())
+            first = np.lexsort((steps, _param_excess(ctx, cand)))[:REPAIR_CHECKS]
+            obj, _ = _objective(ctx, _pad(cand[first], REPAIR_CHECKS))
+            obj = obj[:len(first)]
+            memory_checks += len(first)
+            pick = int(first[int(np.argmin(obj))]), float(obj.min())
         elif screen:
             # Step times of the whole batch without memory; the exact memory check only
             # for the few fastest, and only when the fastest would be accepted.
@@ -502,13 +505,13 @@ def place(ctx: PlacerContext) -> PlacerOutput:
                 # Check the fastest few; if all are OOM, the next few (at a memory
                 # frontier the fastest neighbours are often the ones that overflow).
                 for c in range(0, len(ranked), checks):
-                    top = ranked[c:c + checks]
-                    obj, _ = _objective(ctx, _pad(cand[top], checks))
-                    obj = obj[:len(top)]
-                    memory_checks += len(top)
+                    few = ranked[c:c + checks]
+                    obj, _ = _objective(ctx, _pad(cand[few], checks))
+                    obj = obj[:len(few)]
+                    memory_checks += len(few)
                     k = int(np.argmin(obj))
                     if pick is None or obj[k] < pick[1]:
-                        pick = int(top[k]), float(obj[k])
+                        pick = int(few[k]), float(obj[k])
                     if pick[1] < OOM_PENALTY:
                         break
         else:
@@ -517,47 +520,45 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             u = rng.random()
             k = int(np.argmin(obj))
             pick = k, float(obj[k])
-        if pick is not None and callback is not None:
-            top.add(cand[pick[0]], pick[1])
+        improved = False
         if pick is not None and _accepts(pick[1] - cur_s, u, temp):
             cur, cur_s = cand[pick[0]].copy(), pick[1]
             accepted += 1
-        improved = cur_s < best_s
+        if pick is not None and math.isfinite(pick[1]):
+            # A pick better than the best is always accepted (the current placement is
+            # never better than the best), so the best is the best accepted placement.
+            improved = session.offer(cand[pick[0]], pick[1])
         if improved:
-            best, best_s = cur.copy(), cur_s
             stale = 0
         else:
             stale += 1
             if stale % max(1, patience // 4) == 0:
-                cur, cur_s = best.copy(), best_s  # back to the best, from a new angle
-        if callback is not None and cb_every and rounds % cb_every == 0:
-            revalidate(rounds)
-        now = time.perf_counter()
+                # back to the best, from a new angle
+                cur, cur_s = session.best.copy(), session.best_score
+        if session.validation_due(rounds):
+            validate(rounds)
+        session.step_done()
         if improved or rounds % 10 == 0:  # rows by round count: deterministic
-            history.append({"wall_s": now - t_begin, "evaluations": evals,
-                            "best_step_time_s": best_s, "current_step_time_s": cur_s})
-        if now - last_note > 3.0:
-            last_note = now
-            ctx.progress(f"local: {evals} evaluations, best {best_s:.6g} s, "
-                         f"current {cur_s:.6g} s, T {temp:.3g}")
-    if callback is not None:
-        revalidate(-1)
-    t_end = time.perf_counter()
-    history.append({"wall_s": t_end - t_begin, "evaluations": evals,
-                    "best_step_time_s": best_s, "current_step_time_s": cur_s})
-    search_s = t_end - t_search
+            session.record({"evaluations": evals, "best_step_time_s": session.best_score,
+                            "current_step_time_s": cur_s})
+        elapsed = time.perf_counter() - t_search
+        session.show(evals, (evals - len(start_p)) / elapsed if elapsed > 0 else 0.0, cur_s)
+    if session.hook is not None and stop != "interrupted":
+        validate(-1)
+    session.record({"evaluations": evals, "best_step_time_s": session.best_score,
+                    "current_step_time_s": cur_s})
+    search_s = time.perf_counter() - t_search
+    best, best_s = session.best, session.best_score
     info = {
         "starts": start_report, "start": found[j][0], "start_score": float(start_s[j]),
         "score": best_s, "fits": bool(best_s < OOM_PENALTY), "evaluations": evals,
         "memory_checks": memory_checks if screen else evals, "screen": screen,
-        "rounds": rounds, "accepted": accepted, "stop": stop, "batch": batch,
-        "search_s": search_s,
+        "rounds": rounds, "accepted": accepted, "batch": batch, "search_s": search_s,
         "evaluations_per_s": (evals - len(start_p)) / search_s if search_s > 0 else None,
         "groupings": {name: len(ptr) - 1 for name, _, ptr in mover.groupings},
         "subtrees": len(mover.subtrees),
+        **session.finish(stop),
     }
-    if callback is not None:
-        info["validation"] = validation
-        if validation["corrections"]:
-            info["corrected_cost_model"] = ctx.cost_model
-    return PlacerOutput(best.astype(np.int32), history=history, info=info)
+    return PlacerOutput(best.astype(np.int32), history=session.history, info=info,
+                        cost_model=session.cost_model if session.validation["corrections"]
+                        else None)

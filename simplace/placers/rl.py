@@ -14,29 +14,60 @@ Options (``optimize(..., **options)``):
     policy sizes.
   history: a JSON path for the per-update reward curve; plot: a PNG path for its plot
     (default: the history path with ``.png``).
-  checkpoint, checkpoint_every: resume from / save to a ``.npz`` file.
-  callback, callback_every: ``callback(simplace.rl.RLStatus) -> bool | CostModel |
-    None`` every N updates (default 100) and at the end; True stops the run, a CostModel
-    (drift-corrected, see ``simplace.validate.rl_status_callback``) is trained against
-    from then on and lands in ``info["corrected_cost_model"]``.
+  checkpoint, checkpoint_every, checkpoint_every_s: resume from / save to a ``.npz``
+    file, every N updates (default 50) and every S seconds (default 30).
+  validate, validate_every, top_k: the search session's validation hook
+    ``(update, candidates, cost_model) -> CostModel | None`` (``simplace.search``), every
+    N updates (0, the default: only at the end); a returned (drift-corrected) model is
+    trained against from then on, and is the result's ``cost_model``.
   stop_after_updates: stop after that many updates (to be resumed from a checkpoint).
   progress_bar: draw a progress bar on stderr.
+
+The budget runs from the call of ``optimize``: warm starts, building the policy and
+compilation count. On ``simplace.search.request_stop()`` (Ctrl-C in the CLI) training
+stops after the current update; the checkpoint and history are written and the best
+placement so far is returned (``info["stop"] == "interrupted"``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
 
 from simplace.errors import SimplaceError
 from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.search import OOM_PENALTY, SESSION_OPTIONS
 
 DEFAULT_MAX_UNITS = {"seq2seq": 256, "hierarchical": 1024, "gnn": 1024}
 _NOT_WARM = ("local", "exact", "all")
 _POLICY_KW = {"seq2seq": ("hidden", "attention"),
               "hierarchical": ("hidden", "groups", "grouper_hidden", "attention"),
               "gnn": ("hidden", "groups", "layers")}
+_POLICY_DOC = {"hidden": "hidden width of the policy", "attention": "use attention",
+               "groups": "groups the grouper pools units into",
+               "grouper_hidden": "hidden width of the grouper", "layers": "GNN layers"}
+
+
+def _options(policy: str) -> dict[str, str]:
+    """The options an ``rl-<policy>`` method declares."""
+    from simplace.rl.reinforce import RLConfig
+
+    opts = {f.name: f"REINFORCE setting (RLConfig.{f.name})"
+            for f in dataclasses.fields(RLConfig)}
+    opts.update({
+        "episodes": "sampled placements in all (deterministic for a seed)",
+        "warm_start": "method name(s), 'best' or an int[M] placement to start from",
+        "units": "'auto', 'ops' or a number of units", "max_units": "units at most",
+        "history": "JSON path of the reward curve", "plot": "PNG path of its plot",
+        "checkpoint": ".npz path to resume from and save to",
+        "checkpoint_every": "save every N updates (default 50)",
+        "checkpoint_every_s": "save every S seconds (default 30)",
+        "stop_after_updates": "stop after N updates (resume later)",
+        "progress_bar": "draw a progress bar on stderr",
+        **{k: _POLICY_DOC[k] for k in _POLICY_KW[policy]}, **SESSION_OPTIONS})
+    return opts
 
 
 def fast_heuristics() -> list[str]:
@@ -49,7 +80,7 @@ def fast_heuristics() -> list[str]:
 def _warm_starts(ctx: PlacerContext):
     """[(label, placement)] and their penalised scores from option ``warm_start``."""
     from simplace.placement import check_placement
-    from simplace.placers import methods, optimize
+    from simplace.placers import _place, methods
 
     ws = ctx.options.get("warm_start")
     if ws is None or (isinstance(ws, str) and ws in ("", "none")):
@@ -63,8 +94,9 @@ def _warm_starts(ctx: PlacerContext):
                 raise SimplaceError(
                     f"Unknown warm-start method {n!r}: use one of "
                     f"{', '.join(fast_heuristics())}, 'best', 'none' or a placement.")
-        found = [(n, optimize(ctx.graph, ctx.cost_model, n, seed=ctx.seed).placement)
-                 for n in names]
+        # Raw placements (no reference simulation): they are scored below in one batch.
+        found = [(n, check_placement(_place(ctx.graph, ctx.cost_model, n, seed=ctx.seed)[0]
+                                     .placement, m, d)) for n in names]
     else:
         try:
             found = [("placement", check_placement(np.asarray(ws), m, d))]
@@ -85,6 +117,8 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     episodes = opts.get("episodes")
     if g.num_ops == 0 or d == 1:
         return PlacerOutput(np.zeros(g.num_ops, np.int32), info={"note": "nothing to place"})
+    session = ctx.session(f"rl-{policy_name}", bar=bool(opts.get("progress_bar", False)),
+                          unit="episodes")
     warm, warm_scores = _warm_starts(ctx)
     max_units = int(opts.get("max_units", DEFAULT_MAX_UNITS[policy_name]))
     units = build_units(g, ctx.op_times, unit_grouping(g, opts.get("units", "auto"), max_units))
@@ -93,13 +127,11 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     trainer = Trainer(g, ctx.inputs, units, policy, cfg, seed=ctx.seed)
     label = f"rl-{policy_name}"
     res = train(trainer, episodes=None if episodes is None else int(episodes),
-                budget_s=ctx.budget_s, warm_starts=warm, warm_scores=warm_scores,
+                session=session, warm_starts=warm, warm_scores=warm_scores,
                 checkpoint=opts.get("checkpoint"),
                 checkpoint_every=int(opts.get("checkpoint_every", 50)),
-                callback=opts.get("callback"),
-                callback_every=int(opts.get("callback_every", 100)),
-                stop_after_updates=opts.get("stop_after_updates"), progress=ctx.progress,
-                progress_bar=bool(opts.get("progress_bar", False)), policy_kw=policy_kw,
+                checkpoint_every_s=float(opts.get("checkpoint_every_s", 30.0)),
+                stop_after_updates=opts.get("stop_after_updates"), policy_kw=policy_kw,
                 label=label)
     hist_path = opts.get("history")
     meta = {"method": label, "graph": g.name, "graph_hash": g.hash, "seed": ctx.seed,
@@ -110,28 +142,34 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
                                      if hist_path else None)
     if plot_path and res.history:
         plot_history(res.history, plot_path, title=f"{label} on {g.name or 'graph'}")
-    info = {**res.info, "score": res.best_score, "fits": bool(res.best_score < 1e6),
+    info = {**res.info, "score": res.best_score, "fits": bool(res.best_score < OOM_PENALTY),
             "policy": policy_name, "warm_starts": {n: s for (n, _), s in
-                                                   zip(warm, warm_scores, strict=True)}}
-    if trainer.corrected_cost_model is not None:
-        info["corrected_cost_model"] = trainer.corrected_cost_model
+                                                   zip(warm, warm_scores, strict=True)},
+            **session.finish(res.info["stop"])}
+    info["run_wall_s"] = res.info["wall_s"]  # earlier legs (a resumed checkpoint) included
+    if hist_path:
+        info["history_path"] = hist_path
+    if opts.get("checkpoint"):
+        info["checkpoint_path"] = opts["checkpoint"]
     rows = [{**r, "step_time_s": r["best_step_time_s"]} for r in res.history]
-    return PlacerOutput(res.best_placement.astype(np.int32), history=rows, info=info)
+    return PlacerOutput(res.best_placement.astype(np.int32), history=rows, info=info,
+                        cost_model=session.cost_model if session.validation["corrections"]
+                        else None)
 
 
-@register("rl-seq2seq")
+@register("rl-seq2seq", options=_options("seq2seq"))
 def place_seq2seq(ctx: PlacerContext) -> PlacerOutput:
     """``rl-seq2seq``: REINFORCE, LSTM encoder + attention decoder over groups (2017)."""
     return run_policy(ctx, "seq2seq")
 
 
-@register("rl-hierarchical")
+@register("rl-hierarchical", options=_options("hierarchical"))
 def place_hierarchical(ctx: PlacerContext) -> PlacerOutput:
     """``rl-hierarchical``: REINFORCE, feed-forward grouper + seq2seq placer (2018)."""
     return run_policy(ctx, "hierarchical")
 
 
-@register("rl-gnn")
+@register("rl-gnn", options=_options("gnn"))
 def place_gnn(ctx: PlacerContext) -> PlacerOutput:
     """``rl-gnn``: REINFORCE, GNN with learned pooling and an MLP placer (HSDAG)."""
     return run_policy(ctx, "gnn")

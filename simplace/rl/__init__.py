@@ -12,13 +12,12 @@
 from simplace.rl.features import Units, build_units, unit_grouping
 from simplace.rl.history import plot_history, save_history
 from simplace.rl.policies import POLICIES, Policy, Sample, make_policy
-from simplace.rl.reinforce import RLConfig, RLStatus, Trainer, TrainResult, train
+from simplace.rl.reinforce import RLConfig, Trainer, TrainResult, train
 
 __all__ = [
     "POLICIES",
     "Policy",
     "RLConfig",
-    "RLStatus",
     "Sample",
     "TrainResult",
     "Trainer",

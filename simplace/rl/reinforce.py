@@ -1,8 +1,8 @@
-"""The REINFORCE engine: one jitted update samples, simulates, scores and steps.
+"""The REINFORCE engine: each update samples, simulates, scores and steps.
 
 Each update draws K placements of the units from the policy, expands them to ops (a
-gather), simulates all K in one call of the batched simulator's pure function, turns
-step times into rewards and takes one policy-gradient step:
+gather), simulates all K in one call of the batched simulator, turns step times into
+rewards and takes one policy-gradient step:
 
   loss = -mean_k(A_k * log p(a_k)) - beta * mean_k(H_k),
 
@@ -10,7 +10,9 @@ with A_k = R_k - baseline (optionally divided by the batch's reward std) and H_k
 entropy of the distributions sample k was drawn from, summed over its decisions like
 log p (so beta weighs one decision's entropy against one decision's log-probability).
 The gradient comes from one ``jax.vjp`` of the sampling pass (no second,
-teacher-forced pass); the simulation sits outside the differentiated function.
+teacher-forced pass): a jitted policy step samples and keeps the vjp, the simulator runs
+on its own (compiled once per problem), and a jitted learning step finishes the
+gradient (``Trainer.update_fn``).
 
 Rewards (Mirhoseini et al. use sqrt): with t the step time over a reference time
 ``t_ref`` (the warm start's, or the first batch's mean), ``neg``: -t, ``sqrt``:
@@ -19,14 +21,12 @@ max(``oom_factor`` x t_ref, the batch's slowest time) and its advantage is clipp
 <= 0: it is never reinforced, and never becomes the best placement (its penalised score
 is ``OOM_PENALTY`` behind every placement that fits).
 
-Memory inside the jit: ``oom="bound"`` uses the simulator's cheap upper bound of peak
-memory (a placement whose bound exceeds a capacity counts as OOM: conservative, never
-lets an OOM placement through); ``oom="exact"`` runs the simulator's exact peak-memory
-pass, whose final event sweep runs on the host through ``jax.pure_callback`` (several
-times slower; a sample that would be kept as a candidate is re-checked by the host's
-simulator, since ties between a free and an allocation at equal times can break
-differently in this jit's fused arithmetic); ``"auto"`` picks exact only when the bound
-flags at least 10% of K uniformly random placements (what an untrained policy draws).
+Memory: ``oom="bound"`` uses the simulator's cheap upper bound of peak memory (a
+placement whose bound exceeds a capacity counts as OOM: conservative, never lets an OOM
+placement through); ``oom="exact"`` runs the simulator's exact peak-memory pass, whose
+final event sweep runs on the host (several times slower); ``"auto"`` picks exact only
+when the bound flags at least 10% of K uniformly random placements (what an untrained
+policy draws).
 
 Optimizer: ``clip_by_global_norm`` then Adam, with the learning rate (warm-up, then
 cosine decay to ``lr_end``) and the entropy weight (geometric from ``entropy`` to
@@ -36,6 +36,11 @@ of episodes done, or of the time budget, whichever is further.
 Determinism: every random choice comes from ``jax.random.key(seed)``; with
 ``episodes`` (and no time budget) a run is a fixed function of the seed, and a run
 resumed from a checkpoint continues exactly as the uninterrupted run would.
+
+The clock, stop reason, best placement, kept candidates, history, progress line and
+validation hook are the run's ``simplace.search.SearchSession`` (shared with local
+search). Resuming a finished run's checkpoint trains a new leg (``_leg``): the budget or
+episodes given, counted from this call, never the earlier run's time.
 """
 
 from __future__ import annotations
@@ -44,7 +49,6 @@ import dataclasses
 import hashlib
 import math
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -58,11 +62,11 @@ from simplace.errors import SimplaceError
 from simplace.rl import checkpoint as ckpt
 from simplace.rl.features import Units
 from simplace.rl.policies import Policy
+from simplace.search import OOM_PENALTY, SearchSession, penalised
 
 REWARDS = ("neg", "sqrt", "log")
 BASELINES = ("mean", "ema")
 OOM_MODES = ("auto", "bound", "exact")
-OOM_PENALTY = 1e6  # same meaning as simplace.placers.OOM_PENALTY (kept import-free)
 # Neither episodes nor a time budget given: this many episodes, so that the default run
 # is a fixed function of the seed (as ``optimize`` promises).
 DEFAULT_EPISODES = 2048
@@ -130,27 +134,6 @@ class RLConfig:
                                 ) from None
 
 
-class RLStatus(NamedTuple):
-    """What the callback receives every ``callback_every`` updates (and at the end).
-
-    update, episodes, wall_s: progress of the run. best_placement: int32[M] op
-    placement of the best placement seen; best_step_time_s, best_oom: its simulated
-    figures. mean_step_time_s: mean over the last batch's placements that fit.
-    candidates: the best few distinct placements seen, [(int32[M], step_time_s)], best
-    first (what a validation on hardware runs). done: True on the final call.
-    """
-
-    update: int
-    episodes: int
-    wall_s: float
-    best_placement: np.ndarray
-    best_step_time_s: float
-    best_oom: bool
-    mean_step_time_s: float
-    candidates: list
-    done: bool
-
-
 @dataclasses.dataclass
 class TrainResult:
     """best_placement int32[M], best_score (step time, + OOM_PENALTY if OOM), history
@@ -197,9 +180,11 @@ class Trainer:
         self.tx = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                               optax.scale_by_adam())
         self._sims: dict = {}
+        self._sims_jit: dict = {}
         self._steps: dict = {}
-        self.corrected_cost_model = None  # set when validation corrects the cost model
         self._imitate = None
+        # Wall seconds spent in each part of the updates run so far (see update_fn).
+        self.timing = {"policy_s": 0.0, "simulator_s": 0.0, "learn_s": 0.0, "updates": 0}
 
     def use_inputs(self, inputs) -> None:
         """Go on against new simulator inputs (a drift-corrected cost model of the same
@@ -207,6 +192,7 @@ class Trainer:
         self.inputs = inputs
         self.capacity = np.asarray(inputs.memory_bytes, np.float64)
         self._sims.clear()
+        self._sims_jit.clear()
         self._steps.clear()
 
     # ------------------------------------------------------------------ simulation
@@ -217,39 +203,47 @@ class Trainer:
             self._sims[memory] = BatchedSimulator(self.graph, self.inputs, memory=memory)
         return self._sims[memory]
 
-    def _simulate(self, mode: str, consts, placements):
-        """(step_time float64[K], oom bool[K]) inside the jit."""
-        from simplace.sim.batched import _sweep_peaks
+    def _bound_sim(self):
+        """The jitted ``(consts, placements) -> (step_time float64[K], oom bool[K])`` of
+        the cheap memory bound (a placement whose bound exceeds a capacity counts as OOM;
+        the same margin as the simulator's own screen). Compiled once, shared by
+        ``probe`` and every update (one compilation of the simulator per problem)."""
+        if "bound" not in self._sims_jit:
+            fn, consts = self.simulator("oom").traceable()
+            cap = jnp.asarray(self.capacity)
 
-        fn, _ = self.simulator("oom" if mode == "bound" else True).traceable()
-        step, _, _, mem = fn(consts, placements)
-        cap = jnp.asarray(self.capacity)
+            def run(c, p):
+                step, _, _, mem = fn(c, p)
+                return step, jnp.any(mem * (1 + 1e-9) > cap[None, :], axis=1)
+
+            jitted = jax.jit(run)
+            self._sims_jit["bound"] = lambda p: jitted(consts, p)
+        return self._sims_jit["bound"]
+
+    def _simulate(self, mode: str, placements):
+        """(step_time float64[K], oom bool[K]) of op placements int32[K, M]: the jitted
+        bound, or (``"exact"``) the batched simulator's exact peak memory, whose event
+        sweep runs on the host."""
         if mode == "bound":
-            # The same margin as the simulator's own screen (sums of byte counts).
-            return step, jnp.any(mem * (1 + 1e-9) > cap[None, :], axis=1)
-        d = self.inputs.num_devices
-
-        def host_oom(params, kf, ka, dev, size):
-            peak = np.asarray(params) + _sweep_peaks(np.asarray(kf), np.asarray(ka),
-                                                     np.asarray(dev), np.asarray(size), d)
-            return np.any(peak > self.capacity[None, :], axis=1)
-
-        oom = jax.pure_callback(host_oom, jax.ShapeDtypeStruct(step.shape, jnp.bool_), *mem,
-                                vmap_method="sequential")
-        return step, oom
+            return self._bound_sim()(placements)
+        res = self.simulator(True)(np.asarray(placements))
+        return jnp.asarray(res.step_time_s), jnp.asarray(res.oom)
 
     # ------------------------------------------------------------------ the update
-    def _update_impl(self, mode, consts, state: _State, lr, beta, t_ref):
-        cfg, k = self.cfg, self.k
-        key, k_s = jax.random.split(state.key)
+    def _policy_impl(self, params, key):
+        """Sample K unit placements; (key, logp, entropy, vjp of both, op placements)."""
+        key, k_s = jax.random.split(key)
 
-        def sampled(params):
-            s = self.policy.sample(params, k_s, k)
+        def sampled(p):
+            s = self.policy.sample(p, k_s, self.k)
             return (s.logp, s.entropy), s.unit_devices
 
-        (logp, ent), vjp_fn, unit_dev = jax.vjp(sampled, state.params, has_aux=True)
-        placements = unit_dev[:, self.unit_of_op]  # [K, M]: expand units to ops
-        step_t, oom = self._simulate(mode, consts, placements)
+        (logp, ent), vjp_fn, unit_dev = jax.vjp(sampled, params, has_aux=True)
+        return key, logp, ent, vjp_fn, unit_dev[:, self.unit_of_op]  # [K, M]: expand
+
+    def _learn_impl(self, state: _State, key, logp, ent, vjp_fn, placements, step_t, oom,
+                    lr, beta, t_ref):
+        cfg, k = self.cfg, self.k
         # t_ref NaN: the first update sets it to this batch's mean step time (of those
         # that fit; of all when none fits).
         fit_t = jnp.where(oom, 0.0, step_t)
@@ -300,14 +294,39 @@ class Trainer:
         return new, placements[j], score[j], stats
 
     def update_fn(self, mode: str):
-        """The jitted update ``(state, lr, beta, t_ref) -> (state, best placement of the
-        batch int32[M], its score, stats)``; run it under ``jax.enable_x64(True)``."""
+        """The update ``(state, lr, beta, t_ref) -> (state, best placement of the batch
+        int32[M], its score, stats)``; run it under ``jax.enable_x64(True)``.
+
+        Three calls: the jitted policy step (sampling and the forward half of its
+        gradient), the simulator (``_simulate``; compiled once per problem, shared with
+        ``probe``) and the jitted learning step (rewards, the backward half, Adam). The
+        simulator is kept out of the policy's programs so that it is compiled once,
+        not once more inside every program that uses it. The wall time of each part is
+        added to ``timing`` (``policy_s``, ``simulator_s``, ``learn_s``, ``updates``)."""
         if mode not in self._steps:
-            # The simulator's arrays are an argument, not constants baked into the program
-            # (big graphs would make compilation slow).
-            _, consts = self.simulator("oom" if mode == "bound" else True).traceable()
-            jitted = jax.jit(lambda *a: self._update_impl(mode, *a))
-            self._steps[mode] = lambda *a: jitted(consts, *a)
+            policy_step = jax.jit(self._policy_impl)
+            learn = jax.jit(self._learn_impl)
+            timing = self.timing
+
+            def step(state: _State, lr, beta, t_ref):
+                t0 = time.perf_counter()
+                key, logp, ent, vjp_fn, placements = policy_step(state.params, state.key)
+                placements.block_until_ready()
+                t1 = time.perf_counter()
+                step_t, oom = self._simulate(mode, placements)
+                jax.block_until_ready(step_t)
+                t2 = time.perf_counter()
+                out = learn(state, key, logp, ent, vjp_fn, placements, step_t, oom, lr,
+                            beta, t_ref)
+                jax.block_until_ready(out)
+                t3 = time.perf_counter()
+                timing["policy_s"] += t1 - t0
+                timing["simulator_s"] += t2 - t1
+                timing["learn_s"] += t3 - t2
+                timing["updates"] += 1
+                return out
+
+            self._steps[mode] = step
         return self._steps[mode]
 
     def init_state(self) -> _State:
@@ -332,6 +351,13 @@ class Trainer:
             self._imitate = jax.jit(step)
         target = jnp.asarray(unit_devices, jnp.int32)
         ll, n = -np.inf, 0
+        if hasattr(self.policy, "warm_start"):
+            # The policy can put itself on the warm start directly (a bias with a
+            # temperature around it): one exact step instead of Adam steps.
+            with jax.enable_x64(True):
+                params = self.policy.warm_start(state.params, np.asarray(unit_devices))
+                ll = float(self.policy.imitation_logp(params, target))
+            return state._replace(params=params), 1, math.exp(ll)
         with jax.enable_x64(True):
             for n in range(1, self.cfg.imitation_steps + 1):  # noqa: B007
                 state, ll = self._imitate(state, target, lr)
@@ -348,9 +374,16 @@ class Trainer:
         p = units[:, np.asarray(self.unit_of_op)].astype(np.int32)
         if extra is not None and len(extra):
             p = np.concatenate([p, np.asarray(extra, np.int32)])
-        res = self.simulator("oom")(p)
-        suspect = ~np.all(np.isnan(res.peak_memory_bytes), axis=1)
-        return p, np.where(res.oom, res.step_time_s + OOM_PENALTY, res.step_time_s), suspect
+        if len(p) != self.k:  # another batch size than the updates': the plain simulator
+            res = self.simulator("oom")(p)
+            suspect = ~np.all(np.isnan(res.peak_memory_bytes), axis=1)
+            return p, np.where(res.oom, res.step_time_s + OOM_PENALTY, res.step_time_s), \
+                suspect
+        # The updates' own jitted simulator (one compilation for both): flags are the
+        # bound's, so suspects are scored as OOM (conservative).
+        with jax.enable_x64(True):
+            step_t, suspect = jax.device_get(self._bound_sim()(jnp.asarray(p)))
+        return p, np.where(suspect, step_t + OOM_PENALTY, step_t), np.asarray(suspect)
 
 
 # ---------------------------------------------------------------------- the run
@@ -369,90 +402,70 @@ def _fingerprint(graph, trainer: Trainer, policy_kw: dict) -> dict:
                                for k, v in sorted(policy_kw.items())}}
 
 
-class _Bar:
-    """A one-line text progress bar on stderr (redrawn at most every 0.2 s)."""
+def _leg(meta: dict | None, update: int, k: int, episodes: int | None,
+         budget_s: float | None) -> tuple[int, int | None, bool]:
+    """(first update of this leg, its last update or None for a time budget, whether an
+    unfinished leg is continued).
 
-    def __init__(self, label: str, total: int | None, stream=sys.stderr):
-        self.label, self.total, self.stream, self.last = label, total, stream, 0.0
-
-    def show(self, episodes: int, rate: float, best_s: float, mean_s: float,
-             force: bool = False):
-        now = time.perf_counter()
-        if not force and now - self.last < 0.2:
-            return
-        self.last = now
-        if self.total:
-            f = min(1.0, episodes / self.total)
-            bar = "#" * int(24 * f) + "-" * (24 - int(24 * f))
-            head = f"[{bar}] {episodes}/{self.total}"
-        else:
-            head = f"{episodes}"
-        self.stream.write(f"\r{self.label} {head} episodes, {rate:,.0f}/s, best "
-                          f"{best_s * 1e3:.3f} ms, mean {mean_s * 1e3:.3f} ms   ")
-        self.stream.flush()
-
-    def close(self):
-        self.stream.write("\n")
-        self.stream.flush()
-
-
-def _switch_cost_model(trainer: Trainer, cost_model, best, candidates):
-    """Point ``trainer`` at ``cost_model``; re-score the kept placements under it."""
-    from simplace.sim import sim_inputs
-
-    trainer.use_inputs(sim_inputs(trainer.graph, cost_model))
-    trainer.corrected_cost_model = cost_model
-    kept = [c for _, c in candidates]
-    if best is not None and not any(np.array_equal(best, c) for c in kept):
-        kept.append(best)
-    if not kept:
-        return best, math.inf, candidates
-    res = trainer.simulator(True)(np.stack(kept))
-    scores = np.where(res.oom, res.step_time_s + OOM_PENALTY, res.step_time_s)
-    rescored = sorted(zip(scores.tolist(), kept, strict=True), key=lambda c: c[0])
-    return rescored[0][1], float(rescored[0][0]), rescored[:5]
+    A run is a sequence of legs, one per ``train`` call that trains. A checkpoint of an
+    unfinished leg (stopped, interrupted) with an episode target is continued to the same
+    target when the call asks for the same episodes: the resumed run then equals the
+    uninterrupted one. Anything else (a finished run, another target, a time budget)
+    starts a new leg at the checkpoint's update: ``episodes`` more, or ``budget_s`` more
+    seconds, with the learning-rate and entropy schedules started afresh."""
+    if episodes is None and budget_s is None:
+        episodes = DEFAULT_EPISODES
+    leg_updates = None if episodes is None else -(-int(episodes) // k)
+    if meta is not None:
+        leg = meta.get("leg") or {}
+        if not meta.get("finished", True) and leg.get("updates") is not None and \
+                leg["updates"] == leg_updates and budget_s is None:
+            return int(leg["start"]), int(leg["start"]) + leg_updates, True
+    return update, None if leg_updates is None else update + leg_updates, False
 
 
 def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | None = None,
+          session: SearchSession | None = None,
           warm_starts: list[tuple[str, np.ndarray]] | None = None,
           warm_scores: list[float] | None = None, checkpoint: str | None = None,
-          checkpoint_every: int = 50, callback: Callable[[RLStatus], Any] | None = None,
-          callback_every: int = 100, stop_after_updates: int | None = None,
+          checkpoint_every: int = 50, checkpoint_every_s: float = 30.0,
+          stop_after_updates: int | None = None,
           progress: Callable[[str], None] | None = None, progress_bar: bool = False,
           policy_kw: dict | None = None, label: str = "rl") -> TrainResult:
     """Train ``trainer``'s policy and return the best placement seen.
 
     Args:
-      episodes: sampled placements in all (updates = ceil(episodes / K)).
-      budget_s: wall-time budget, compilation included (with neither: DEFAULT_EPISODES
-        episodes).
+      episodes: sampled placements in this leg (updates = ceil(episodes / K)).
+      budget_s: wall-time budget when no ``session`` is given (with neither episodes nor
+        a budget: DEFAULT_EPISODES episodes).
+      session: the ``simplace.search.SearchSession`` that owns the clock (its budget runs
+        from when the work began: warm starts and compilation count), the best
+        placement, the validation hook (called every ``validate_every`` updates and at
+        the end; a returned cost model is trained against from then on, and
+        ``session.cost_model`` is the one the result's score belongs to), history and
+        progress. Default: a new one with ``budget_s``, ``progress``, ``progress_bar``.
       warm_starts: [(label, op placement int32[M])]: the best seeds the best-so-far, and
         the policy first imitates its unit placement (``RLConfig.imitation_*``);
         ``warm_scores`` their penalised step times (from the batched simulator).
       checkpoint: a ``.npz`` path: resumed from when it exists (same problem, policy,
-        config and seed, else ``SimplaceError``), written every ``checkpoint_every``
-        updates and at the end.
-      callback: called with an ``RLStatus`` every ``callback_every`` updates and once at
-        the end; returning True stops the run, returning a CostModel (drift-corrected by
-        validation on hardware) makes training go on against it (and the result is the
-        best placement under the last such model: ``trainer.corrected_cost_model``).
+        config and seed, else ``SimplaceError``; see ``_leg`` for what a resumed run
+        trains), written every ``checkpoint_every`` updates, every
+        ``checkpoint_every_s`` seconds and at the end (an interrupted run included).
       stop_after_updates: stop this call after that many updates (a run that a
         checkpoint resumes later; tests use it to interrupt).
-      progress: short messages every few seconds; progress_bar: a bar on stderr.
     """
-    t_begin = time.perf_counter()
     cfg, k = trainer.cfg, trainer.k
     if episodes is not None and int(episodes) < 1:
         raise SimplaceError(f"episodes must be >= 1, got {episodes}.")
-    if budget_s is None and episodes is None:
-        episodes = DEFAULT_EPISODES
-    total_updates = None if episodes is None else -(-int(episodes) // k)
+    if session is None:
+        session = SearchSession(label, None, budget_s=budget_s, progress=progress,
+                                bar=progress_bar, unit="episodes")
+    budget_s = session.budget_s
     fp = _fingerprint(trainer.graph, trainer, policy_kw or {})
     state = trainer.init_state()
-    history: list[dict] = []
     info: dict[str, Any] = {}
-    candidates: list[tuple[float, np.ndarray]] = []  # (score, placement), best first
     resumed = bool(checkpoint) and os.path.exists(checkpoint)
+    meta = None
     if resumed:
         trees, meta = ckpt.load(checkpoint, {"params": state.params,
                                              "opt_state": state.opt_state})
@@ -467,23 +480,26 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
                            jnp.float32(meta["baseline"] if meta["baseline"] is not None
                                        else np.nan))
         update, done_episodes = meta["update"], meta["episodes"]
-        mode, t_ref, best_score = meta["mode"], meta["t_ref"], meta["best_score"]
-        best = np.asarray(meta["best_placement"], np.int32)
-        candidates = [(s, np.asarray(p, np.int32)) for s, p in meta["candidates"]]
-        history, info = meta["history"], meta["info"]
+        mode, t_ref = meta["mode"], meta["t_ref"]
+        for s, p in meta["candidates"]:
+            session.offer(np.asarray(p, np.int32), s)
+        if meta["best_placement"] is not None:
+            session.offer(np.asarray(meta["best_placement"], np.int32), meta["best_score"])
+        session.history.extend(meta["history"])
+        info = meta["info"]
+        # This run's clock starts now; history rows go on from the earlier runs' time.
         elapsed0 = meta["wall_s"]
         info["resumed_at_update"] = update
     else:
         update = done_episodes = 0
         elapsed0 = 0.0
-        best, best_score = None, math.inf
+        best_warm = None
         for (name, p), s in zip(warm_starts or [], warm_scores or [], strict=True):
-            if s < best_score:
-                best, best_score = np.asarray(p, np.int32), float(s)
-                info["warm_start"] = name
-            candidates.append((float(s), np.asarray(p, np.int32)))
-        if best is not None:
-            target = trainer.units.unit_placement(best)
+            if session.offer(np.asarray(p, np.int32), float(s)):
+                best_warm = name
+        if best_warm is not None:
+            info["warm_start"] = best_warm
+            target = trainer.units.unit_placement(session.best)
             state, n, lik = trainer.imitate(state, target, cfg.lr)
             info.update(imitation_steps=n, imitation_likelihood=lik)
         mode = cfg.oom
@@ -492,56 +508,65 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             mode = "exact" if suspect.mean() >= 0.1 else "bound"
             info["probe_suspect_fraction"] = float(suspect.mean())
         # The warm start's step time, or (NaN) the first batch's mean, set in the jit.
-        t_ref = best_score if best is not None and best_score < OOM_PENALTY else math.nan
+        t_ref = session.best_score if session.best is not None and \
+            session.best_score < OOM_PENALTY else math.nan
         info["oom_mode"] = mode
-    candidates.sort(key=lambda c: c[0])
+    leg_start, leg_end, continued = _leg(meta, update, k, episodes, budget_s)
+    if resumed and not continued:
+        info["legs"] = info.get("legs", 1) + 1
+    session.line.total = None if leg_end is None else leg_end * k
     step = trainer.update_fn(mode)
-    bar = _Bar(label, None if episodes is None else int(episodes)) if progress_bar else None
     t_run = time.perf_counter()
-    deadline = math.inf if budget_s is None else t_begin + float(budget_s) - elapsed0
-    last_note = t_run
-    stop, n_this = "episodes", 0
+    n_this = 0
     mean_s = math.nan
     t_steady = t_run
 
-    def save_ckpt():
+    def save_ckpt(finished: bool):
         if not checkpoint:
             return
         with jax.enable_x64(True):
             key_data = np.asarray(jax.random.key_data(state.key)).tolist()
         bl = float(state.baseline)
+        best = session.best
         ckpt.save(checkpoint, {"params": state.params, "opt_state": state.opt_state}, {
             "fingerprint": json_round(fp), "update": update, "episodes": done_episodes,
             "key": key_data, "baseline": None if math.isnan(bl) else bl, "mode": mode,
-            "t_ref": t_ref, "best_score": best_score,
+            "t_ref": t_ref, "best_score": session.best_score,
             "best_placement": None if best is None else best.tolist(),
-            "candidates": [(s, c.tolist()) for s, c in candidates], "history": history,
-            "info": info, "wall_s": elapsed0 + time.perf_counter() - t_begin})
+            "candidates": [(s, c.tolist()) for s, c in session.top.ranked()],
+            "history": session.history, "info": info,
+            "leg": {"start": leg_start, "updates": None if leg_end is None
+                    else leg_end - leg_start},
+            "finished": finished, "wall_s": elapsed0 + session.elapsed()})
 
-    def status(done: bool) -> RLStatus:
-        return RLStatus(update, done_episodes, elapsed0 + time.perf_counter() - t_begin,
-                        best, best_score - OOM_PENALTY if best_score >= OOM_PENALTY
-                        else best_score, best_score >= OOM_PENALTY, mean_s,
-                        [(c, s) for s, c in candidates], done)
+    def rescore(model, placements):
+        """Point the trainer at ``model``; the penalised scores of ``placements``."""
+        from simplace.sim import sim_inputs
 
+        trainer.use_inputs(sim_inputs(trainer.graph, model))
+        res = trainer.simulator(True)(placements)
+        return penalised(res.step_time_s, res.oom)
+
+    stop = "episodes"
     while True:
-        now = time.perf_counter()
-        if total_updates is not None and update >= total_updates:
+        if leg_end is not None and update >= leg_end:
             stop = "episodes"
-            break
-        if now >= deadline:
-            stop = "time budget"
             break
         if stop_after_updates is not None and n_this >= stop_after_updates:
             stop = "stopped"
             break
+        if session.should_stop():
+            stop = session.stop
+            break
+        now = time.perf_counter()
+        session.step_started()
         frac = 0.0
-        if total_updates is not None:
-            frac = update / total_updates
-        if math.isfinite(deadline) and deadline > t_run:
+        if leg_end is not None:
+            frac = (update - leg_start) / max(1, leg_end - leg_start)
+        if math.isfinite(session.deadline) and session.deadline > t_run:
             # Of the time left for training when the loop began (compilation excluded).
-            frac = max(frac, (now - t_run) / (deadline - t_run))
-        lr, beta = _schedule(cfg, update, frac)
+            frac = max(frac, (now - t_run) / (session.deadline - t_run))
+        lr, beta = _schedule(cfg, update - leg_start, frac)
         with jax.enable_x64(True):
             state, p_best, s_best, stats = step(state, jnp.float32(lr), jnp.float32(beta),
                                                 jnp.float64(t_ref))
@@ -551,11 +576,12 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
         done_episodes += k
         if n_this == 1:
             t_steady = time.perf_counter()  # after the first update's compilation
-            info.setdefault("first_update_at_s", elapsed0 + t_steady - t_begin)
+            info.setdefault("first_update_at_s", elapsed0 + session.elapsed())
         if math.isnan(t_ref):
             t_ref = float(stats["t_ref_s"])
         s_best = float(s_best)
-        if mode == "exact" and s_best < (candidates[-1][0] if len(candidates) >= 5
+        kept = session.top.ranked()
+        if mode == "exact" and s_best < (kept[-1][0] if len(kept) >= session.top.k
                                          else math.inf):
             # The host's verdict on a placement that would be kept: the event sweep inside
             # this jit can break ties between a free and an allocation at equal times
@@ -564,63 +590,45 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             ver = trainer.simulator(True)(np.asarray(p_best)[None])
             s_best = float(ver.step_time_s[0]) + (OOM_PENALTY if ver.oom[0] else 0.0)
             info["verified"] = info.get("verified", 0) + 1
-        if s_best < best_score:
-            best, best_score = np.asarray(p_best, np.int32), s_best
-        if len(candidates) < 5 or s_best < candidates[-1][0]:
-            p_arr = np.asarray(p_best, np.int32)
-            if not any(np.array_equal(p_arr, c) for _, c in candidates):
-                candidates = sorted([*candidates, (s_best, p_arr)], key=lambda c: c[0])[:5]
+        session.offer(np.asarray(p_best, np.int32), s_best)
         mean_s = float(stats["mean_step_time_s"])
-        wall = elapsed0 + time.perf_counter() - t_begin
-        history.append({"update": update, "episodes": done_episodes, "wall_s": wall,
-                        "best_step_time_s": best_score, "lr": lr, "entropy_weight": beta,
-                        **{n: float(v) for n, v in stats.items()}})
-        if checkpoint and update % max(1, checkpoint_every) == 0:
-            save_ckpt()
+        session.record({"update": update, "episodes": done_episodes,
+                        "best_step_time_s": session.best_score, "lr": lr,
+                        "entropy_weight": beta, **{n: float(v) for n, v in stats.items()}},
+                       wall_offset_s=elapsed0)
+        if session.validation_due(update) and \
+                session.validate(update, rescore) is not None:
+            # Train on against the corrected model (the next update recompiles).
+            step = trainer.update_fn(mode)
+            if session.best_score < OOM_PENALTY:
+                t_ref = session.best_score
+            info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
+        session.step_done()
+        if checkpoint and (update % max(1, checkpoint_every) == 0
+                           or session.due("checkpoint", checkpoint_every_s)):
+            save_ckpt(False)
         now = time.perf_counter()
         rate = (n_this - 1) * k / max(now - t_steady, 1e-9) if n_this > 1 else 0.0
-        if bar is not None:
-            bar.show(done_episodes, rate, best_score, mean_s)
-        if progress is not None and now - last_note > 3.0:
-            last_note = now
-            progress(f"{label}: update {update}, {done_episodes} episodes ({rate:,.0f}/s), "
-                     f"best {best_score * 1e3:.4g} ms, mean {mean_s * 1e3:.4g} ms")
-        if callback is not None and update % max(1, callback_every) == 0:
-            verdict = callback(status(False))
-            if hasattr(verdict, "op_times"):
-                # A drift-corrected cost model: train on against it, with what was kept
-                # re-scored under it.
-                best, best_score, candidates = _switch_cost_model(
-                    trainer, verdict, best, candidates)
-                step = trainer.update_fn(mode)
-                if best_score < OOM_PENALTY:
-                    t_ref = best_score
-                info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
-            elif verdict:
-                stop = "callback"
-                break
-    if bar is not None:
-        bar.show(done_episodes, 0.0, best_score, mean_s, force=True)
-        bar.close()
-    if checkpoint:
-        save_ckpt()
+        session.show(done_episodes, rate, mean_s, "mean")
+    session.show(done_episodes, 0.0, mean_s, "mean", force=True)
+    session.line.close()
+    if session.hook is not None and stop != "interrupted" and \
+            session.validate(-1, rescore) is not None:
+        info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
     steady_s = time.perf_counter() - t_steady if n_this > 1 else 0.0
     info.update(stop=stop, updates=update, episodes=done_episodes, samples=k,
-                units=trainer.policy.num_units, wall_s=elapsed0 + time.perf_counter() - t_begin,
-                t_ref_s=t_ref,
+                units=trainer.policy.num_units, trained_updates=n_this,
+                wall_s=elapsed0 + session.elapsed(), t_ref_s=t_ref,
                 # Steady state: from the end of the first update (its compilation) on.
                 episodes_per_s=(n_this - 1) * k / steady_s if steady_s > 0 else None)
-    if callback is not None:
-        verdict = callback(status(True))
-        if hasattr(verdict, "op_times"):
-            best, best_score, candidates = _switch_cost_model(trainer, verdict, best,
-                                                              candidates)
-            info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
-    if best is None:  # no update ran (e.g. zero budget): the best random placement
+    if checkpoint:
+        save_ckpt(stop not in ("stopped", "interrupted"))
+    best, best_score = session.best, session.best_score
+    if best is None:  # no update ran (interrupted at once): the best random placement
         p, times, _ = trainer.probe()
         j = int(np.argmin(times))
         best, best_score = p[j].astype(np.int32), float(times[j])
-    return TrainResult(best, best_score, history, info)
+    return TrainResult(best, best_score, session.history, info)
 
 
 def json_round(obj):
