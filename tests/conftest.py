@@ -28,7 +28,78 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run tests marked slow")
 
 
+# Heavy cases of behaviours that keep a lighter case in the default run (the README's test
+# command must finish within 5 minutes on 2 cores). They are marked slow here, in one list,
+# and run with --runslow (CI runs them in a step of its own). Each entry's lighter sibling
+# is named in the comment; an entry that no longer matches a test of a collected file is an
+# error, so the list cannot rot silently.
+HEAVY = {
+    # random-DAG agreement: seed [0] stays
+    "tests/test_sim.py::test_batched_matches_reference_on_random_graphs[1]",
+    # zoo agreement: mlp and tiny_cnn stay
+    "tests/test_sim_zoo.py::test_batched_matches_reference_on_zoo_graphs[nmt_2layer-haswell_k40x2]",
+    "tests/test_sim_zoo.py::test_batched_matches_reference_on_zoo_graphs[transformer-placeto_k80x2]",
+    "tests/test_sim_zoo.py::test_batched_matches_reference_on_zoo_graphs[resnet50-cpu_h100x4_nvlink]",
+    # policies: gnn stays for each
+    "tests/test_rl.py::test_gradients_finite_and_update_moves_params[seq2seq]",
+    "tests/test_rl.py::test_gradients_finite_and_update_moves_params[hierarchical]",
+    "tests/test_rl.py::test_policy_reaches_oracle_optimum_and_learns[seq2seq]",
+    "tests/test_rl.py::test_policy_reaches_oracle_optimum_and_learns[hierarchical]",
+    # OOM handling: bound stays
+    "tests/test_rl.py::test_oom_samples_never_become_best[exact]",
+    # small models trace and run: one model per family stays (resnet50-infer, nmt_2layer,
+    # transformer-train, bert_base, alexnet, rnnlm, mlp, tiny_cnn)
+    "tests/test_zoo.py::test_small_model_traces_and_runs[inception_v3-train]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[inception_v3-infer]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[resnet50-train]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[nmt_4layer-train]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[nmt_8layer-train]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[nmt_8layer-infer]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[bert_large-train]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[transformer-infer]",
+    # paper sizes traced abstractly: resnet50, rnnlm, nmt_2layer, alexnet... stay
+    "tests/test_zoo.py::test_default_size_traces_abstractly[nmt_4layer]",
+    "tests/test_zoo.py::test_default_size_traces_abstractly[nmt_8layer]",
+    "tests/test_zoo.py::test_default_size_traces_abstractly[inception_v3]",
+    "tests/test_zoo.py::test_default_size_traces_abstractly[bert_large]",
+    "tests/test_zoo.py::test_default_size_traces_abstractly[transformer]",
+    # module paths of inception stay in test_module_paths
+    "tests/test_zoo.py::test_inception_aux_head",
+    # the placed program gives the original outputs: the smaller models stay
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[inception_v3]",
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[resnet50]",
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[nmt_8layer]",
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[bert_large]",
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[nmt_4layer]",
+    # both trace modes: the other models stay
+    "tests/test_zoo_graphs.py::test_traces_in_both_modes[inception_v3-True]",
+    "tests/test_zoo_graphs.py::test_traces_in_both_modes[inception_v3-False]",
+    # sharded = unsharded: alexnet-2-expert and mlp-4-pase stay
+    "tests/test_parallel_sharding.py::test_sharded_execution_matches_unsharded[transformer-4-expert]",
+    # local search on tight memory: [False] stays; brute-force optimum: the smaller cases stay
+    "tests/test_local_exact.py::test_local_returns_fitting_placement_on_tight_memory[auto]",
+    "tests/test_local_exact.py::test_local_screened_finds_brute_force_optimum[21]",
+    "tests/test_local_exact.py::test_local_finds_brute_force_optimum[4-17]",
+    "tests/test_local_exact.py::test_local_finds_brute_force_optimum[3-14]",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(config, items):
+    ids = {item.nodeid for item in items}
+    files = {nodeid.split("::")[0] for nodeid in ids}
+    stale = sorted(h for h in HEAVY if h.split("::")[0] in files and h not in ids)
+    # Only a run that collects whole files can tell (not -k, -m, --lf or file::test).
+    whole_files = not (config.getoption("-k") or config.getoption("-m")
+                       or config.getoption("lf", False) or config.getoption("deselect", None)
+                       or any("::" in str(a) for a in config.args))
+    if stale and whole_files:
+        raise pytest.UsageError(
+            "tests/conftest.py HEAVY names tests that no longer exist (rename or remove "
+            "them there): " + ", ".join(stale))
+    for item in items:
+        if item.nodeid in HEAVY:
+            item.add_marker(pytest.mark.slow)
     if config.getoption("--runslow"):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")
