@@ -434,3 +434,42 @@ def test_never_slower_than_single_and_deterministic(small_zoo, machine_name):
             assert res.info["returned"] in ("schedule", "single")
             again = optimize(g, cm, method=method)
             np.testing.assert_array_equal(res.placement, again.placement)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_auto_memory_takes_liveness_only_when_the_program_fits(method):
+    # 10 independent 100-byte outputs; devices 0 and 1 are fast but hold 350 bytes,
+    # device 2 is 3x slower. The conservative model keeps every output: 3 ops per fast
+    # device, 4 on the slow one (12 s). Liveness frees outputs nobody reads, so op units
+    # alternate over the fast devices in segments of two ops, which the program holds
+    # (200 bytes at a time): 5 s. "auto" runs both and keeps liveness's since it fits.
+    m = 10
+    g = make_graph([], [], m=m, out_bytes=np.full(m, 100.0))
+    inp = machine(np.tile([1.0, 1.0, 3.0], (m, 1)), memory=[350.0, 350.0, 1e6])
+    cons = optimize(g, inp, method=method, memory="conservative")
+    auto = optimize(g, inp, method=method)
+    assert not cons.oom and not auto.oom
+    assert auto.step_time_s <= cons.step_time_s
+    assert cons.info["memory_model"] == "conservative"
+    if method in ("m_etf", "m_sct", "heft"):
+        assert cons.step_time_s == pytest.approx(12.0)
+        assert auto.step_time_s == pytest.approx(5.0)
+        assert auto.info["memory_model"] == "liveness"
+        assert auto.info["memory"] == "auto"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_auto_memory_rejects_liveness_schedules_the_program_cannot_hold(method):
+    # A chain on a fast device that holds 350 bytes: liveness would keep 2 outputs live
+    # and put the whole chain there, but one segment holds all ten outputs until it
+    # ends: the reference simulator says OOM, and the conservative schedule is returned.
+    m = 10
+    g = chain(m, nbytes=100.0, out_bytes=np.full(m, 100.0))
+    inp = machine(np.tile([1.0, 3.0], (m, 1)), latency=0.1, bandwidth=1e3,
+                  memory=[350.0, 1e6])
+    auto = optimize(g, inp, method=method)
+    assert not auto.oom
+    if method != "m_topo":
+        rejected = [c for c in auto.info["checked"] if c["memory"] == "liveness"]
+        assert rejected and all(c["oom"] for c in rejected)
+        assert auto.info["memory_model"] == "conservative"

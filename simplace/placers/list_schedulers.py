@@ -54,11 +54,17 @@ program's semantics**:
 * **Memory** (Baechi's model, every method): a device holds the parameters of the ops
   placed on it (each once), the output of each op placed there and the bytes of every
   tensor it receives (once per producer and device). A unit is eligible on a device only
-  if what it adds fits. With ``memory="conservative"`` (default, Baechi's choice) nothing
-  is freed, an upper bound on the program's peak; ``memory="liveness"`` frees an output
-  and its copies once all its readers are placed (graph outputs never): it packs more
-  onto a device, without a guarantee. A unit that fits nowhere goes to the device with
-  the most free memory, op by op (``info["unplaceable_ops"]``, ``info["note"]``).
+  if what it adds fits. ``memory="conservative"`` (Baechi's choice) frees nothing, an
+  upper bound on the program's peak; ``memory="liveness"`` frees an output and its
+  copies once all its readers are placed (graph outputs never): it packs far more onto a
+  device, without a guarantee (the program keeps a segment's outputs until the segment
+  ends). ``memory="auto"`` (default) runs under the conservative model, and when memory
+  kept some unit off a device (big training graphs on 12 GB GPUs), under liveness too.
+  Whatever the model, the reference simulator has the last word: runs are simulated in
+  order of estimated step time (at most ``_MAX_CHECKS``, plus the best conservative
+  one) until one fits, and that one is the schedule (``info["checked"]``,
+  ``info["memory_model"]``). A unit that fits nowhere goes to the device with the most
+  free memory, op by op (``info["unplaceable_ops"]``, ``info["note"]``).
 * **Never worse than one device.** The winning schedule is simulated by the reference
   simulator and compared with the single-device placements ``single`` considers (devices
   by the step time of the whole graph alone, the first that fits memory); when one of
@@ -71,7 +77,7 @@ no time limit). Cost: O(M D) Python steps per run (O(M D^2) with lookahead), abo
 runs; seconds on graphs of tens of thousands of ops.
 
 Options (``optimize(..., method=..., memory=..., ...)``):
-  memory: ``"conservative"`` (default) or ``"liveness"``.
+  memory: ``"auto"`` (default), ``"conservative"`` or ``"liveness"``.
   lp_max_edges: m_sct solves its LP only for graphs with at most this many connected op
     pairs (default 20,000); larger graphs use the greedy favourite child.
   units: block counts of the unit runs, 0 meaning op units (default: 0 and
@@ -96,7 +102,9 @@ from simplace.graph import split_name_path
 from simplace.placers import PlacerContext, PlacerOutput, penalised, register
 from simplace.sim.reference import segments_of
 
-MEMORY_MODELS = ("conservative", "liveness")
+MEMORY_MODELS = ("auto", "conservative", "liveness")
+# Runs the reference simulator checks for memory before it settles for the best that fits.
+_MAX_CHECKS = 4
 LP_MAX_EDGES = 20_000
 # Block counts tried besides op units: from a few big blocks (close to one device per
 # phase of the model) to many small ones.
@@ -108,7 +116,8 @@ MODULE_DEPTHS = (1, 2, 3, 4)
 REPASSES = 3
 # The keyword options every method here takes (``optimize`` refuses others).
 _COMMON_OPTIONS = {
-    "memory": "memory model: 'conservative' (default, nothing freed) or 'liveness'",
+    "memory": "memory model: 'auto' (default: conservative, then liveness if memory was "
+              "tight), 'conservative' (nothing freed) or 'liveness'",
     "units": "block counts of the unit runs, 0 for op units (default [0, 8, 32, 128, 512])",
     "module_depths": "module-path depths whose runs are tried as units (default [1, 2, 3, 4])",
     "repasses": "re-runs over the best placement's segments (default 3)",
@@ -623,6 +632,7 @@ class _Run:
         self.prog = prog
         self.mem = _Memory(graph, inp, prog, liveness=liveness)
         self.unplaceable: list[int] = []
+        self.constrained = False  # some unit could not go to every device for memory
         self.next_unit: dict[int, tuple[int, int]] = {}  # lookahead: unit start -> next unit
         self.plain: dict[int, float] = {}  # the last ``ends`` call's ends without lookahead
 
@@ -674,6 +684,8 @@ class _Run:
         alldev = range(self.prog.d)
         for a, b in units:
             eligible = [d for d in alldev if mem.fits(d, mem.need(a, b, d))]
+            if len(eligible) < len(alldev):
+                self.constrained = True
             if eligible:
                 self.place(a, b, choose(a, b, eligible))
                 continue
@@ -697,7 +709,7 @@ def _earliest(run: _Run, a: int, b: int, eligible) -> tuple[int, dict[int, float
 
 # --------------------------------------------------------------------------- runs and result
 def _memory_option(ctx: PlacerContext) -> str:
-    memory = ctx.options.get("memory", "conservative")
+    memory = ctx.options.get("memory", "auto")
     if memory not in MEMORY_MODELS:
         raise SimplaceError(f"memory={memory!r} is not a memory model; use one of "
                             f"{', '.join(MEMORY_MODELS)}.")
@@ -757,74 +769,113 @@ class _Setup:
         self.prog = _Program(ctx.graph, self.inp)
         self.work = self.inp.op_time_s.min(axis=1) if self.m else np.zeros(0)
 
-    def run(self, units, choose, *, lookahead: bool = False) -> dict:
-        r = _Run(self.graph, self.inp, self.prog, liveness=self.memory == "liveness")
+    def run(self, units, choose, *, lookahead: bool = False,
+            memory: str = "conservative") -> dict:
+        r = _Run(self.graph, self.inp, self.prog, liveness=memory == "liveness")
         r.run(units, lambda a, b, eligible: choose(r, a, b, eligible), lookahead=lookahead)
         return {"placement": np.asarray(self.prog.p, dtype=np.int32),
                 "estimated_s": self.prog.step_time(), "unplaceable": r.unplaceable,
-                "lookahead": lookahead}
+                "lookahead": lookahead, "memory": memory, "constrained": r.constrained}
+
+    def memory_runs(self, runs_under) -> list[dict]:
+        """``runs_under(memory model)`` under the model asked for; with ``"auto"``,
+        under the conservative model, then under liveness as well if memory kept some
+        unit off a device."""
+        if self.memory != "auto":
+            return runs_under(self.memory)
+        runs = runs_under("conservative")
+        if any(r["constrained"] for r in runs):
+            runs += runs_under("liveness")
+        return runs
 
     def unit_runs(self, choose) -> list[dict]:
         """One run per unit family (ops, blocks, module runs; identical unit lists run
         once), each family but op units once more with lookahead (option ``lookahead``),
         then re-runs over the segments of the best placement so far while that helps (at
-        most ``repasses`` times)."""
+        most ``repasses`` times); per memory model (``memory_runs``)."""
         ctx, m = self.ctx, self.m
         families = [(_unit_label(k, m), _blocks(self.work, k))
                     for k in _unit_counts(ctx, m)]
         for depth in _module_depths(ctx):
             families.append((f"module depth {depth}", _module_runs(self.graph, depth)))
         looks = (False, True) if ctx.options.get("lookahead", True) else (False,)
-        runs, seen = [], set()
-        for label, units in families:
-            key = tuple(a for a, _ in units)
-            if key in seen:
-                continue
-            seen.add(key)
-            for look in looks if len(units) < m else (False,):
-                r = self.run(units, choose, lookahead=look)
-                r["unit"] = label + (" + lookahead" if look else "")
+        repasses = int(ctx.options.get("repasses", REPASSES))
+
+        def runs_under(memory: str) -> list[dict]:
+            runs, seen = [], set()
+            for label, units in families:
+                key = tuple(a for a, _ in units)
+                if key in seen:
+                    continue
+                seen.add(key)
+                for look in looks if len(units) < m else (False,):
+                    r = self.run(units, choose, lookahead=look, memory=memory)
+                    r["unit"] = label + (" + lookahead" if look else "")
+                    runs.append(r)
+            for _ in range(repasses):
+                best = min(runs, key=lambda r: r["estimated_s"])
+                units = segments_of(best["placement"])
+                key = tuple(a for a, _ in units)
+                if key in seen:
+                    break
+                seen.add(key)
+                r = self.run(units, choose, lookahead=best["lookahead"], memory=memory)
+                r["unit"] = f"segments of {best['unit']}"
                 runs.append(r)
-        for _ in range(int(ctx.options.get("repasses", REPASSES))):
-            best = min(runs, key=lambda r: r["estimated_s"])
-            units = segments_of(best["placement"])
-            key = tuple(a for a, _ in units)
-            if key in seen:
-                break
-            seen.add(key)
-            r = self.run(units, choose, lookahead=best["lookahead"])
-            r["unit"] = f"segments of {best['unit']}"
-            runs.append(r)
-            if r["estimated_s"] >= best["estimated_s"]:
-                break
-        return runs
+                if r["estimated_s"] >= best["estimated_s"]:
+                    break
+            return runs
+
+        return self.memory_runs(runs_under)
 
     def finish(self, runs: list[dict], info: dict | None = None) -> PlacerOutput:
-        """The best run, checked by the reference simulator against ``single``'s
-        candidates (module docstring)."""
+        """The best run that fits, checked by the reference simulator, against
+        ``single``'s candidates (module docstring)."""
         from simplace.placers.single import single_device_candidates, single_device_step_s
 
         ctx, m = self.ctx, self.m
-        best = min(runs, key=lambda r: r["estimated_s"])
-        out = {"memory_model": self.memory, "unit": best.get("unit"),
-               "estimated_makespan_s": float(best["estimated_s"]),
+        for r in runs:  # (the empty graph's placeholder run)
+            r.setdefault("memory", "liveness" if self.memory == "liveness" else "conservative")
+            r.setdefault("unit", None)
+        order = sorted(range(len(runs)), key=lambda k: (runs[k]["estimated_s"], k))
+        best, res, checked = runs[order[0]], None, []
+        if m:
+            # The memory models only estimate the program's peak: the reference simulator
+            # decides. Runs in order of simulated step time until one fits (a few at most;
+            # the conservative model's best is always among them).
+            cons = [k for k in order if runs[k]["memory"] == "conservative"][:1]
+            tries = list(dict.fromkeys(order[:_MAX_CHECKS] + cons))
+            tries.sort(key=lambda k: (runs[k]["estimated_s"], k))
+            scored = []
+            for k in tries:
+                r_ = ctx.simulate(runs[k]["placement"])
+                checked.append({"unit": runs[k]["unit"], "memory": runs[k]["memory"],
+                                "step_time_s": float(r_.step_time_s), "oom": bool(r_.oom)})
+                scored.append((float(penalised(r_.step_time_s, r_.oom)), k, r_))
+                if not r_.oom:
+                    break
+            _, k, res = min(scored, key=lambda x: (x[0], x[1]))
+            best = runs[k]
+        out = {"memory": self.memory, "memory_model": best["memory"],
+               "unit": best.get("unit"), "estimated_makespan_s": float(best["estimated_s"]),
                "unplaceable_ops": len(best["unplaceable"]),
-               "runs": [{"unit": r.get("unit"), "estimated_step_s": float(r["estimated_s"])}
-                        for r in runs]}
+               "runs": [{"unit": r.get("unit"), "memory": r["memory"],
+                         "estimated_step_s": float(r["estimated_s"])} for r in runs],
+               "checked": checked}
         out.update(info or {})
+        out.update(best.get("info", {}))
         if best["unplaceable"]:
             i = best["unplaceable"][0]
             more = len(best["unplaceable"]) - 1
             out["note"] = (
                 f"no device can hold op {i} ({self.graph.out_bytes[i]:.0f} output bytes "
-                f"plus its parameters and inputs, under the {self.memory} memory model)"
+                f"plus its parameters and inputs, under the {best['memory']} memory model)"
                 + (f" nor {more} more ops" if more else "")
                 + "; placed on the device with the most free memory")
         placement = best["placement"]
         if m == 0:
             out["returned"] = "schedule"
             return PlacerOutput(placement, info=out)
-        res = ctx.simulate(placement)
         score = float(penalised(res.step_time_s, res.oom))
         out["returned"] = "schedule"
         out["schedule_step_time_s"] = float(res.step_time_s)
@@ -939,12 +990,20 @@ def heft(ctx: PlacerContext) -> PlacerOutput:
     if s.m == 0:
         return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
                           "unplaceable": []}])
-    prop, prop_est = heft_proposal(ctx, s.memory,
-                                   fifo_links=bool(ctx.options.get("fifo_links", False)))
-    prop_l = prop.tolist()
+    fifo = bool(ctx.options.get("fifo_links", False))
+    proposals: dict[bool, tuple[list[int], float]] = {}  # per memory model (liveness?)
+
+    def proposal(liveness: bool) -> list[int]:
+        if liveness not in proposals:
+            prop, est = heft_proposal(ctx, "liveness" if liveness else "conservative",
+                                      fifo_links=fifo)
+            proposals[liveness] = (prop.tolist(), est)
+        return proposals[liveness][0]
+
     t = s.prog.t
 
     def choose(run, a, b, eligible):
+        prop_l = proposal(run.mem.liveness)
         if b == a + 1:
             want = prop_l[a]
         else:
@@ -958,7 +1017,11 @@ def heft(ctx: PlacerContext) -> PlacerOutput:
         ends = run.ends(a, b, cands)
         return min(cands, key=lambda d: (ends[d], d != want))  # ties: HEFT's choice
 
-    return s.finish(s.unit_runs(choose), {"heft_estimated_makespan_s": float(prop_est)})
+    runs = s.unit_runs(choose)
+    for r in runs:
+        r["info"] = {"heft_estimated_makespan_s":
+                     float(proposals[r["memory"] == "liveness"][1])}
+    return s.finish(runs)
 
 
 # --------------------------------------------------------------------------- m-TOPO
@@ -988,45 +1051,49 @@ def m_topo(ctx: PlacerContext) -> PlacerOutput:
     ranked = [int(d) for d in np.argsort(total, kind="stable")]
     group = s.prog.group
     t = s.prog.t
-    runs = []
-    for k in range(1, s.d + 1):
-        order = ranked[:k]
-        g_total: dict[int, float] = {}
-        g_size: dict[int, int] = {}
-        for d in order:
-            g_total[group[d]] = min(g_total.get(group[d], math.inf), float(total[d]))
-            g_size[group[d]] = g_size.get(group[d], 0) + 1
-        t_star = (1.0 / sum(1.0 / v for v in g_total.values())
-                  if all(v > 0 for v in g_total.values()) else 0.0)
-        cap = {d: t_star / g_size[group[d]] for d in order}
-        load = dict.fromkeys(order, 0.0)
-        state = {"cur": 0}
 
-        def choose(run, a, b, eligible, order=order, cap=cap, load=load, state=state):
-            cur = state["cur"]
-            while cur < len(order) - 1 and load[order[cur]] >= cap[order[cur]] and (
-                    load[order[cur]] > 0 or cap[order[cur]] > 0):
-                cur += 1
-            state["cur"] = cur
-            d = order[cur]
-            if d not in eligible:
-                ahead = [x for x in range(cur + 1, len(order)) if order[x] in eligible]
-                if ahead:
-                    state["cur"] = cur = ahead[0]
-                    d = order[cur]
-                else:
-                    behind = [order[x] for x in range(cur) if order[x] in eligible]
-                    d = behind[0] if behind else min(eligible, key=ranked.index)
-            if d in load:
-                load[d] += sum(t[i][d] for i in range(a, b))
-            return d
+    def runs_under(memory: str) -> list[dict]:
+        runs = []
+        for k in range(1, s.d + 1):
+            order = ranked[:k]
+            g_total: dict[int, float] = {}
+            g_size: dict[int, int] = {}
+            for d in order:
+                g_total[group[d]] = min(g_total.get(group[d], math.inf), float(total[d]))
+                g_size[group[d]] = g_size.get(group[d], 0) + 1
+            t_star = (1.0 / sum(1.0 / v for v in g_total.values())
+                      if all(v > 0 for v in g_total.values()) else 0.0)
+            cap = {d: t_star / g_size[group[d]] for d in order}
+            load = dict.fromkeys(order, 0.0)
+            state = {"cur": 0}
 
-        r = s.run(_blocks(s.work, 0), choose)
-        r.update(unit=f"{k} devices", order=order, cap=[float(cap[d]) for d in order])
-        runs.append(r)
-    best = min(runs, key=lambda r: r["estimated_s"])
-    return s.finish(runs, {"devices_used": len(best["order"]), "device_order": best["order"],
-                           "share_s": best["cap"]})
+            def choose(run, a, b, eligible, order=order, cap=cap, load=load, state=state):
+                cur = state["cur"]
+                while cur < len(order) - 1 and load[order[cur]] >= cap[order[cur]] and (
+                        load[order[cur]] > 0 or cap[order[cur]] > 0):
+                    cur += 1
+                state["cur"] = cur
+                d = order[cur]
+                if d not in eligible:
+                    ahead = [x for x in range(cur + 1, len(order)) if order[x] in eligible]
+                    if ahead:
+                        state["cur"] = cur = ahead[0]
+                        d = order[cur]
+                    else:
+                        behind = [order[x] for x in range(cur) if order[x] in eligible]
+                        d = behind[0] if behind else min(eligible, key=ranked.index)
+                if d in load:
+                    load[d] += sum(t[i][d] for i in range(a, b))
+                return d
+
+            r = s.run(_blocks(s.work, 0), choose, memory=memory)
+            r.update(unit=f"{k} devices", info={
+                "devices_used": k, "device_order": order,
+                "share_s": [float(cap[d]) for d in order]})
+            runs.append(r)
+        return runs
+
+    return s.finish(s.memory_runs(runs_under))
 
 
 # --------------------------------------------------------------------------- ETF family
