@@ -8,8 +8,11 @@ import functools
 import hashlib
 import heapq
 import json
+import math
 import os
-from typing import Any
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,7 +20,15 @@ from simplace._jsonfile import read_json, write_json
 from simplace.errors import GraphError
 
 SCHEMA = "simplace.opgraph"
-SCHEMA_VERSION = 1
+# 2: ops carry their input and output shapes and dtypes (``in_avals``, ``out_avals``), their
+# primitive's parameters (``attrs``) and parameters their shapes (``param_avals``).
+SCHEMA_VERSION = 2
+# The content hash covers ops, edges and parameters as in version 1 and is salted with
+# "/1" still: the shape fields added in version 2 are not hashed (for a traced graph they
+# follow from the signatures, which hold the input shapes, dtypes and parameters), so
+# placements and validation records made for a version 1 graph match the same graph
+# traced again.
+_HASH_SALT = f"{SCHEMA}/1"
 
 # name_path of an op of the backward pass: this prefix, then the module path of the
 # forward op it differentiates ("backward/ResNet/stage2/block1/Conv_0"). A prefix keeps the
@@ -32,6 +43,32 @@ def split_name_path(path: str) -> tuple[bool, tuple[str, ...]]:
     if backward:
         path = path[len(BACKWARD_PREFIX):]
     return backward, tuple(p for p in path.split("/") if p)
+
+class Aval(NamedTuple):
+    """The abstract value of one tensor: what an op reads or writes, without the data.
+
+    shape: sizes of the axes (``()`` for a scalar).
+    dtype: numpy name of the element type (``float32``, ``bfloat16``, ``int8``, ``bool``),
+      an extended dtype's name (``key<fry>``), or for a value that is not an array (a
+      token) its abstract type's name, with shape ``()`` and itemsize 0.
+    itemsize: bytes per element, as the trace sized it (numpy's itemsize; an extended
+      dtype counts its physical representation).
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole tensor."""
+        return math.prod(self.shape) * self.itemsize
+
+    @property
+    def is_inexact(self) -> bool:
+        """Floating point or complex: a value that has a gradient (integer ids do not)."""
+        return self.dtype.startswith(("float", "bfloat", "complex"))
+
 
 _OP_STR_FIELDS = ("op", "name_path", "signature")
 _OP_FLOAT_FIELDS = ("flops", "bytes_accessed", "out_bytes")
@@ -73,6 +110,17 @@ class OpGraph:
       param_names, param_sizes: name and bytes of each parameter leaf.
       param_op, param_index: op ``param_op[k]`` reads parameter ``param_index[k]``;
         a parameter must be resident on every device that runs an op reading it.
+    Shapes and dtypes (each ``None`` when not recorded: hand-built and coarsened graphs):
+      in_avals: per op (``[M]``) a tuple of ``Aval`` (shape, dtype, itemsize), one per
+        operand in the primitive's order (literals and function inputs included).
+      out_avals: per op (``[M]``) a tuple of ``Aval``, one per output: output ``k`` is
+        the tensor of the edges with ``edge_output == k``.
+      attrs: per op (``[M]``) the primitive's parameters as read-only JSON-like data
+        (mappings, tuples, numbers, strings; named tuples and dataclasses become
+        mappings, enums and dtypes their names; sub-jaxprs and functions left out), e.g.
+        a dot_general's ``dimension_numbers`` as
+        ``(((lhs contracting), (rhs contracting)), ((lhs batch), (rhs batch)))``.
+      param_avals: per parameter (``[P]``) its ``Aval``.
     Derived: ``param_bytes[M]``, the bytes of parameters each op reads.
 
     Construct with keyword arrays; ops must already be in a topological order
@@ -94,6 +142,10 @@ class OpGraph:
     param_sizes: np.ndarray | None = None
     param_op: np.ndarray | None = None
     param_index: np.ndarray | None = None
+    in_avals: tuple[tuple[Aval, ...], ...] | None = None
+    out_avals: tuple[tuple[Aval, ...], ...] | None = None
+    attrs: tuple[Mapping[str, Any], ...] | None = None
+    param_avals: tuple[Aval, ...] | None = None
     name: str = ""
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
 
@@ -119,6 +171,20 @@ class OpGraph:
         for f in ("param_op", "param_index"):
             v = getattr(self, f)
             set_(f, _frozen(_index_array([] if v is None else v, f)))
+        cache: dict[int, Aval] = {}
+        for f in ("in_avals", "out_avals"):
+            v = getattr(self, f)
+            if v is not None:
+                set_(f, tuple(tuple(_to_aval(a, f"'{f}' of op {i}", cache) for a in row)
+                              for i, row in enumerate(_rows(v, f))))
+        if self.param_avals is not None:
+            set_("param_avals", tuple(_to_aval(a, f"'param_avals' entry {k}", cache)
+                                      for k, a in enumerate(_rows(self.param_avals,
+                                                                  "param_avals"))))
+        if self.attrs is not None:
+            frozen: dict[int, Mapping] = {}
+            set_("attrs", tuple(_freeze_attrs(a, i, frozen)
+                                for i, a in enumerate(_rows(self.attrs, "attrs"))))
         set_("meta", dict(self.meta))
         self._validate()
 
@@ -166,6 +232,23 @@ class OpGraph:
                     f"OpGraph field '{f}' entry {int(bad[0])} is {int(v[bad[0]])}, not a valid "
                     f"{what} index (there are {n} {what}s)."
                 )
+        for f in _OP_SHAPE_FIELDS:
+            v = getattr(self, f)
+            if v is not None and len(v) != m:
+                raise GraphError(f"OpGraph field '{f}' has {len(v)} entries but 'op' has {m}: "
+                                 "give one entry per op, or None when not known.")
+        if self.param_avals is not None:
+            if len(self.param_avals) != p:
+                raise GraphError(f"'param_avals' has {len(self.param_avals)} entries but "
+                                 f"'param_names' has {p}.")
+            for k, a in enumerate(self.param_avals):
+                if a.nbytes != self.param_sizes[k]:
+                    raise GraphError(
+                        f"Parameter {k} ('{self.param_names[k]}') has shape {a.shape} of "
+                        f"{a.dtype} ({a.nbytes} bytes) in 'param_avals' but "
+                        f"'param_sizes' says {self.param_sizes[k]:g} bytes.")
+        if self.out_avals is not None:
+            self._validate_out_avals()
         if e and np.any(self.edge_output < 0):
             raise GraphError("'edge_output' must be >= 0 (an output index of the producer).")
         self_loops = np.flatnonzero(self.src == self.dst)
@@ -192,6 +275,37 @@ class OpGraph:
             if np.unique(key).size != e:
                 raise GraphError("Duplicate edges: an (src, dst, edge_output) triple appears "
                                  "twice. Keep one edge per tensor an op consumes.")
+
+    def _validate_out_avals(self):
+        """Output shapes agree with the byte counts: an op's outputs add up to its
+        ``out_bytes``, and every edge carries an output the producer has, of its size."""
+        for i, row in enumerate(self.out_avals):
+            total = sum(a.nbytes for a in row)
+            if total != self.out_bytes[i]:
+                raise GraphError(
+                    f"Op {i} ({self.op[i]} at '{self.name_path[i]}'): its 'out_avals' add "
+                    f"up to {total} bytes but 'out_bytes' says {self.out_bytes[i]:g}.")
+        for k, (s, o, b) in enumerate(zip(self.src.tolist(), self.edge_output.tolist(),
+                                          self.edge_bytes.tolist(), strict=True)):
+            row = self.out_avals[s]
+            if o >= len(row):
+                raise GraphError(f"Edge {k} carries output {o} of op {s} ({self.op[s]}), "
+                                 f"which has {len(row)} output(s) in 'out_avals'.")
+            if row[o].nbytes != b:
+                raise GraphError(
+                    f"Edge {k} carries output {o} of op {s} ({self.op[s]}): {row[o].shape} "
+                    f"of {row[o].dtype} is {row[o].nbytes} bytes but 'edge_bytes' says {b:g}.")
+
+    def avals(self, i: int) -> tuple[tuple[Aval, ...], tuple[Aval, ...]]:
+        """``(inputs, outputs)`` of op ``i`` as ``Aval`` tuples; empty when not recorded."""
+        return (() if self.in_avals is None else self.in_avals[i],
+                () if self.out_avals is None else self.out_avals[i])
+
+    def edge_aval(self, e: int) -> Aval | None:
+        """The ``Aval`` of the tensor edge ``e`` carries; None when not recorded."""
+        if self.out_avals is None:
+            return None
+        return self.out_avals[int(self.src[e])][int(self.edge_output[e])]
 
     @classmethod
     def from_unordered(cls, **fields) -> OpGraph:
@@ -220,6 +334,13 @@ class OpGraph:
         for f in per_op:
             if out.get(f) is not None:
                 out[f] = np.asarray(out[f])[order] if m else out[f]
+        for f in _OP_SHAPE_FIELDS:
+            if out.get(f) is not None:
+                rows = _rows(out[f], f)
+                if len(rows) != m:
+                    raise GraphError(f"OpGraph field '{f}' has {len(rows)} entries but 'op' "
+                                     f"has {m}: give one entry per op, or None.")
+                out[f] = tuple(rows[k] for k in order.tolist())
         out["src"], out["dst"] = rank[src], rank[dst]
         if out.get("param_op") is not None:
             out["param_op"] = rank[_index_array(out["param_op"], "param_op")]
@@ -250,9 +371,11 @@ class OpGraph:
 
     @functools.cached_property
     def hash(self) -> str:
-        """Content hash (hex sha256) over ops, edges and parameters; not name or meta."""
+        """Content hash (hex sha256) over ops, edges and parameters; not name, meta or
+        the shape fields (``in_avals``, ``out_avals``, ``attrs``, ``param_avals``): for a
+        traced graph the signatures already determine them."""
         h = hashlib.sha256()
-        h.update(f"{SCHEMA}/{SCHEMA_VERSION}".encode())
+        h.update(_HASH_SALT.encode())
         for f in _OP_STR_FIELDS + ("param_names",):
             h.update(f.encode())
             h.update(json.dumps(getattr(self, f).tolist()).encode())
@@ -295,6 +418,10 @@ class OpGraph:
                        flops=float(self.flops[i]), bytes_accessed=float(self.bytes_accessed[i]),
                        out_bytes=float(self.out_bytes[i]), param_bytes=float(pb[i]),
                        signature=str(self.signature[i]), is_output=bool(self.is_output[i]))
+            for f in _OP_SHAPE_FIELDS:
+                v = getattr(self, f)
+                if v is not None:
+                    g.nodes[i][f] = v[i]
         for s, d, b in zip(self.src.tolist(), self.dst.tolist(), self.edge_bytes.tolist(),
                            strict=True):
             if g.has_edge(s, d):
@@ -304,29 +431,79 @@ class OpGraph:
         return g
 
     def to_dict(self) -> dict:
+        """The JSON form (see ``save``). Shapes are interned: ``avals`` is a table of
+        the distinct ``(shape, dtype, itemsize)``, and ``ops.in_avals``/``ops.out_avals``/
+        ``params.param_avals`` hold indices into it; ``attrs`` is a table of the distinct
+        parameter mappings and ``ops.attrs`` indices into it. A field not recorded is
+        null."""
+        table: dict[Aval, int] = {}
+
+        def index(a: Aval) -> int:
+            k = table.get(a)
+            if k is None:
+                k = table[a] = len(table)
+            return k
+
+        def rows(v):
+            return None if v is None else [[index(a) for a in row] for row in v]
+
+        ops = {f: getattr(self, f).tolist() for f in
+               _OP_STR_FIELDS + _OP_FLOAT_FIELDS + ("is_output",)}
+        ops["in_avals"], ops["out_avals"] = rows(self.in_avals), rows(self.out_avals)
+        attr_table: dict[str, int] = {}
+        attr_values: list = []
+        if self.attrs is None:
+            ops["attrs"] = None
+        else:
+            ops["attrs"] = []
+            for a in self.attrs:
+                plain = _thaw(a)
+                key = json.dumps(plain, sort_keys=True)
+                k = attr_table.get(key)
+                if k is None:
+                    k = attr_table[key] = len(attr_values)
+                    attr_values.append(plain)
+                ops["attrs"].append(k)
+        params = {f: getattr(self, f).tolist() for f in _PARAM_FIELDS}
+        params["param_avals"] = (None if self.param_avals is None else
+                                 [index(a) for a in self.param_avals])
         return {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
             "hash": self.hash,
             "name": self.name,
             "meta": self.meta,
-            "ops": {f: getattr(self, f).tolist() for f in
-                    _OP_STR_FIELDS + _OP_FLOAT_FIELDS + ("is_output",)},
+            "ops": ops,
             "edges": {f: getattr(self, f).tolist() for f in _EDGE_FIELDS},
-            "params": {f: getattr(self, f).tolist() for f in _PARAM_FIELDS},
+            "params": params,
+            "avals": {"shape": [list(a.shape) for a in table],
+                      "dtype": [a.dtype for a in table],
+                      "itemsize": [a.itemsize for a in table]},
+            "attrs": attr_values,
         }
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "<dict>") -> OpGraph:
+        """The graph of a ``to_dict`` form; ``source`` names it in errors. Checks the
+        schema version, every field's type and the content hash."""
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise GraphError(f"{source} is not a simplace op graph (its 'schema' field is not "
                              f"'{SCHEMA}'). Save graphs with OpGraph.save or `simplace graph "
                              "--out`.")
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
+            remake = (f"Make it again from its model: `simplace graph "
+                      f"{d.get('name') or 'MODEL'} --out {source}` (with the --batch, --small "
+                      "or --inference options it was made with), or trace the model and "
+                      "OpGraph.save it.")
+            if type(version) is int and version < SCHEMA_VERSION:
+                why = (" (ops without their shapes and dtypes)" if version == 1 else "")
+                raise GraphError(f"{source} is an op graph of schema_version {version}"
+                                 f"{why}, an older format than this simplace reads (version "
+                                 f"{SCHEMA_VERSION}). {remake}")
             raise GraphError(f"{source} has op-graph schema_version {version!r}; this simplace "
-                             f"reads version {SCHEMA_VERSION}. Re-save the graph with this "
-                             "version.")
+                             f"reads version {SCHEMA_VERSION}. Use the simplace that wrote it, "
+                             f"or: {remake}")
         fields = {}
         for section, names in (("ops", _OP_STR_FIELDS + _OP_FLOAT_FIELDS + ("is_output",)),
                                ("edges", _EDGE_FIELDS), ("params", _PARAM_FIELDS)):
@@ -338,6 +515,7 @@ class OpGraph:
                     raise GraphError(f"{source}: field '{section}.{f}' is missing.")
                 _check_json_list(sec[f], f, f"{section}.{f}", source)
                 fields[f] = sec[f]
+        fields.update(_shape_fields_from_json(d, source))
         if not isinstance(d.get("name", ""), str):
             raise GraphError(f"{source}: field 'name' must be a string, got "
                              f"{json.dumps(d['name'])[:40]}.")
@@ -398,6 +576,167 @@ class OpGraph:
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.num_ops}, edges={self.num_edges}, "
                 f"params={self.num_params}, hash={self.hash[:12]})")
+
+
+def _shape_fields_from_json(d: dict, source: str) -> dict:
+    """``in_avals``, ``out_avals``, ``attrs`` and ``param_avals`` of a graph file, from its
+    ``avals`` and ``attrs`` tables and the index lists in ``ops`` and ``params``."""
+    tab = d.get("avals")
+    if not isinstance(tab, dict):
+        raise GraphError(f"{source}: section 'avals' (the table of shapes and dtypes) is "
+                         "missing or not an object.")
+    cols = {}
+    for f, ok, want in (("shape", lambda x: type(x) is list and all(
+                            type(n) is int and n >= 0 for n in x), "a list of sizes >= 0"),
+                        ("dtype", lambda x: type(x) is str and x != "", "a dtype name"),
+                        ("itemsize", lambda x: type(x) is int and x >= 0,
+                         "an integer >= 0 (bytes)")):
+        v = tab.get(f)
+        if type(v) is not list:
+            raise GraphError(f"{source}: field 'avals.{f}' is missing or not a list.")
+        for k, x in enumerate(v):
+            if not ok(x):
+                raise GraphError(f"{source}: field 'avals.{f}' entry {k} is "
+                                 f"{json.dumps(x)[:40]}; it must be {want}.")
+        cols[f] = v
+    n = len(cols["shape"])
+    if len(cols["dtype"]) != n or len(cols["itemsize"]) != n:
+        raise GraphError(f"{source}: 'avals.shape', 'avals.dtype' and 'avals.itemsize' must "
+                         f"have one entry per aval; they have {n}, {len(cols['dtype'])} and "
+                         f"{len(cols['itemsize'])}.")
+    avals = [Aval(tuple(sh), dt, sz) for sh, dt, sz in
+             zip(cols["shape"], cols["dtype"], cols["itemsize"], strict=True)]
+
+    def aval_at(k, where: str) -> Aval:
+        if type(k) is not int or not 0 <= k < n:
+            raise GraphError(f"{source}: field '{where}' holds {json.dumps(k)[:40]}; it must "
+                             f"be an index into 'avals' (0..{n - 1}).")
+        return avals[k]
+
+    out: dict[str, Any] = {}
+    for section, f in (("ops", "in_avals"), ("ops", "out_avals"), ("ops", "attrs"),
+                       ("params", "param_avals")):
+        if f not in d[section]:
+            raise GraphError(f"{source}: field '{section}.{f}' is missing (null when not "
+                             "recorded).")
+        v = d[section][f]
+        if v is not None and type(v) is not list:
+            raise GraphError(f"{source}: field '{section}.{f}' must be a list or null.")
+        out[f] = v
+    for f in ("in_avals", "out_avals"):
+        if out[f] is not None:
+            rows = []
+            for i, row in enumerate(out[f]):
+                if type(row) is not list:
+                    raise GraphError(f"{source}: field 'ops.{f}' entry {i} must be a list of "
+                                     "indices into 'avals'.")
+                rows.append(tuple(aval_at(k, f"ops.{f}[{i}]") for k in row))
+            out[f] = rows
+    if out["param_avals"] is not None:
+        out["param_avals"] = [aval_at(k, f"params.param_avals[{j}]")
+                              for j, k in enumerate(out["param_avals"])]
+    if out["attrs"] is not None:
+        table = d.get("attrs")
+        if type(table) is not list or not all(type(a) is dict for a in table):
+            raise GraphError(f"{source}: section 'attrs' (the table of op parameters) must "
+                             "be a list of objects.")
+        frozen: dict[int, Mapping] = {}
+        table = [_freeze_attrs(a, k, frozen) for k, a in enumerate(table)]
+        attrs = []
+        for i, k in enumerate(out["attrs"]):
+            if type(k) is not int or not 0 <= k < len(table):
+                raise GraphError(f"{source}: field 'ops.attrs' entry {i} is "
+                                 f"{json.dumps(k)[:40]}; it must be an index into 'attrs' "
+                                 f"(0..{len(table) - 1}).")
+            attrs.append(table[k])
+        out["attrs"] = attrs
+    return out
+
+
+_OP_SHAPE_FIELDS = ("in_avals", "out_avals", "attrs")
+
+
+def _rows(values, field: str) -> Sequence:
+    """A per-op (or per-parameter) sequence; numpy object arrays are taken as lists."""
+    if isinstance(values, np.ndarray):
+        return values.tolist() if values.ndim else []
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise GraphError(f"OpGraph field '{field}' must be a sequence with one entry per "
+                         f"op (or parameter), got {type(values).__name__}.")
+    return values
+
+
+def _to_aval(x, where: str, cache: dict[int, Aval]) -> Aval:
+    """``x`` as an ``Aval`` (from an Aval or a ``(shape, dtype, itemsize)`` triple), checked:
+    sizes and itemsize are integers >= 0, dtype a non-empty name. ``cache`` maps ids of
+    values already checked (the trace shares one Aval among many ops)."""
+    hit = cache.get(id(x))
+    if hit is not None:
+        return hit
+    try:
+        shape, dtype, itemsize = x
+        dims = tuple(shape)
+    except (TypeError, ValueError):
+        raise GraphError(f"{where} must be a (shape, dtype, itemsize) Aval, got "
+                         f"{x!r:.60}.") from None
+    for n in dims:
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise GraphError(f"{where}: shape {dims!r:.60} must hold integer sizes >= 0.")
+    if not isinstance(dtype, str) or not dtype:
+        raise GraphError(f"{where}: dtype must be a dtype name (float32, bfloat16...), got "
+                         f"{dtype!r:.40}.")
+    if isinstance(itemsize, bool) or not isinstance(itemsize, (int, np.integer)) or (
+            itemsize < 0):
+        raise GraphError(f"{where}: itemsize must be an integer >= 0 (bytes per element), "
+                         f"got {itemsize!r:.40}.")
+    out = Aval(tuple(int(n) for n in dims), dtype, int(itemsize))
+    if type(x) is Aval and x == out:
+        out = x
+    cache[id(x)] = out
+    return out
+
+
+def _freeze(v, where: str):
+    """JSON-like ``v`` made read-only: mappings become MappingProxyType, lists tuples."""
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        if not math.isfinite(v):
+            raise GraphError(f"{where}: {v!r} is not a finite number (JSON has none).")
+        return float(v)
+    if isinstance(v, Mapping):
+        out = {}
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise GraphError(f"{where}: keys must be strings, got {k!r:.40}.")
+            out[k] = _freeze(x, f"{where}.{k}")
+        return types.MappingProxyType(out)
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x, f"{where}[{k}]") for k, x in enumerate(v))
+    raise GraphError(f"{where}: {type(v).__name__} is not JSON-like data (mappings, lists, "
+                     "numbers, strings, booleans, null).")
+
+
+def _freeze_attrs(a, i: int, cache: dict[int, Mapping]) -> Mapping:
+    hit = cache.get(id(a))
+    if hit is not None:
+        return hit
+    if not isinstance(a, Mapping):
+        raise GraphError(f"'attrs' of op {i} must be a mapping of parameter names to "
+                         f"values, got {type(a).__name__}.")
+    out = cache[id(a)] = _freeze(a, f"'attrs' of op {i}")
+    return out
+
+
+def _thaw(v):
+    """The JSON form of a frozen value: mappings to dicts, tuples to lists."""
+    if isinstance(v, Mapping):
+        return {k: _thaw(x) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    return v
 
 
 _INT_FIELDS = ("src", "dst", "edge_output", "param_op", "param_index")

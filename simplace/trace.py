@@ -15,6 +15,10 @@
 
 Edges join a consumer to the op that produced each tensor it reads (one edge per
 distinct tensor); function inputs and literals make no edges.
+
+Each op carries its operands' and outputs' shapes and dtypes (``OpGraph.in_avals``,
+``out_avals``) and its primitive's parameters (``attrs``) as data; its ``signature``
+prints the same for the cost model's op-time tables and is never parsed back.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from jax.extend import core as jcore
 
 from simplace import _primitive_costs as costs
 from simplace.errors import TraceError
-from simplace.graph import BACKWARD_PREFIX, OpGraph, split_name_path
+from simplace.graph import BACKWARD_PREFIX, Aval, OpGraph, split_name_path
 
 __all__ = ["trace", "op_specs", "module_path"]
 
@@ -48,15 +52,44 @@ _SKIP_PARAMS = frozenset({"out_sharding", "sharding", "name", "debug_info", "ctx
 
 # --------------------------------------------------------------------------- helpers
 def _dtype_bytes(dtype) -> int:
+    """Bytes per element: numpy's itemsize (JAX's dtypes, bfloat16 and float8 included, are
+    numpy dtypes); an extended dtype (PRNG keys) counts its physical representation."""
     try:
         return np.dtype(dtype).itemsize
     except TypeError:
-        # extended dtypes (PRNG keys): size of the physical representation
-        try:
-            phys = dtype._rules.physical_element_aval(dtype)
-            return math.prod(phys.shape) * np.dtype(phys.dtype).itemsize
-        except Exception:  # noqa: BLE001 - an unusual dtype must not stop the trace
-            return 0
+        pass
+    try:
+        phys = dtype._rules.physical_element_aval(dtype)
+        return math.prod(phys.shape) * np.dtype(phys.dtype).itemsize
+    except Exception as err:  # noqa: BLE001 - re-raised with what to do
+        # A guessed size would silently skew every memory and transfer figure.
+        raise TraceError(
+            f"simplace.trace cannot size dtype {dtype!r}: it is not a numpy dtype and has "
+            f"no physical representation ({type(err).__name__}: {err}). Cast such values to "
+            "a numpy dtype inside the traced function, or report the dtype.") from None
+
+
+def _dtype_name(dtype) -> str:
+    """numpy's name of a dtype (``float32``, ``bfloat16``); an extended dtype's text."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return str(dtype)
+
+
+def _make_aval(aval) -> Aval:
+    """The graph's ``Aval`` of a JAX abstract value; a value that is not an array (a
+    token) gets its type's name, shape () and itemsize 0."""
+    shape = getattr(aval, "shape", None)
+    dtype = getattr(aval, "dtype", None)
+    if shape is None or dtype is None:
+        return Aval((), type(aval).__name__, 0)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TraceError(f"simplace.trace needs static shapes; got {shape} (symbolic "
+                         "dimensions). Trace with concrete sizes.") from None
+    return Aval(dims, _dtype_name(dtype), _dtype_bytes(dtype))
 
 
 def _nbytes(aval) -> int:
@@ -126,6 +159,56 @@ def _fmt(v) -> str | None:
         return f"{type(v).__name__}({inner})"
     text = repr(v)
     return type(v).__name__ if " at 0x" in text else text
+
+
+_OMIT = object()  # an attribute value with no data form (a sub-jaxpr, a function)
+
+
+def _attr(v):
+    """A primitive parameter as JSON-like data (the data twin of ``_fmt``): named tuples
+    and dataclasses become mappings, sequences tuples, enums and dtypes their names;
+    ``_OMIT`` for values ``_fmt`` leaves out."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else repr(v)
+    if isinstance(v, np.generic) and np.ndim(v) == 0 and not isinstance(v, np.void):
+        return _attr(v.item())
+    if isinstance(v, enum.Enum):
+        return v.name
+    if isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)) or callable(v) and not isinstance(
+            v, type):
+        return _OMIT
+    if isinstance(v, (np.dtype, type)):
+        try:
+            return np.dtype(v).name
+        except TypeError:
+            return str(v)
+    if isinstance(v, tuple) and hasattr(v, "_fields"):  # NamedTuple: ConvDimensionNumbers
+        return _attr_map(zip(v._fields, v, strict=True))
+    if isinstance(v, (tuple, list)):
+        items = tuple(_attr(x) for x in v)
+        return _OMIT if any(x is _OMIT for x in items) else items
+    if isinstance(v, np.ndarray):
+        return _attr(v.tolist())
+    if hasattr(v, "__dataclass_fields__"):  # GatherDimensionNumbers and friends
+        return _attr_map((k, getattr(v, k)) for k in v.__dataclass_fields__)
+    text = repr(v)
+    return type(v).__name__ if " at 0x" in text else text
+
+
+def _attr_map(items) -> dict:
+    out = {}
+    for k, x in items:
+        a = _attr(x)
+        if a is not _OMIT:
+            out[k] = a
+    return out
+
+
+def _attrs(params: dict) -> dict:
+    """An equation's parameters as data, leaving out what the signature leaves out."""
+    return _attr_map((k, params[k]) for k in sorted(params) if k not in _SKIP_PARAMS)
 
 
 def _params_str(params: dict) -> str:
@@ -261,6 +344,10 @@ class _Builder:
         self.bytes: list[float] = []
         self.out_bytes: list[float] = []
         self.signature: list[str] = []
+        self.in_avals: list[tuple[Aval, ...]] = []
+        self.out_avals: list[tuple[Aval, ...]] = []
+        self.attrs: list[dict] = []
+        self.param_avals: list[Aval] = []  # set by _run
         self.src: list[int] = []
         self.dst: list[int] = []
         self.edge_bytes: list[float] = []
@@ -270,6 +357,8 @@ class _Builder:
         self.loops = 0
         self._path_cache: dict[tuple, str] = {}
         self._aval_cache: dict[Any, str] = {}
+        self._aval_data_cache: dict[Any, Aval] = {}
+        self._attrs_cache: dict[tuple[str, str], dict] = {}
         self._body_paths: list[str] = []  # name paths inside the loop being costed
 
     # -- variables
@@ -312,6 +401,20 @@ class _Builder:
                     self._aval_cache[a] = s
             out.append(s)
         return ",".join(out)
+
+    def _avals(self, avals) -> tuple[Aval, ...]:
+        out = []
+        cache = self._aval_data_cache
+        for a in avals:
+            try:
+                x = cache.get(a)
+            except TypeError:  # an unhashable abstract value
+                x = _make_aval(a)
+            else:
+                if x is None:
+                    x = cache[a] = _make_aval(a)
+            out.append(x)
+        return tuple(out)
 
     # -- walking
     def walk(self, jaxpr, env: dict, prefix) -> None:
@@ -374,6 +477,13 @@ class _Builder:
         self.bytes.append(float(nbytes))
         self.out_bytes.append(float(sum(out_nbytes)))
         self.signature.append(sig)
+        self.in_avals.append(self._avals(in_avals))
+        self.out_avals.append(self._avals(out_avals))
+        # Equal parameter text, equal parameters: one mapping shared by those ops.
+        attrs = self._attrs_cache.get((name, params_str))
+        if attrs is None:
+            attrs = self._attrs_cache[(name, params_str)] = _attrs(eqn.params)
+        self.attrs.append(attrs)
         self.effectful.append(bool(eqn.effects))
         if self.keep_specs:
             self.specs.append((eqn.primitive, dict(eqn.params), tuple(
@@ -491,10 +601,11 @@ def _key_str(path) -> str:
 
 
 def _param_leaves(args: tuple, param_argnums: tuple[int, ...]):
-    """Per flat input leaf: parameter index or -1; plus parameter names and sizes."""
+    """Per flat input leaf: parameter index or -1; plus parameter names, sizes and Avals."""
     leaf_param: list[int] = []
     names: list[str] = []
     sizes: list[float] = []
+    avals: list[Aval] = []
     multi = len(param_argnums) > 1
     for argnum, arg in enumerate(args):
         leaves, _ = jax.tree_util.tree_flatten_with_path(arg)
@@ -504,11 +615,12 @@ def _param_leaves(args: tuple, param_argnums: tuple[int, ...]):
                 key = _key_str(path)
                 prefix = f"arg{argnum}" if (multi or not key) else ""
                 names.append("/".join(s for s in (prefix, key) if s))
-                sizes.append(float(math.prod(leaf.shape) * _dtype_bytes(leaf.dtype)))
+                avals.append(_make_aval(leaf))
+                sizes.append(float(avals[-1].nbytes))
                 leaf_param.append(len(names) - 1)
             else:
                 leaf_param.append(-1)
-    return leaf_param, names, sizes
+    return leaf_param, names, sizes, avals
 
 
 def _normalize_argnums(param_argnums, nargs: int) -> tuple[int, ...]:
@@ -553,7 +665,7 @@ def _run(fn, args, param_argnums, keep_specs=False, builder: type[_Builder] | No
     argnums = _normalize_argnums(param_argnums, len(args))
     closed, out_shape = _make_jaxpr(fn, args)
     jaxpr = closed.jaxpr
-    leaf_param, names, sizes = _param_leaves(args, argnums)
+    leaf_param, names, sizes, param_avals = _param_leaves(args, argnums)
     if len(leaf_param) != len(jaxpr.invars):
         raise TraceError(
             f"The traced function has {len(jaxpr.invars)} inputs but its arguments have "
@@ -563,6 +675,7 @@ def _run(fn, args, param_argnums, keep_specs=False, builder: type[_Builder] | No
     unknown: dict[str, int] = {}
     loose_whiles: list[str] = []
     b = (builder or _Builder)(unknown, loose_whiles, keep_specs)
+    b.param_avals = param_avals
     env: dict = {cv: b.const_val(cv, c)
                  for cv, c in zip(jaxpr.constvars, closed.consts, strict=True)}
     for k, (v, pidx) in enumerate(zip(jaxpr.invars, leaf_param, strict=True)):
@@ -623,6 +736,9 @@ def _assemble(b: _Builder, is_output: np.ndarray, names, sizes, unknown, *, name
     def per_op(values, dtype):
         return np.asarray(values, dtype=dtype)[live]
 
+    def rows(values):
+        return tuple(v for v, keep in zip(values, live.tolist(), strict=True) if keep)
+
     meta = {
         "jax_version": jax.__version__,
         "trace_s": time.perf_counter() - t0,
@@ -640,7 +756,8 @@ def _assemble(b: _Builder, is_output: np.ndarray, names, sizes, unknown, *, name
         is_output=is_output[live], param_names=names, param_sizes=sizes,
         param_op=new_index[param_op[keep_use]],
         param_index=np.asarray(b.param_index, dtype=np.int64)[keep_use],
-        name=name, meta=meta,
+        in_avals=rows(b.in_avals), out_avals=rows(b.out_avals), attrs=rows(b.attrs),
+        param_avals=b.param_avals, name=name, meta=meta,
     )
 
 
