@@ -257,18 +257,32 @@ def cmd_optimize(args) -> int:
 
     options = {**rl_options(args),
                **validate_cli.validate_options(args, graph, cost_model, progress)}
-    if args.method == "all":
-        results = compare(graph, cost_model, seed=args.seed, budget_s=args.budget_s,
-                          progress=progress)
-        print()
-        print(results_table(results, bound_s))
-        best = best_of(results)
-    else:
-        best = optimize(graph, cost_model, args.method, seed=args.seed,
-                        budget_s=args.budget_s, progress=progress, **options)
+    if getattr(args, "start", None) is not None:
+        options["starts"] = [_start_placement(args, graph, cost_model)]
+    from simplace.search import stop_on_signals
+
+    # Ctrl-C or SIGTERM: the search stops at its next step and returns its best so far,
+    # which is saved below before exiting 130 (a second signal stops at once).
+    with stop_on_signals(message=progress) as interrupt:
+        if args.method == "all":
+            results = compare(graph, cost_model, seed=args.seed, budget_s=args.budget_s,
+                              progress=progress)
+            print()
+            print(results_table(results, bound_s))
+            best = best_of(results)
+        else:
+            best = optimize(graph, cost_model, args.method, seed=args.seed,
+                            budget_s=args.budget_s, progress=progress, **options)
+    interrupted = interrupt["signal"]
     print(f"\nbest: {best.method} ({best.wall_s:.2f} s of search)")
+    print(_budget_line(best, args.budget_s))
     if best.info.get("note"):
         print(f"note: {best.info['note']}")
+    judged = best.cost_model if best.cost_model is not None else cost_model
+    if judged is not cost_model:
+        # Like with like: the winner and the bound under the model the search judged by.
+        bound_s = lower_bound(graph, judged)
+        print("(simulated under the drift-corrected cost model fitted during the search)")
     print(report_result(best, cost_model, bound_s))
     if best.oom:
         print("No placement found fits the machine's memory (OOM): the model needs more "
@@ -276,14 +290,61 @@ def cmd_optimize(args) -> int:
     validated = validate_cli.report_winner(best, graph, cost_model, options)
     if validated:
         print(validated)
-    if args.out:
+    out = args.out
+    if interrupted and not out:
+        out = f"{args.method}-interrupted.json"  # nothing is lost: a file in the cwd
+    if out:
+        meta = {"seed": args.seed, "budget_s": args.budget_s, "wall_s": best.wall_s,
+                "stop": best.info.get("stop")}
         Placement(assignment=best.placement, graph_hash=graph.hash,
                   cost_model=cost_model.name, device_names=tuple(cost_model.device_names),
                   method=best.method, predicted_step_time_s=best.step_time_s,
-                  meta={"seed": args.seed, "budget_s": args.budget_s,
-                        "wall_s": best.wall_s}, oom=best.oom).save(args.out)
-        print(f"placement saved to {args.out}" + (" (marked oom)" if best.oom else ""))
+                  meta=meta, oom=best.oom).save(out)
+        print(f"placement saved to {out}" + (" (marked oom)" if best.oom else ""))
+    if interrupted:
+        print(_interrupted_line(interrupted, best, out), file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_OOM if best.oom else 0
+
+
+def _start_placement(args, graph, cost_model):
+    """``--start P.JSON``: the placement to start local search from, checked."""
+    from simplace.placement import Placement
+
+    if args.method != "local":
+        raise SimplaceError(f"--start applies to --method local only, not --method "
+                            f"{args.method} (rl-* methods take --warm-start).")
+    return Placement.load(args.start).check(graph, cost_model)
+
+
+def _budget_line(best, budget_s) -> str:
+    """How the search used its time: wall time against the budget, when the first batch
+    was ready (the part of the time a budget cannot bound) and why it stopped."""
+    info = best.info
+    first = info.get("first_batch_s")
+    if budget_s is None and first is None:
+        return f"search time {best.wall_s:.2f} s"
+    line = f"search time {best.wall_s:.2f} s"
+    if budget_s is not None:
+        line += f" of a {budget_s:g} s budget"
+    if first is not None:
+        line += f"; first batch ready after {first:.2f} s"
+    if info.get("stop"):
+        line += f"; stopped: {info['stop']}"
+    return line
+
+
+def _interrupted_line(signal_name: str, best, out: str | None) -> str:
+    """What an interrupted optimize kept."""
+    kept = [f"the best placement so far ({best.step_time_s * 1e3:.3f} ms) in {out}"
+            + (f" (--start {out} resumes from it)" if best.method == "local" else "")]
+    info = best.info
+    if info.get("checkpoint_path"):
+        kept.append(f"the checkpoint {info['checkpoint_path']} (update "
+                    f"{info.get('updates')}; --checkpoint resumes it)")
+    if info.get("history_path"):
+        kept.append(f"the history {info['history_path']}")
+    return f"interrupted ({signal_name}): kept " + ", ".join(kept) + "."
 
 
 def results_table(results, bound_s: float) -> str:
@@ -367,7 +428,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="wall-time budget of search methods, seconds (> 0)")
     sp.add_argument("--seed", type=_argtypes.seed, default=0,
                     help=f"random seed, 0..{_argtypes.MAX_SEED} (default 0)")
-    sp.add_argument("--out", metavar="P.JSON", help="save the best placement")
+    sp.add_argument("--out", metavar="P.JSON", help="save the best placement (also when "
+                    "interrupted by Ctrl-C or SIGTERM: the best so far)")
+    sp.add_argument("--start", metavar="P.JSON", default=None,
+                    help="--method local: start from this placement instead of the "
+                         "heuristics (e.g. one an interrupted run saved: resume it)")
     add_rl_args(sp)
     validate_cli.add_validate_args(sp)
     sp.set_defaults(func=cmd_optimize)

@@ -610,17 +610,18 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
         now = time.perf_counter()
         rate = (n_this - 1) * k / max(now - t_steady, 1e-9) if n_this > 1 else 0.0
         session.show(done_episodes, rate, mean_s, "mean")
-    session.show(done_episodes, 0.0, mean_s, "mean", force=True)
+    steady_s = time.perf_counter() - t_steady if n_this > 1 else 0.0
+    rate = (n_this - 1) * k / steady_s if steady_s > 0 else 0.0
+    session.show(done_episodes, rate, mean_s, "mean", force=True)
     session.line.close()
     if session.hook is not None and stop != "interrupted" and \
             session.validate(-1, rescore) is not None:
         info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
-    steady_s = time.perf_counter() - t_steady if n_this > 1 else 0.0
     info.update(stop=stop, updates=update, episodes=done_episodes, samples=k,
                 units=trainer.policy.num_units, trained_updates=n_this,
                 wall_s=elapsed0 + session.elapsed(), t_ref_s=t_ref,
                 # Steady state: from the end of the first update (its compilation) on.
-                episodes_per_s=(n_this - 1) * k / steady_s if steady_s > 0 else None)
+                episodes_per_s=rate if steady_s > 0 else None)
     if checkpoint:
         save_ckpt(stop not in ("stopped", "interrupted"))
     best, best_score = session.best, session.best_score
