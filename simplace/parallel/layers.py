@@ -24,13 +24,16 @@ Each layer lists its *tensors*: for every edge crossing the layer boundary, whic
 dimension each tensor axis follows (by shape alignment against the layer's canonical
 input or output shape: equal shapes map axis to axis, a reshape maps the major axis of
 each merged group, otherwise axes of equal size are matched in order).
+
+Shapes, dtypes and primitive parameters are read from the graph's data (``in_avals``,
+``out_avals``, ``param_avals``, ``attrs``), never from signature text; a graph without
+them (hand-built, coarsened) cannot be parallelized.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections import defaultdict
 
 import networkx as nx
@@ -38,7 +41,7 @@ import numpy as np
 
 from simplace.cost_model import CostModel, op_classes
 from simplace.errors import SimplaceError
-from simplace.graph import BACKWARD_PREFIX, OpGraph, split_name_path
+from simplace.graph import BACKWARD_PREFIX, Aval, OpGraph, split_name_path
 
 __all__ = ["Layer", "LayerGraph", "ParallelizeError", "Tensor", "build_layer_graph"]
 
@@ -47,10 +50,6 @@ class ParallelizeError(SimplaceError):
     """Bad input to ``simplace.parallelize`` or a search that cannot be done exactly."""
 
 
-_AVAL = re.compile(r"([a-z][a-z0-9_]*)\[([0-9,]*)\]")
-_DTYPE_BYTES = {"f64": 8, "i64": 8, "u64": 8, "c64": 8, "c128": 16, "f32": 4, "i32": 4,
-                "u32": 4, "f16": 2, "bf16": 2, "i16": 2, "u16": 2, "i8": 1, "u8": 1,
-                "bool": 1}
 # Primitives PaSE has no split rule for: a layer holding one is replicated.
 _UNSUPPORTED = frozenset({"scan", "while", "cond", "sort", "top_k", "cumsum", "cumprod",
                           "cummax", "cummin", "cumlogsumexp", "argsort", "custom_call",
@@ -60,35 +59,25 @@ KINDS = ("conv", "matmul", "attention", "lstm", "embedding", "pool", "elementwis
          "unsupported")
 
 
-def parse_avals(signature: str) -> list[tuple[int, tuple[int, ...]]]:
-    """``(itemsize_bytes, shape)`` of each array input in an op signature."""
-    return [(size, shape) for size, shape, _ in _parse_avals(signature)]
+def _inputs(graph: OpGraph, i: int) -> tuple[Aval, ...]:
+    """Op ``i``'s operands (shape, dtype, itemsize), in the primitive's order."""
+    return graph.in_avals[i]
 
 
-def _parse_avals(signature: str) -> list[tuple[int, tuple[int, ...], str]]:
-    parts = signature.split("|")
-    if len(parts) < 2:
+def _attr(graph: OpGraph, i: int, name: str, default=None):
+    """Parameter ``name`` of op ``i``'s primitive (``attrs``), ``default`` if absent."""
+    return default if graph.attrs is None else graph.attrs[i].get(name, default)
+
+
+def _flat_ints(v) -> list[int]:
+    """The integers of a nested parameter value (tuples of tuples of ints), in order."""
+    if isinstance(v, bool):
         return []
-    out = []
-    for dt, dims in _AVAL.findall(parts[1]):
-        shape = tuple(int(x) for x in dims.split(",") if x)
-        out.append((_DTYPE_BYTES.get(dt, 4), shape, dt))
-    return out
-
-
-def _param(signature: str, name: str) -> str | None:
-    parts = signature.split("|")
-    if len(parts) < 3:
-        return None
-    for item in parts[2].split(";"):
-        k, _, v = item.partition("=")
-        if k == name:
-            return v
-    return None
-
-
-def _ints(text: str | None) -> list[int]:
-    return [int(x) for x in re.findall(r"-?\d+", text or "")]
+    if isinstance(v, int):
+        return [v]
+    if isinstance(v, tuple):
+        return [x for item in v for x in _flat_ints(item)]
+    return []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,37 +306,17 @@ def _group_ops(graph: OpGraph, forward: np.ndarray, lstm: list[str]):
     return group, names, [lab[0] for lab in order], key_of
 
 
-def _edge_shape(graph: OpGraph, e: int, avals_cache: dict) -> tuple[int, tuple[int, ...]]:
-    return _edge_aval(graph, e, avals_cache)[:2]
-
-
-def _edge_aval(graph: OpGraph, e: int, avals_cache: dict) -> tuple[int, tuple[int, ...], str]:
-    d = int(graph.dst[e])
-    key = ("full", d)
-    avals = avals_cache.get(key)
-    if avals is None:
-        avals = avals_cache[key] = _parse_avals(str(graph.signature[d]))
-    nbytes = graph.edge_bytes[e]
-    for size, shape, dt in avals:
-        if math.prod(shape) * size == nbytes:
-            return size, shape, dt
-    return 4, (), "f32"
-
-
-def _param_shapes(graph: OpGraph, k: int, avals_cache: dict) -> list[tuple[int, ...]]:
-    """Candidate shapes of parameter ``k``: the input shapes of the ops reading it with
-    its byte size (an op may read an activation of the same size, hence candidates)."""
-    uses = np.flatnonzero(graph.param_index == k)
+def _param_shapes(graph: OpGraph, k: int) -> list[tuple[int, ...]]:
+    """Shapes parameter ``k`` may have: its own when the graph records it, else the input
+    shapes of the ops reading it with its byte size."""
+    if graph.param_avals is not None:
+        return [graph.param_avals[k].shape]
     nbytes = graph.param_sizes[k]
     out = []
-    for u in uses:
-        o = int(graph.param_op[u])
-        avals = avals_cache.get(o)
-        if avals is None:
-            avals = avals_cache[o] = parse_avals(str(graph.signature[o]))
-        for size, shape in avals:
-            if math.prod(shape) * size == nbytes and shape not in out:
-                out.append(shape)
+    for u in np.flatnonzero(graph.param_index == k):
+        for a in _inputs(graph, int(graph.param_op[u])):
+            if a.nbytes == nbytes and a.shape not in out:
+                out.append(a.shape)
     return out
 
 
@@ -366,17 +335,17 @@ class _Space:
     window: tuple[int, int] = (1, 1)
 
 
-def _dot_space(sig: str, param_rhs: bool, batch: int) -> _Space | None:
-    avals = parse_avals(sig)
+def _dot_space(graph: OpGraph, i: int, param_rhs: bool, batch: int) -> _Space | None:
+    avals = _inputs(graph, i)
     if len(avals) < 2:
         return None
-    (isz, ls), (_, rs) = avals[0], avals[1]
-    # dimension_numbers = (((lc...), (rc...)), ((lb...), (rb...))); counts from the text
-    text = _param(sig, "dimension_numbers") or ""
-    groups = re.findall(r"\(([0-9, ]*)\)", text)
-    if len(groups) < 4:
+    isz, ls, rs = avals[0].itemsize, avals[0].shape, avals[1].shape
+    # dimension_numbers = (((lhs contracting), (rhs contracting)), ((lhs batch), (rhs batch)))
+    try:
+        (lc, rc), (lb, rb) = _attr(graph, i, "dimension_numbers")
+    except (TypeError, ValueError):  # not recorded
         return None
-    lc, rc, lb, rb = ([int(x) for x in g.split(",") if x.strip()] for g in groups[:4])
+    lc, rc, lb, rb = (list(_flat_ints(x)) for x in (lc, rc, lb, rb))
     lfree = [a for a in range(len(ls)) if a not in lc and a not in lb]
     rfree = [a for a in range(len(rs)) if a not in rc and a not in rb]
     names, sizes = [], []
@@ -412,17 +381,20 @@ def _dot_space(sig: str, param_rhs: bool, batch: int) -> _Space | None:
     return sp
 
 
-def _conv_space(sig: str) -> _Space | None:
-    avals = parse_avals(sig)
+def _conv_space(graph: OpGraph, i: int) -> _Space | None:
+    avals = _inputs(graph, i)
     if len(avals) < 2:
         return None
-    (isz, ls), (_, rs) = avals[0], avals[1]
-    spec = _ints(_param(sig, "dimension_numbers"))
-    if len(ls) != 4 or len(spec) != 12:
+    isz, ls, rs = avals[0].itemsize, avals[0].shape, avals[1].shape
+    # ConvDimensionNumbers: lhs_spec (n, c, h, w), rhs_spec (o, i, h, w), out_spec (n, c, h, w)
+    dn = _attr(graph, i, "dimension_numbers", {})
+    specs = [_flat_ints(dn.get(k)) if hasattr(dn, "get") else []
+             for k in ("lhs_spec", "rhs_spec", "out_spec")]
+    if len(ls) != 4 or any(len(x) != 4 for x in specs):
         return None
-    lhs, rhs, out = spec[0:4], spec[4:8], spec[8:12]
-    strides = _ints(_param(sig, "window_strides")) or [1, 1]
-    pad = _ints(_param(sig, "padding")) or [0, 0, 0, 0]
+    lhs, rhs, out = specs
+    strides = _flat_ints(_attr(graph, i, "window_strides")) or [1, 1]
+    pad = _flat_ints(_attr(graph, i, "padding")) or [0, 0, 0, 0]
     n, ci = ls[lhs[0]], ls[lhs[1]]
     hin, win = ls[lhs[2]], ls[lhs[3]]
     co = rs[rhs[0]]
@@ -445,9 +417,9 @@ def _conv_space(sig: str) -> _Space | None:
     return sp
 
 
-def _attention_space(sig: str) -> _Space | None:
+def _attention_space(graph: OpGraph, i: int) -> _Space | None:
     """Scores ``dot(q[b,q,h,d], k[b,k,h,d])`` with batch dims (b, h), contracting d."""
-    sp = _dot_space(sig, False, -1)
+    sp = _dot_space(graph, i, False, -1)
     if sp is None or len(sp.names) != 5:
         return None
     # order of dims from _dot_space: batch (b, g1), lhs free (q), rhs free (k), contract
@@ -488,6 +460,12 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
         raise ParallelizeError(
             f"Graph {graph.name!r} has no forward ops ({m} ops in all), so it has no "
             "layers to split. Trace a model function (simplace.trace) with at least one op.")
+    if graph.in_avals is None or graph.out_avals is None:
+        raise ParallelizeError(
+            f"Graph {graph.name!r} does not record its ops' shapes (in_avals/out_avals are "
+            "None: a hand-built or coarsened graph), and PaSE splits by shape. Parallelize "
+            "a traced graph: simplace.trace(fn, *args), or a graph saved by `simplace graph "
+            "MODEL --out FILE`.")
     times = cost_model.op_times(graph)[:, device]
     # The per-op part of each op's time, which does not shrink when the op is split:
     # its class's in-segment overhead (elementwise ops fused into a neighbour's loop may
@@ -524,7 +502,6 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
         else:  # a path cut into pieces: share its backward time as the forward time
             w = fwd_time[gs] + 1e-30
             bwd_extra_s[gs] += float(times[i]) * w / w.sum()
-    avals_cache: dict = {}
     # boundary tensors per group
     in_edges: list[list[int]] = [[] for _ in range(ng)]
     out_edges: list[list[int]] = [[] for _ in range(ng)]
@@ -553,29 +530,29 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
         elif prims & _UNSUPPORTED:
             space = None
         else:
-            space = _main_space(graph, ops, prims, batch, param_ops, avals_cache)
+            space = _main_space(graph, ops, prims, batch, param_ops)
         if space is None:
             kind = "unsupported" if prims & _UNSUPPORTED or keys[g] in lstm else None
-            shapes = [_edge_shape(graph, e, avals_cache) for e in in_edges[g] + out_edges[g]]
-            shapes = [s for s in shapes if s[1]]
-            big = max(shapes, key=lambda s: math.prod(s[1]) * s[0], default=(4, ()))
-            space = _shape_space(kind or "elementwise", big[1], batch, big[0])
+            avals = [graph.edge_aval(e) for e in in_edges[g] + out_edges[g]]
+            big = max((a for a in avals if a.shape), key=lambda a: a.nbytes,
+                      default=Aval((), "float32", 4))
+            space = _shape_space(kind or "elementwise", big.shape, batch, big.itemsize)
             if kind == "unsupported":
                 space.splittable = [False] * len(space.names)
         tensors: list[Tensor] = []
         seen_t: set = set()
         for role, edges in (("in", in_edges[g]), ("out", out_edges[g])):
             for e in edges:
-                isz, shape, dt = _edge_aval(graph, e, avals_cache)
-                axis = _tensor_axes(space, role, shape, graph, e)
+                aval = graph.edge_aval(e)
+                axis = _tensor_axes(space, role, aval.shape, graph, e)
                 tensor_of_edge[(e, role == "out")] = len(tensors)
                 key = (role, int(graph.src[e]), int(graph.edge_output[e]))
-                tensors.append(Tensor(shape, float(graph.edge_bytes[e]), axis, role, edge=e,
-                                      first=key not in seen_t,
-                                      is_float=dt.startswith(("f", "bf", "c"))))
+                tensors.append(Tensor(aval.shape, float(graph.edge_bytes[e]), axis, role,
+                                      edge=e, first=key not in seen_t,
+                                      is_float=aval.is_inexact))
                 seen_t.add(key)
         for k in params_of[g]:
-            shapes = _param_shapes(graph, k, avals_cache)
+            shapes = _param_shapes(graph, k)
             known = [s for s in shapes if s in space.main_operands]
             if known:
                 shape = known[0]
@@ -612,35 +589,35 @@ def _batch_size(graph: OpGraph, forward: np.ndarray) -> int:
     counts: dict[int, int] = defaultdict(int)
     for i in np.flatnonzero(forward):
         if graph.op[i] in ("dot_general", "conv_general_dilated"):
-            av = parse_avals(str(graph.signature[i]))
-            if av and av[0][1]:
-                counts[av[0][1][0]] += 1
+            av = _inputs(graph, i)
+            if av and av[0].shape:
+                counts[av[0].shape[0]] += 1
     return max(counts, key=lambda k: (counts[k], k)) if counts else -1
 
 
-def _main_space(graph, ops, prims, batch, param_ops, avals_cache) -> _Space | None:
+def _main_space(graph, ops, prims, batch, param_ops) -> _Space | None:
     convs = [i for i in ops if graph.op[i] == "conv_general_dilated"]
     if convs:
         main = max(convs, key=lambda i: graph.flops[i])
-        return _conv_space(str(graph.signature[main]))
+        return _conv_space(graph, main)
     dots = [i for i in ops if graph.op[i] == "dot_general"]
     param_dots = [i for i in dots if i in param_ops]
     if param_dots:
         main = max(param_dots, key=lambda i: graph.flops[i])
-        return _dot_space(str(graph.signature[main]), True, batch)
+        return _dot_space(graph, main, True, batch)
     if len(dots) >= 2:
         main = min(dots)  # the scores come first
-        sp = _attention_space(str(graph.signature[main]))
+        sp = _attention_space(graph, main)
         if sp is not None:
             return sp
     if dots:
         main = max(dots, key=lambda i: graph.flops[i])
-        return _dot_space(str(graph.signature[main]), False, batch)
+        return _dot_space(graph, main, False, batch)
     gathers = [i for i in ops if graph.op[i] == "gather" and i in param_ops]
     if gathers:
-        av = parse_avals(str(graph.signature[gathers[0]]))
-        if len(av) >= 2 and len(av[0][1]) == 2:
-            (isz, (v, d)), (_, ids) = av[0], av[1]
+        av = _inputs(graph, gathers[0])
+        if len(av) >= 2 and len(av[0].shape) == 2:
+            isz, (v, d), ids = av[0].itemsize, av[0].shape, av[1].shape
             idshape = ids[:-1] if ids and ids[-1] == 1 else ids
             sp = _shape_space("embedding", tuple(idshape) + (d,), batch, isz)
             sp.names.append("v")
@@ -651,11 +628,10 @@ def _main_space(graph, ops, prims, batch, param_ops, avals_cache) -> _Space | No
     pools = [i for i in ops if str(graph.op[i]).startswith("reduce_window")]
     if pools:
         main = max(pools, key=lambda i: graph.flops[i])
-        sig = str(graph.signature[main])
-        av = parse_avals(sig)
-        if av and len(av[0][1]) == 4:
-            sp = _shape_space("pool", av[0][1], batch, av[0][0])
-            win = _ints(_param(sig, "window_dimensions"))
+        av = _inputs(graph, main)
+        if av and len(av[0].shape) == 4:
+            sp = _shape_space("pool", av[0].shape, batch, av[0].itemsize)
+            win = _flat_ints(_attr(graph, main, "window_dimensions"))
             if len(win) == 4:
                 sp.window = (win[1], win[2])
             return sp
@@ -670,11 +646,11 @@ def _lstm_space(graph, ops, batch) -> _Space | None:
            and str(graph.name_path[i]).endswith("/recurrent")]
     if not inp or not rec:
         return None
-    av = parse_avals(str(graph.signature[inp[0]]))
-    rav = parse_avals(str(graph.signature[rec[0]]))
-    if len(av) < 2 or len(av[0][1]) != 2 or len(rav) < 2:
+    av = _inputs(graph, inp[0])
+    rav = _inputs(graph, rec[0])
+    if len(av) < 2 or len(av[0].shape) != 2 or len(rav) < 2:
         return None
-    (isz, (b, k)), (_, (_, four_h)) = av[0], av[1]
+    isz, (b, k), (_, four_h) = av[0].itemsize, av[0].shape, av[1].shape
     hidden = four_h // 4
     sp = _Space("lstm", ["b", "h", "k"], [b, hidden, k], [True, True, True],
                 [((b, k), (0, 2))], ((b, hidden), (0, 1)), itemsize=isz, steps=len(inp))
