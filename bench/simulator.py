@@ -1,23 +1,30 @@
 """Throughput of the simulators: placements per second, batched vs reference.
 
-    python bench/simulator.py [--model resnet50 | --graph g.json | --synthetic-ops N]
-                              [--cost-model cpu_h100x4_nvlink] [--batches 1,64,256,1024]
-                              [--out results.json]
+    python bench/simulator.py [--models resnet50,nmt_4layer | --graph g.json |
+                               --synthetic-ops N] [--cost-model cpu_h100x4_nvlink]
+                              [--batches 1,64,256,1024] [--out results.json]
 
-Prints a table (placements/s of the batched simulator per batch size, with exact peak
-memory (memory=True), with the exact OOM flag only (memory="oom": peaks only for
-placements that might not fit) and without memory (memory=False), its compile time, the
-reference simulator's placements/s and the ratio) and writes it as JSON with ``--out``.
-Quote figures with the machine they ran on (and whether other work shared its cores).
+For each graph: the reference simulator's placements/s, then per batch size and memory
+mode (exact peak memory (memory=True), the exact OOM flag only (memory="oom": peaks only
+for placements that might not fit) and no memory (memory=False)) the batched
+simulator's compile time (first call less a steady call), steady call time,
+placements/s, ratio to the reference and memory use (peak resident set size during the
+row, above what the process held before it, and in all). Placements are uniformly
+random. Prints a table and writes JSON (``--out``, by default
+``bench/results/simulator_<date>_<host>.json``). Quote figures with the machine they
+ran on and the load average (printed and saved).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import pathlib
 import platform
 import sys
+import threading
 import time
 
 import numpy as np
@@ -48,19 +55,22 @@ def _layered_dag(m: int, seed: int = 0):
                    name=f"synthetic{m}")
 
 
-def load_graph(args):
+def load_graphs(args):
     if args.graph:
         from simplace.graph import OpGraph
-        return OpGraph.load(args.graph)
+        return [OpGraph.load(args.graph)]
     if args.synthetic_ops:
-        return _layered_dag(args.synthetic_ops)
+        return [_layered_dag(args.synthetic_ops)]
     try:
         from simplace import zoo
         from simplace.trace import trace
     except ImportError as err:
-        sys.exit(f"cannot trace {args.model} ({err}); use --graph or --synthetic-ops")
-    fn, ex = zoo.get(args.model, training=True, batch=args.batch)
-    return trace(fn, *ex, name=args.model)
+        sys.exit(f"cannot trace {args.models} ({err}); use --graph or --synthetic-ops")
+    graphs = []
+    for name in args.models.split(","):
+        fn, ex = zoo.get(name, training=True, batch=args.batch)
+        graphs.append(trace(fn, *ex, name=name))
+    return graphs
 
 
 def load_machine(name: str, graph, d: int = 5):
@@ -71,7 +81,8 @@ def load_machine(name: str, graph, d: int = 5):
     if CostModel is not None:
         try:
             return CostModel.load(name), name
-        except Exception:  # noqa: BLE001 - any failure: fall back to a synthetic machine
+        except Exception as err:  # noqa: BLE001 - any failure: a synthetic machine
+            print(f"cost model {name} not loaded ({err}); using a synthetic machine")
             return CostModel.synthetic(d), f"synthetic({d})"
     from simplace.sim.inputs import make_sim_inputs
     rng = np.random.default_rng(0)
@@ -80,11 +91,97 @@ def load_machine(name: str, graph, d: int = 5):
                            np.full(d, 16e9)), f"synthetic-inputs({d})"
 
 
+def _rss_bytes() -> int:
+    """The process's resident set size now (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class _PeakRss:
+    """Samples the resident set size every few milliseconds while in use."""
+
+    def __enter__(self):
+        self.start = self.peak = _rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, _rss_bytes())
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_bytes())
+
+
+def _load() -> list[float]:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def bench_graph(graph, args, rng):
+    from simplace.sim import batched_simulator, lower_bound, sim_inputs, simulate
+
+    machine, machine_name = load_machine(args.cost_model, graph)
+    inp = sim_inputs(graph, machine)
+    d = inp.num_devices
+    print(f"\ngraph {graph.name}: {graph.num_ops} ops, {graph.num_edges} edges; machine "
+          f"{machine_name}: {d} devices; lower bound {lower_bound(graph, inp):.4g} s",
+          flush=True)
+    t = time.perf_counter()
+    for _ in range(args.reference_runs):
+        simulate(graph, inp, rng.integers(0, d, graph.num_ops))
+    ref_rate = args.reference_runs / (time.perf_counter() - t)
+
+    rows = []
+    print(f"reference: {ref_rate:.2f} placements/s (load {_load()})")
+    print(f"{'B':>6} {'memory':>7} {'compile s':>10} {'call s':>9} {'placements/s':>13} "
+          f"{'x reference':>12} {'chunk':>6} {'mem MB':>8} {'RSS MB':>8}", flush=True)
+    for memory in ((True,) if args.no_memory else (True, "oom", False)):
+        for b in (int(x) for x in args.batches.split(",")):
+            p = rng.integers(0, d, (b, graph.num_ops)).astype(np.int32)
+            with _PeakRss() as rss:
+                f = batched_simulator(graph, inp, memory=memory)
+                t = time.perf_counter()
+                f(p)
+                first = time.perf_counter() - t
+                times = []
+                # Slow rows (big graphs with exact memory) are timed once.
+                for _ in range(args.repeats if first < 10 else 1):
+                    t = time.perf_counter()
+                    f(p)
+                    times.append(time.perf_counter() - t)
+            best = min(times)
+            row = dict(batch=b, memory=memory, compile_s=max(0.0, first - best),
+                       first_call_s=first, call_s=best, placements_per_s=b / best,
+                       speedup_vs_reference=b / best / ref_rate, max_batch=f.max_batch,
+                       memory_bytes=rss.peak - rss.start, peak_rss_bytes=rss.peak)
+            rows.append(row)
+            print(f"{b:>6} {str(memory):>7} {row['compile_s']:>10.2f} {best:>9.4f} "
+                  f"{b / best:>13.1f} {row['speedup_vs_reference']:>12.1f} "
+                  f"{min(b, f.max_batch):>6} {row['memory_bytes'] / 2**20:>8.0f} "
+                  f"{rss.peak / 2**20:>8.0f}", flush=True)
+            del f
+    return dict(graph=graph.name, ops=graph.num_ops, edges=graph.num_edges,
+                machine=machine_name, devices=d, reference_placements_per_s=ref_rate,
+                rows=rows)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--models", default="resnet50,nmt_4layer",
+                    help="comma-separated zoo models (default: resnet50,nmt_4layer)")
+    ap.add_argument("--model", help="one zoo model (same as --models MODEL)")
     ap.add_argument("--batch", type=int, default=None, help="model batch size")
-    ap.add_argument("--graph", help="a saved OpGraph .json instead of a zoo model")
+    ap.add_argument("--graph", help="a saved OpGraph .json instead of zoo models")
     ap.add_argument("--synthetic-ops", type=int, help="a random layered DAG of N ops")
     ap.add_argument("--cost-model", default="cpu_h100x4_nvlink")
     ap.add_argument("--batches", default="1,64,256,1024")
@@ -92,56 +189,30 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-memory", action="store_true",
                     help="only the memory=True rows (skip the 'oom' and memory-off rows)")
-    ap.add_argument("--out")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random placements")
+    ap.add_argument("--out", help="JSON results path (default: bench/results/"
+                                  "simulator_<date>_<host>.json)")
     args = ap.parse_args(argv)
+    if args.model:
+        args.models = args.model
 
-    from simplace.sim import batched_simulator, lower_bound, sim_inputs, simulate
+    import jax
 
-    graph = load_graph(args)
-    machine, machine_name = load_machine(args.cost_model, graph)
-    inp = sim_inputs(graph, machine)
-    d = inp.num_devices
-    rng = np.random.default_rng(0)
-    print(f"graph {graph.name}: {graph.num_ops} ops, {graph.num_edges} edges; machine "
-          f"{machine_name}: {d} devices; lower bound {lower_bound(graph, inp):.4g} s")
-
-    t = time.perf_counter()
-    for _ in range(args.reference_runs):
-        simulate(graph, inp, rng.integers(0, d, graph.num_ops))
-    ref_rate = args.reference_runs / (time.perf_counter() - t)
-
-    rows = []
-    for memory in ((True,) if args.no_memory else (True, "oom", False)):
-        f = batched_simulator(graph, inp, memory=memory)
-        for b in (int(x) for x in args.batches.split(",")):
-            p = rng.integers(0, d, (b, graph.num_ops)).astype(np.int32)
-            t = time.perf_counter()
-            f(p)
-            first = time.perf_counter() - t
-            times = []
-            for _ in range(args.repeats):
-                t = time.perf_counter()
-                f(p)
-                times.append(time.perf_counter() - t)
-            best = min(times)
-            rows.append(dict(batch=b, memory=memory, compile_s=first - best,
-                             call_s=best, placements_per_s=b / best,
-                             speedup_vs_reference=b / best / ref_rate))
-    print(f"\nreference: {ref_rate:.2f} placements/s")
-    print(f"{'B':>6} {'memory':>7} {'compile s':>10} {'call s':>9} {'placements/s':>13} "
-          f"{'x reference':>12}")
-    for r in rows:
-        print(f"{r['batch']:>6} {str(r['memory']):>7} {r['compile_s']:>10.2f} "
-              f"{r['call_s']:>9.4f} {r['placements_per_s']:>13.1f} "
-              f"{r['speedup_vs_reference']:>12.1f}")
-    if args.out:
-        import jax
-        doc = dict(graph=graph.name, ops=graph.num_ops, edges=graph.num_edges,
-                   machine=machine_name, devices=d, reference_placements_per_s=ref_rate,
-                   rows=rows, host=platform.node(), cpu_count=os.cpu_count(),
-                   jax=jax.__version__, platform=jax.default_backend())
-        with open(args.out, "w") as fh:
-            json.dump(doc, fh, indent=1)
+    load0 = _load()
+    print(f"load average {load0}; {os.cpu_count()} cores; jax {jax.__version__} on "
+          f"{jax.default_backend()}")
+    rng = np.random.default_rng(args.seed)
+    results = [bench_graph(g, args, rng) for g in load_graphs(args)]
+    out = args.out or str(pathlib.Path(__file__).parent / "results" / (
+        f"simulator_{datetime.date.today().isoformat()}_{platform.node()}.json"))
+    doc = dict(graphs=results, host=platform.node(), cpu_count=os.cpu_count(),
+               jax=jax.__version__, platform=jax.default_backend(),
+               load_average_start=load0, load_average_end=_load(),
+               command=" ".join(sys.argv))
+    pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    print(f"\nload average {_load()}; wrote {out}")
 
 
 if __name__ == "__main__":

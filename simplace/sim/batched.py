@@ -498,8 +498,9 @@ class BatchedSimulator:
             for k in range(k_w):
                 lcol = jnp.where((dev_ids[:, None] == froms[k][None, :]) & sends[k][None, :],
                                  occs[k][None, :], lcol)
+            lcol = _barrier(lcol, lo_f)  # read D times below
             link = jnp.where((dev_ids[:, None] == dev[None, :])[:, None, :], lcol[None], link)
-            vals = jnp.stack(rows)
+            vals = tuple(rows)  # separate buffers: a stack would copy them
             out = None
             if memory is True:
                 start, end = seg_times(vals, ons)
@@ -511,7 +512,7 @@ class BatchedSimulator:
         # link[to, from]: when the link is free; -inf before its first copy, so that the
         # makespan below counts a latency only for links that carried something.
         carry0 = (state0, jnp.full((d, d, b), -jnp.inf, f64),
-                  jnp.zeros((len(iv) + 4, b), f64),
+                  tuple(jnp.zeros(b, f64) for _ in range(len(iv) + 4)),
                   jnp.zeros((1 + k_w, b), it))
         x_int = c["slice_int"]
         xs = (jnp.concatenate([x_int[:, :3], x_far[:, None].astype(x_int.dtype),
