@@ -261,7 +261,9 @@ def coarsen(graph: OpGraph, groups) -> OpGraph:
     dropped.
 
     Quotient op ``q`` stands for the original ops ``meta['op_to_group'] == q``; a placement
-    of the quotient expands back with ``expand(meta['op_to_group'], placement)``.
+    of the quotient expands back with ``expand(meta['op_to_group'], placement)``. Its ops
+    record no shapes (``in_avals``, ``out_avals`` and ``attrs`` are None); its parameters
+    keep theirs (``param_avals``).
     Raises GroupingError when the quotient would have a cycle.
     """
     groups = normalize(check_groups(graph, groups))
@@ -313,6 +315,9 @@ def coarsen(graph: OpGraph, groups) -> OpGraph:
             edge_output=[k[2] for k in keys], edge_bytes=[edges[k] for k in keys],
             param_names=graph.param_names, param_sizes=graph.param_sizes,
             param_op=[u[0] for u in uses], param_index=[u[1] for u in uses],
+            # A group has no one primitive, so no operand shapes or parameters: its shape
+            # fields stay unrecorded (None); the parameters are the same tensors.
+            in_avals=None, out_avals=None, attrs=None, param_avals=graph.param_avals,
             name=f"{graph.name}/coarse{n}" if graph.name else f"coarse{n}",
             meta={"coarsened_from": graph.hash, "op_to_group": q.tolist()},
         )
