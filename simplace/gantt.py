@@ -109,10 +109,10 @@ def plot_gantt(result, cost_model, path: str, *, graph=None, title: str = "") ->
     """
     bars = gantt_rows(result, cost_model)
 
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never open a window
-    import matplotlib.pyplot as plt
+    # A Figure of its own, not pyplot: it writes files only, never opens a window, and
+    # leaves the caller's backend alone (matplotlib.use would switch a notebook's inline
+    # plots off).
+    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     if graph is not None:
@@ -124,7 +124,8 @@ def plot_gantt(result, cost_model, path: str, *, graph=None, title: str = "") ->
 
     scale, unit = _time_unit(float(result.step_time_s))
     rows = bars.rows
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.45 * len(rows)))
+    fig = Figure(figsize=(12, 1.0 + 0.45 * len(rows)))
+    ax = fig.subplots()
 
     def draw(items, row, **kw):
         if items:
@@ -157,7 +158,6 @@ def plot_gantt(result, cost_model, path: str, *, graph=None, title: str = "") ->
     ax.legend(handles=legend, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _time_unit(step_s: float) -> tuple[float, str]:

@@ -22,10 +22,9 @@ def save_history(path, rows: list[dict], meta: dict | None = None) -> None:
 
 def plot_history(rows: list[dict], path, title: str = "") -> None:
     """Plot mean and best step time (ms) and mean reward against episodes to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A Figure of its own, not pyplot: files only, and the caller's backend (a notebook's
+    # inline plots) is left alone.
+    from matplotlib.figure import Figure
 
     ep = [r["episodes"] for r in rows]
 
@@ -33,7 +32,8 @@ def plot_history(rows: list[dict], path, title: str = "") -> None:
         return [r[name] * scale if r.get(name) is not None and r[name] < 1e5 else math.nan
                 for r in rows]
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    fig = Figure(figsize=(8, 6))
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
     ax1.plot(ep, col("mean_step_time_s", 1e3), label="batch mean (fitting)", lw=1)
     ax1.plot(ep, col("best_step_time_s", 1e3), label="best so far", lw=2)
     ax1.set_ylabel("step time, ms")
@@ -45,4 +45,3 @@ def plot_history(rows: list[dict], path, title: str = "") -> None:
         ax1.set_title(title)
     fig.tight_layout()
     fig.savefig(os.fspath(path), dpi=100)
-    plt.close(fig)
