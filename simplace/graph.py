@@ -175,12 +175,10 @@ class OpGraph:
         for f in ("in_avals", "out_avals"):
             v = getattr(self, f)
             if v is not None:
-                set_(f, tuple(tuple(_to_aval(a, f"'{f}' of op {i}", cache) for a in row)
-                              for i, row in enumerate(_rows(v, f))))
+                set_(f, _aval_rows(v, f, cache))
         if self.param_avals is not None:
-            set_("param_avals", tuple(_to_aval(a, f"'param_avals' entry {k}", cache)
-                                      for k, a in enumerate(_rows(self.param_avals,
-                                                                  "param_avals"))))
+            set_("param_avals", tuple(_to_aval(a, "param_avals", k, cache) for k, a in
+                                      enumerate(_rows(self.param_avals, "param_avals"))))
         if self.attrs is not None:
             frozen: dict[int, Mapping] = {}
             set_("attrs", tuple(_freeze_attrs(a, i, frozen)
@@ -279,22 +277,44 @@ class OpGraph:
     def _validate_out_avals(self):
         """Output shapes agree with the byte counts: an op's outputs add up to its
         ``out_bytes``, and every edge carries an output the producer has, of its size."""
+        # Over the distinct rows (ops with equal outputs share one tuple), then in numpy:
+        # graphs have tens of thousands of ops and edges.
+        seen: dict[int, int] = {}
+        distinct: list[tuple[Aval, ...]] = []
+        row_id = np.empty(self.num_ops, dtype=np.int64)
         for i, row in enumerate(self.out_avals):
-            total = sum(a.nbytes for a in row)
-            if total != self.out_bytes[i]:
-                raise GraphError(
-                    f"Op {i} ({self.op[i]} at '{self.name_path[i]}'): its 'out_avals' add "
-                    f"up to {total} bytes but 'out_bytes' says {self.out_bytes[i]:g}.")
-        for k, (s, o, b) in enumerate(zip(self.src.tolist(), self.edge_output.tolist(),
-                                          self.edge_bytes.tolist(), strict=True)):
-            row = self.out_avals[s]
-            if o >= len(row):
-                raise GraphError(f"Edge {k} carries output {o} of op {s} ({self.op[s]}), "
-                                 f"which has {len(row)} output(s) in 'out_avals'.")
-            if row[o].nbytes != b:
-                raise GraphError(
-                    f"Edge {k} carries output {o} of op {s} ({self.op[s]}): {row[o].shape} "
-                    f"of {row[o].dtype} is {row[o].nbytes} bytes but 'edge_bytes' says {b:g}.")
+            k = seen.get(id(row))
+            if k is None:
+                k = seen[id(row)] = len(distinct)
+                distinct.append(row)
+            row_id[i] = k
+        total = np.array([sum(a.nbytes for a in r) for r in distinct] + [0], dtype=np.float64)
+        bad = np.flatnonzero(total[row_id] != self.out_bytes)
+        if bad.size:
+            i = int(bad[0])
+            raise GraphError(
+                f"Op {i} ({self.op[i]} at '{self.name_path[i]}'): its 'out_avals' add up to "
+                f"{total[row_id[i]]:g} bytes but 'out_bytes' says {self.out_bytes[i]:g}.")
+        if not self.num_edges:
+            return
+        lens = np.array([len(r) for r in distinct], dtype=np.int64)
+        ptr = np.concatenate([[0], np.cumsum(lens)])
+        flat = np.array([a.nbytes for r in distinct for a in r] + [0], dtype=np.float64)
+        rs, eo = row_id[self.src], self.edge_output.astype(np.int64)
+        bad = np.flatnonzero(eo >= lens[rs])
+        if bad.size:
+            k = int(bad[0])
+            s_, o = int(self.src[k]), int(eo[k])
+            raise GraphError(f"Edge {k} carries output {o} of op {s_} ({self.op[s_]}), which "
+                             f"has {lens[rs[k]]} output(s) in 'out_avals'.")
+        bad = np.flatnonzero(flat[ptr[rs] + eo] != self.edge_bytes)
+        if bad.size:
+            k = int(bad[0])
+            s_, o = int(self.src[k]), int(eo[k])
+            a = self.out_avals[s_][o]
+            raise GraphError(
+                f"Edge {k} carries output {o} of op {s_} ({self.op[s_]}): {a.shape} of "
+                f"{a.dtype} is {a.nbytes} bytes but 'edge_bytes' says {self.edge_bytes[k]:g}.")
 
     def avals(self, i: int) -> tuple[tuple[Aval, ...], tuple[Aval, ...]]:
         """``(inputs, outputs)`` of op ``i`` as ``Aval`` tuples; empty when not recorded."""
@@ -623,15 +643,6 @@ def _shape_fields_from_json(d: dict, source: str) -> dict:
         if v is not None and type(v) is not list:
             raise GraphError(f"{source}: field '{section}.{f}' must be a list or null.")
         out[f] = v
-    for f in ("in_avals", "out_avals"):
-        if out[f] is not None:
-            rows = []
-            for i, row in enumerate(out[f]):
-                if type(row) is not list:
-                    raise GraphError(f"{source}: field 'ops.{f}' entry {i} must be a list of "
-                                     "indices into 'avals'.")
-                rows.append(tuple(aval_at(k, f"ops.{f}[{i}]") for k in row))
-            out[f] = rows
     if out["param_avals"] is not None:
         out["param_avals"] = [aval_at(k, f"params.param_avals[{j}]")
                               for j, k in enumerate(out["param_avals"])]
@@ -650,6 +661,33 @@ def _shape_fields_from_json(d: dict, source: str) -> dict:
                                  f"(0..{len(table) - 1}).")
             attrs.append(table[k])
         out["attrs"] = attrs
+    return _lookup_rows(out, avals, source)
+
+
+def _lookup_rows(out: dict, avals: list[Aval], source: str) -> dict:
+    """``ops.in_avals``/``ops.out_avals`` index rows replaced by Aval tuples; equal rows
+    share one tuple (so the graph checks each once)."""
+    n = len(avals)
+    for f in ("in_avals", "out_avals"):
+        if out[f] is None:
+            continue
+        interned: dict[tuple, tuple[Aval, ...]] = {}
+        rows = []
+        for i, row in enumerate(out[f]):
+            if type(row) is not list:
+                raise GraphError(f"{source}: field 'ops.{f}' entry {i} must be a list of "
+                                 "indices into 'avals'.")
+            if not all(type(k) is int and 0 <= k < n for k in row):
+                k = next(k for k in row if not (type(k) is int and 0 <= k < n))
+                raise GraphError(f"{source}: field 'ops.{f}[{i}]' holds "
+                                 f"{json.dumps(k)[:40]}; it must be an index into 'avals' "
+                                 f"(0..{n - 1}).")
+            key = tuple(row)
+            r = interned.get(key)
+            if r is None:
+                r = interned[key] = tuple(avals[k] for k in row)
+            rows.append(r)
+        out[f] = rows
     return out
 
 
@@ -666,13 +704,33 @@ def _rows(values, field: str) -> Sequence:
     return values
 
 
-def _to_aval(x, where: str, cache: dict[int, Aval]) -> Aval:
+def _aval_rows(values, field: str, cache: dict[int, Aval]) -> tuple[tuple[Aval, ...], ...]:
+    """Per op, its values as a tuple of checked ``Aval``. Rows and Avals are checked once
+    per distinct object (the trace and the loader share them among ops)."""
+    done: dict[int, tuple[Aval, ...]] = {}
+    out = []
+    for i, row in enumerate(_rows(values, field)):
+        r = done.get(id(row))
+        if r is None:
+            if isinstance(row, (str, bytes, Mapping)) or not isinstance(row, (
+                    Sequence, np.ndarray)):
+                raise GraphError(f"'{field}' of op {i} must be a sequence of Avals, got "
+                                 f"{type(row).__name__}.")
+            r = done[id(row)] = tuple(cache.get(id(a)) or _to_aval(a, field, i, cache)
+                                      for a in row)
+        out.append(r)
+    return tuple(out)
+
+
+def _to_aval(x, field: str, i: int, cache: dict[int, Aval]) -> Aval:
     """``x`` as an ``Aval`` (from an Aval or a ``(shape, dtype, itemsize)`` triple), checked:
-    sizes and itemsize are integers >= 0, dtype a non-empty name. ``cache`` maps ids of
-    values already checked (the trace shares one Aval among many ops)."""
+    sizes and itemsize are integers >= 0, dtype a non-empty name; errors name ``field``
+    of op (or parameter) ``i``. ``cache`` maps ids of values already checked (the trace
+    shares one Aval among many ops)."""
     hit = cache.get(id(x))
     if hit is not None:
         return hit
+    where = f"'{field}' entry {i}" if field == "param_avals" else f"'{field}' of op {i}"
     try:
         shape, dtype, itemsize = x
         dims = tuple(shape)

@@ -358,6 +358,7 @@ class _Builder:
         self._path_cache: dict[tuple, str] = {}
         self._aval_cache: dict[Any, str] = {}
         self._aval_data_cache: dict[Any, Aval] = {}
+        self._aval_rows: dict[tuple[Aval, ...], tuple[Aval, ...]] = {}
         self._attrs_cache: dict[tuple[str, str], dict] = {}
         self._body_paths: list[str] = []  # name paths inside the loop being costed
 
@@ -414,7 +415,9 @@ class _Builder:
                 if x is None:
                     x = cache[a] = _make_aval(a)
             out.append(x)
-        return tuple(out)
+        out = tuple(out)
+        # one tuple per distinct row: the graph checks and the file stores each once
+        return self._aval_rows.setdefault(out, out)
 
     # -- walking
     def walk(self, jaxpr, env: dict, prefix) -> None:
