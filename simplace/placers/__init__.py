@@ -172,16 +172,6 @@ __all__ = ["OOM_PENALTY", "OptimizeResult", "PlacerContext", "PlacerOutput", "be
 
 _METHODS: dict[str, Callable[[PlacerContext], PlacerOutput]] = {}
 _OPTIONS: dict[str, dict[str, str]] = {}
-# Options of methods whose modules do not declare them at registration yet
-# (list_schedulers.py is being reworked; this goes once it declares its own).
-_UNDECLARED = {
-    "heft": {"memory": "memory check: 'conservative' (default) or 'off'",
-             "fifo_links": "model link contention (FIFO links)"},
-    "m_topo": {"memory": "memory check", "fifo_links": "model link contention"},
-    "m_etf": {"memory": "memory check", "fifo_links": "model link contention"},
-    "m_sct": {"memory": "memory check", "fifo_links": "model link contention",
-              "lp_max_edges": "edges above which the favourite-child LP is skipped"},
-}
 # Modules that register methods; imported on first use so that ``import simplace``
 # stays light.
 _METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "local", "exact",
@@ -196,7 +186,7 @@ def register(name: str, *, options: dict[str, str] | None = None):
 
     def deco(fn):
         _METHODS[name] = fn
-        _OPTIONS[name] = dict(options if options is not None else _UNDECLARED.get(name, {}))
+        _OPTIONS[name] = dict(options or {})
         return fn
 
     return deco

@@ -1,0 +1,216 @@
+"""The search session shared by local search and REINFORCE (``simplace.search``): best and
+kept placements, stop reasons, one validation hook that may switch the cost model (a new
+context, never a mutated one, and a result judged under the model it names), declared
+options, stop requests, resumed and periodic checkpoints."""
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+from simplace.cost_model import Corrections, CostModel
+from simplace.errors import OptionError, SimplaceError
+from simplace.placers import PlacerContext, method_options, optimize
+from simplace.rl import checkpoint as ckpt
+from simplace.search import (
+    OOM_PENALTY,
+    SESSION_OPTIONS,
+    SearchSession,
+    clear_stop,
+    request_stop,
+    stop_requested,
+)
+from simplace.sim import lower_bound, simulate
+from tests.test_local_exact import tiny_case
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_stop():
+    clear_stop()
+    yield
+    clear_stop()
+
+
+@pytest.fixture(scope="module")
+def case():
+    return tiny_case(7, m=14, d=3)
+
+
+def _slow_device0(cm: CostModel) -> CostModel:
+    """``cm`` with drift corrections that make device 0 three times slower."""
+    scale = np.ones(cm.num_devices)
+    scale[0] = 3.0
+    return cm.with_corrections(dataclasses.replace(Corrections.identity(cm.num_devices),
+                                                   compute_scale=scale))
+
+
+def test_session_keeps_the_best_and_top_k_and_switches_models():
+    s = SearchSession("t", "model-a", top_k=2, hook=lambda step, cands, cm: None)
+    assert s.offer(np.array([0, 1]), 2.0) and s.offer(np.array([1, 1]), 1.0)
+    assert not s.offer(np.array([1, 0]), 1.0)  # a tie is not a new best
+    s.offer(np.array([0, 0]), OOM_PENALTY + 0.5)  # OOM: behind everything that fits
+    assert [sc for sc, _ in s.top.ranked()] == [1.0, 1.0]
+    assert np.array_equal(s.best, [1, 1]) and s.best_score == 1.0
+    seen = []
+
+    def hook(step, cands, cm):
+        seen.append((step, [c.tolist() for c in cands], cm))
+        return "model-b"
+
+    s.hook = hook
+    # Under model b the placement on device 0 only is the fastest.
+    new = s.validate(3, lambda cm, p: np.where(p.sum(axis=1) == 0, 0.5, 4.0))
+    assert new == "model-b" and s.cost_model == "model-b"
+    assert seen[0][0] == 3 and seen[0][2] == "model-a"
+    assert s.best_score == 4.0 and s.validation == {"calls": 1, "corrections": 1}
+    # the kept placements were re-scored, none was lost
+    assert sorted(c for c, _ in s.top.ranked()) == [4.0, 4.0]
+
+
+def test_stop_reasons_time_budget_after_the_first_batch_and_interrupts():
+    s = SearchSession("t", None, budget_s=1e-6, t_begin=time.perf_counter() - 1.0)
+    assert s.should_stop() is None  # the first batch is always built
+    s.step_started()
+    s.step_done()
+    assert s.first_batch_s is not None and s.should_stop() == "time budget"
+    free = SearchSession("t", None)  # no budget: never a time stop
+    free.step_done()
+    assert free.should_stop() is None
+    request_stop()
+    assert stop_requested() and free.should_stop() == "interrupted"
+    assert free.finish("patience")["stop"] == "interrupted"  # the interrupt is kept
+    with pytest.raises(OptionError, match="positive"):
+        SearchSession("t", None, budget_s=float("nan"))
+    with pytest.raises(OptionError, match="validate must be a callable"):
+        SearchSession("t", None, hook=42)
+
+
+def test_unknown_options_are_refused_naming_the_valid_ones(case):
+    g, cm = case
+    with pytest.raises(OptionError, match=r"'batchsize'.*Valid options: .*\bbatch\b"):
+        optimize(g, cm, "local", batchsize=8)
+    with pytest.raises(OptionError, match="'callback'"):  # the old hook's name
+        optimize(g, cm, "rl-gnn", episodes=16, callback=print)
+    with pytest.raises(OptionError, match="takes no options"):
+        optimize(g, cm, "single", budget=3)
+    with pytest.raises(OptionError, match="'memroy'.*Valid options: .*fifo_links, .*memory"):
+        optimize(g, cm, "heft", memroy="off")
+    assert set(SESSION_OPTIONS) <= set(method_options("local"))
+    assert set(SESSION_OPTIONS) <= set(method_options("rl-seq2seq"))
+    assert "layers" in method_options("rl-gnn") and "layers" not in method_options(
+        "rl-seq2seq")
+    with pytest.raises(SimplaceError, match="Unknown placement method"):
+        method_options("nope")
+
+
+def test_another_cost_model_is_a_new_context(case):
+    g, _ = case
+    cm = CostModel.synthetic(3, seed=1)
+    ctx = PlacerContext(g, cm, seed=1, budget_s=5.0, options={"batch": 8})
+    sim = ctx.batched
+    other = ctx.with_cost_model(_slow_device0(cm))
+    assert ctx.cost_model is cm and ctx.batched is sim  # untouched
+    assert other.cost_model is not cm and other.batched is not sim
+    assert other.rng is ctx.rng and other.t_begin == ctx.t_begin and other.options == {
+        "batch": 8}
+
+
+@pytest.mark.parametrize("method, kw", [
+    ("local", dict(max_evaluations=400, batch=32, starts=["single"], validate_every=3)),
+    ("rl-seq2seq", dict(episodes=16 * 8, samples=16, units="ops", hidden=16,
+                        validate_every=3)),
+])
+def test_a_corrected_model_from_the_hook_judges_the_result(case, method, kw):
+    g, _ = case
+    cm = CostModel.synthetic(3, seed=1)
+    corrected = _slow_device0(cm)
+    calls = []
+
+    def hook(step, candidates, cost_model):
+        calls.append((step, cost_model))
+        assert all(c.shape == (g.num_ops,) for c in candidates)
+        return corrected if step == 3 else None
+
+    res = optimize(g, cm, method, seed=0, validate=hook, **kw)
+    assert calls[0] == (3, cm) and all(m is corrected for _, m in calls[1:])
+    assert calls[-1][0] == -1  # the call at the end
+    assert res.cost_model is corrected and res.info["validation"]["corrections"] == 1
+    # like with like: the result is simulated under the model it was judged by
+    assert res.step_time_s == pytest.approx(simulate(g, corrected, res.placement)
+                                            .step_time_s, rel=1e-12)
+    assert lower_bound(g, corrected) <= res.step_time_s * (1 + 1e-9)
+    plain = optimize(g, cm, method, seed=0, **{k: v for k, v in kw.items()
+                                                 if k != "validate_every"})
+    assert plain.cost_model is cm and "validation" not in plain.info
+
+
+def test_local_stops_on_request_with_its_best_and_is_deterministic(case):
+    g, cm = case
+    kw = dict(max_evaluations=32 * 40, batch=32, starts=["single", "m_topo"])
+    full = optimize(g, cm, "local", seed=4, **kw)
+    assert np.array_equal(optimize(g, cm, "local", seed=4, **kw).placement, full.placement)
+
+    def hook(step, candidates, cost_model):
+        if step == 5:
+            request_stop()  # as Ctrl-C in the CLI does
+
+    res = optimize(g, cm, "local", seed=4, validate=hook, validate_every=1, **kw)
+    assert res.info["stop"] == "interrupted" and res.info["rounds"] == 5
+    start = min(r["score"] for r in res.info["starts"] if "score" in r)
+    assert res.step_time_s <= start * (1 + 1e-12)  # the best so far, never worse
+    assert res.info["validation"]["calls"] == 5  # no validation at the end once stopped
+
+
+def _rl(g, cm, **kw):
+    return optimize(g, cm, "rl-seq2seq", seed=2, samples=16, units="ops", hidden=16, **kw)
+
+
+def test_rl_interrupt_then_resume_equals_the_uninterrupted_run(case, tmp_path):
+    g, cm = case
+    full = _rl(g, cm, episodes=16 * 10)
+
+    def hook(step, candidates, cost_model):
+        if step == 4:
+            request_stop()
+
+    ck = str(tmp_path / "ck.npz")
+    part = _rl(g, cm, episodes=16 * 10, checkpoint=ck, validate=hook, validate_every=1)
+    assert part.info["stop"] == "interrupted" and part.info["updates"] == 4
+    _, meta = ckpt.load(ck, {})
+    assert meta["update"] == 4 and meta["finished"] is False
+    clear_stop()
+    resumed = _rl(g, cm, episodes=16 * 10, checkpoint=ck)
+    assert resumed.info["resumed_at_update"] == 4 and resumed.info["trained_updates"] == 6
+    assert np.array_equal(resumed.placement, full.placement)
+    assert [r["mean_step_time_s"] for r in resumed.history] == \
+        [r["mean_step_time_s"] for r in full.history]
+
+
+def test_resuming_a_finished_run_trains_a_new_leg(case, tmp_path):
+    g, cm = case
+    ck = str(tmp_path / "ck.npz")
+    first = _rl(g, cm, episodes=16 * 4, checkpoint=ck)
+    assert first.info["stop"] == "episodes" and ckpt.load(ck, {})[1]["finished"] is True
+    again = _rl(g, cm, episodes=16 * 4, checkpoint=ck)
+    assert again.info["resumed_at_update"] == 4 and again.info["trained_updates"] == 4
+    assert again.info["updates"] == 8 and again.info["legs"] == 2
+    rows = again.history
+    assert [r["update"] for r in rows] == list(range(1, 9))
+    assert all(np.isfinite(r["mean_step_time_s"]) for r in rows)
+    assert again.step_time_s <= first.step_time_s * (1 + 1e-12)  # the best is kept
+
+
+def test_checkpoints_are_also_written_on_a_time_interval(case, tmp_path):
+    g, cm = case
+    ck = tmp_path / "ck.npz"
+    seen = {}
+
+    def hook(step, candidates, cost_model):
+        if step == 3:
+            seen["update"] = ckpt.load(ck, {})[1]["update"] if ck.exists() else None
+
+    # Never by update count; every update by time (the first update starts the clock).
+    _rl(g, cm, episodes=16 * 4, checkpoint=str(ck), checkpoint_every=10**6,
+        checkpoint_every_s=1e-9, validate=hook, validate_every=1)
+    assert seen["update"] == 2
