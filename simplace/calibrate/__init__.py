@@ -1,7 +1,8 @@
 """Calibrate a machine in context: segments, launches, host dispatch, links (issue 13).
 
 ``calibrate(name)`` measures every device JAX sees and writes the raw records
-(``calibration/NAME/records.jsonl``) and the fitted model (``cost_models/NAME.json``);
+(``calibration/NAME/records.jsonl``) and the fitted model (``cost_models/NAME.json``),
+by default in the user directory (``simplace.paths``);
 ``refit(name)`` rebuilds the model from the records alone. The timing harness
 (``time_fn``, ``robust_stats``, ``Timing``) is shared with validation.
 """
