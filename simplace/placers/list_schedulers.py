@@ -21,7 +21,7 @@ program's semantics**:
   program sends every output any reader on that device needs).
 * **Units.** A unit is a run of consecutive ops placed together: one op; a block (ops of
   about equal work, ``sum_i min_d t[i, d]`` split into k parts, k in ``BLOCK_COUNTS``
-  below M/2); or a module run (consecutive ops of one module path cut to a depth in
+  below M); or a module run (consecutive ops of one module path cut to a depth in
   ``MODULE_DEPTHS``, forward and backward apart: a layer, an LSTM cell step, an attention
   block, the pieces an expert places). Each method places units in graph order; a unit
   is tried on each device by simulating it there and rolling the trial back. Coarse
@@ -108,7 +108,7 @@ _MAX_CHECKS = 4
 LP_MAX_EDGES = 20_000
 # Block counts tried besides op units: from a few big blocks (close to one device per
 # phase of the model) to many small ones.
-BLOCK_COUNTS = (8, 32, 128, 512)
+BLOCK_COUNTS = (8, 32, 128, 512, 1024, 2048)
 # Module-path depths whose runs of consecutive ops are tried as units (a layer, a cell
 # step, an attention block...: the pieces an expert would place).
 MODULE_DEPTHS = (1, 2, 3, 4)
@@ -118,7 +118,8 @@ REPASSES = 3
 _COMMON_OPTIONS = {
     "memory": "memory model: 'auto' (default: conservative, then liveness if memory was "
               "tight), 'conservative' (nothing freed) or 'liveness'",
-    "units": "block counts of the unit runs, 0 for op units (default [0, 8, 32, 128, 512])",
+    "units": "block counts of the unit runs, 0 for op units (default [0, 8, 32, 128, 512, "
+             "1024, 2048], those below the number of ops)",
     "module_depths": "module-path depths whose runs are tried as units (default [1, 2, 3, 4])",
     "repasses": "re-runs over the best placement's segments (default 3)",
     "lookahead": "also run each unit family (but op units) looking one unit ahead "
@@ -719,7 +720,7 @@ def _memory_option(ctx: PlacerContext) -> str:
 def _unit_counts(ctx: PlacerContext, m: int) -> list[int]:
     units = ctx.options.get("units")
     if units is None:
-        return [0] + [k for k in BLOCK_COUNTS if 2 * k <= m]
+        return [0] + [k for k in BLOCK_COUNTS if k < m]
     try:
         counts = sorted({int(k) for k in units})
     except (TypeError, ValueError):
