@@ -55,7 +55,7 @@ import numpy as np
 from IPython.display import Image
 
 import simplace
-from simplace import zoo
+from simplace import paths, zoo
 from simplace.gantt import plot_gantt"""),
     ("md", """\
 ## Trace a model into an op graph
@@ -75,9 +75,9 @@ argument), the user directory (`$SIMPLACE_HOME`), a source checkout's `cost_mode
 and the machines shipped with simplace, in that order (`simplace.paths`)."""),
     ("code", """\
 machine = simplace.CostModel.load("haswell_k40x4")
-print(simplace.paths.find_cost_model("haswell_k40x4"))
+print(paths.find_cost_model("haswell_k40x4"))
 print(machine.summary())
-print("machines found by name:", ", ".join(simplace.paths.available_cost_models()))"""),
+print("machines found by name:", ", ".join(paths.available_cost_models()))"""),
     ("md", """\
 ## Simulate one placement and draw its schedule
 
@@ -91,7 +91,8 @@ res = simplace.simulate(graph, machine, single.placement, schedule=True)
 bound_s = simplace.lower_bound(graph, machine)
 print(f"all on {machine.device_names[single.placement[0]]}: step {res.step_time_s * 1e3:.1f} ms "
       f"(lower bound {bound_s * 1e3:.1f} ms), OOM: {res.oom}")
-for name, peak, cap in zip(machine.device_names, res.peak_memory_bytes, machine.memory_bytes):
+for name, peak, cap in zip(machine.device_names, res.peak_memory_bytes, machine.memory_bytes,
+                           strict=True):
     print(f"  {name:<7} peak memory {peak / 2**30:6.2f} GiB of {cap / 2**30:6.1f} GiB")
 plot_gantt(res, machine, "gantt_single.png", graph=graph, title="AlexNet on one K40")
 Image("gantt_single.png")"""),
@@ -156,7 +157,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import simplace
-from simplace import zoo
+from simplace import paths, zoo
 from simplace.calibrate import calibrate
 from simplace.validate import fit_drift, split_records"""),
     ("md", """\
@@ -168,7 +169,7 @@ by the fits. `overwrite=True` measures again when the notebook is run again.""")
 machine, report = calibrate("notebook_cpu", quick=True, models=["mlp"], budget_s=25,
                             overwrite=True, progress=False)
 print(machine.summary())
-print("written to", simplace.paths.find_cost_model("notebook_cpu"))
+print("written to", paths.find_cost_model("notebook_cpu"))
 for name, r in report["devices"].items():
     h = r["held_out"]
     if h["median_rel_error"] is not None:
@@ -248,8 +249,8 @@ plt.show()"""),
 corrected model back (a copy in the user directory when the machine is one shipped
 with simplace). From Python:"""),
     ("code", """\
-path = simplace.paths.cost_model_write_path(
-    corrected.name, read_from=simplace.paths.find_cost_model(corrected.name))
+path = paths.cost_model_write_path(
+    corrected.name, read_from=paths.find_cost_model(corrected.name))
 corrected.save(path)
 print("corrected model written to", path)
 assert simplace.CostModel.load("notebook_cpu") == corrected"""),
@@ -305,7 +306,7 @@ for method in ["rl-gnn", "rl-hierarchical"]:
           f"{len(r.history)} updates")"""),
     ("code", """\
 fig, ax = plt.subplots(figsize=(8, 4.5))
-for (method, r), colour in zip(runs.items(), ["tab:blue", "tab:green"]):
+for (method, r), colour in zip(runs.items(), ["tab:blue", "tab:green"], strict=True):
     ep = np.array([h["episodes"] for h in r.history])
     mean = np.array([h["mean_step_time_s"] for h in r.history]) * 1e3
     best = np.minimum.accumulate(np.array([h["min_step_time_s"] for h in r.history])) * 1e3
