@@ -73,8 +73,9 @@ program's semantics**:
   step times in ``info``.
 
 Every method is a deterministic function of the graph and machine (no random choice,
-no time limit). Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 15
-runs; seconds on graphs of tens of thousands of ops.
+no time limit). Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 20
+runs per memory model: 1-5 s on graphs of a few thousand ops, 10-40 s on nmt_4layer
+(22k ops) on a busy 2-core VM (``bench/results/placers_*_list-schedulers_*``).
 
 Options (``optimize(..., method=..., memory=..., ...)``):
   memory: ``"auto"`` (default), ``"conservative"`` or ``"liveness"``.
