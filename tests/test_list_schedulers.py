@@ -512,3 +512,18 @@ def test_lookahead_pipelines_stacked_layers(method):
     assert res.step_time_s == pytest.approx(7.1)
     assert res.info["unit"] == "module depth 2 + lookahead"
     np.testing.assert_array_equal(res.placement, np.tile([0, 0, 1, 1], 6))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_spent_budget_stops_new_runs(method):
+    # With (almost) no time one run completes (and is still checked against single);
+    # without a budget every run does.
+    rng = np.random.default_rng(4)
+    g = random_graph(rng, "layered", 40)
+    cm = CostModel.synthetic(3, seed=0)
+    full = optimize(g, cm, method=method)
+    rushed = optimize(g, cm, method=method, budget_s=1e-9)
+    check_result(rushed, g, cm)
+    assert "runs_skipped" not in full.info
+    assert len(rushed.info["runs"]) == 1
+    assert rushed.info["runs_skipped"] >= 1 and "budget" in rushed.info["note_budget"]

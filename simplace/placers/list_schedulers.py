@@ -72,8 +72,10 @@ program's semantics**:
   instead and ``info["returned"]`` says ``"single"`` (else ``"schedule"``), with both
   step times in ``info``.
 
-Every method is a deterministic function of the graph and machine (no random choice,
-no time limit). Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 20
+Every method is a deterministic function of the graph and machine (no random choice)
+unless given a time budget (``budget_s``; ``local`` gives its starts one): then no new
+run starts once it is spent (at least one run always completes; ``info["runs_skipped"]``).
+Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 20
 runs per memory model: 1-5 s on graphs of a few thousand ops, 10-40 s on nmt_4layer
 (22k ops) on a busy 2-core VM (``bench/results/placers_*_list-schedulers_*``).
 
@@ -770,6 +772,15 @@ class _Setup:
         self.m, self.d = self.inp.num_ops, self.inp.num_devices
         self.prog = _Program(ctx.graph, self.inp)
         self.work = self.inp.op_time_s.min(axis=1) if self.m else np.zeros(0)
+        # A time budget (``budget_s``, e.g. when ``local`` runs this as a start) stops new
+        # runs once spent; without one the method is deterministic.
+        self.deadline = (time.perf_counter() + float(ctx.budget_s)
+                         if ctx.budget_s is not None else None)
+        self.skipped = 0
+
+    def late(self) -> bool:
+        """True once the time budget is spent (never without one)."""
+        return self.deadline is not None and time.perf_counter() > self.deadline
 
     def run(self, units, choose, *, lookahead: bool = False,
             memory: str = "conservative") -> dict:
@@ -787,7 +798,10 @@ class _Setup:
             return runs_under(self.memory)
         runs = runs_under("conservative")
         if any(r["constrained"] for r in runs):
-            runs += runs_under("liveness")
+            if self.late():
+                self.skipped += 1
+            else:
+                runs += runs_under("liveness")
         return runs
 
     def unit_runs(self, choose) -> list[dict]:
@@ -811,10 +825,15 @@ class _Setup:
                     continue
                 seen.add(key)
                 for look in looks if len(units) < m else (False,):
+                    if runs and self.late():
+                        self.skipped += 1
+                        continue
                     r = self.run(units, choose, lookahead=look, memory=memory)
                     r["unit"] = label + (" + lookahead" if look else "")
                     runs.append(r)
             for _ in range(repasses):
+                if self.late():
+                    break
                 best = min(runs, key=lambda r: r["estimated_s"])
                 units = segments_of(best["placement"])
                 key = tuple(a for a, _ in units)
@@ -866,6 +885,10 @@ class _Setup:
                "checked": checked}
         out.update(info or {})
         out.update(best.get("info", {}))
+        if self.skipped:
+            out["runs_skipped"] = self.skipped
+            out["note_budget"] = (f"the time budget ({ctx.budget_s:g} s) was spent: "
+                                  f"{self.skipped} runs were not started")
         if best["unplaceable"]:
             i = best["unplaceable"][0]
             more = len(best["unplaceable"]) - 1
@@ -1057,6 +1080,9 @@ def m_topo(ctx: PlacerContext) -> PlacerOutput:
     def runs_under(memory: str) -> list[dict]:
         runs = []
         for k in range(1, s.d + 1):
+            if runs and s.late():
+                s.skipped += 1
+                continue
             order = ranked[:k]
             g_total: dict[int, float] = {}
             g_size: dict[int, int] = {}
