@@ -784,6 +784,8 @@ class _Setup:
 
     def run(self, units, choose, *, lookahead: bool = False,
             memory: str = "conservative") -> dict:
+        """One run of ``choose(run, a, b, eligible) -> device`` over ``units``: its
+        placement, simulated step time, unplaceable ops, and how it was made."""
         r = _Run(self.graph, self.inp, self.prog, liveness=memory == "liveness")
         r.run(units, lambda a, b, eligible: choose(r, a, b, eligible), lookahead=lookahead)
         return {"placement": np.asarray(self.prog.p, dtype=np.int32),
