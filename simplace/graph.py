@@ -465,7 +465,16 @@ class OpGraph:
             return k
 
         def rows(v):
-            return None if v is None else [[index(a) for a in row] for row in v]
+            if v is None:
+                return None
+            done: dict[int, list[int]] = {}  # ops share row tuples: index each once
+            out = []
+            for row in v:
+                r = done.get(id(row))
+                if r is None:
+                    r = done[id(row)] = [index(a) for a in row]
+                out.append(r)
+            return out
 
         ops = {f: getattr(self, f).tolist() for f in
                _OP_STR_FIELDS + _OP_FLOAT_FIELDS + ("is_output",)}
@@ -476,13 +485,17 @@ class OpGraph:
             ops["attrs"] = None
         else:
             ops["attrs"] = []
+            by_id: dict[int, int] = {}  # ops share mappings: serialise each once
             for a in self.attrs:
-                plain = _thaw(a)
-                key = json.dumps(plain, sort_keys=True)
-                k = attr_table.get(key)
+                k = by_id.get(id(a))
                 if k is None:
-                    k = attr_table[key] = len(attr_values)
-                    attr_values.append(plain)
+                    plain = _thaw(a)
+                    key = json.dumps(plain, sort_keys=True)
+                    k = attr_table.get(key)
+                    if k is None:
+                        k = attr_table[key] = len(attr_values)
+                        attr_values.append(plain)
+                    by_id[id(a)] = k
                 ops["attrs"].append(k)
         params = {f: getattr(self, f).tolist() for f in _PARAM_FIELDS}
         params["param_avals"] = (None if self.param_avals is None else

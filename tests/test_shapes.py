@@ -251,3 +251,28 @@ def test_layer_itemsize_follows_the_dtype(cost_model, dtype, itemsize):
     assert len(mm) == 2 and all(lay.itemsize == itemsize for lay in mm)
     params = [t for lay in mm for t in lay.tensors if t.role == "param"]
     assert {t.shape for t in params} == {(32, 16), (16,), (16, 4), (4,)}
+
+
+def test_the_executor_traces_the_same_shapes():
+    from simplace.execute import Program
+
+    def f(p, x):
+        return jnp.tanh(x @ p["w"]).sum(axis=0)
+
+    args = ({"w": jnp.ones((6, 3))}, jnp.ones((5, 6)))
+    g, h = trace(f, *args), Program(f, args).graph
+    assert (h.in_avals, h.out_avals, h.attrs, h.param_avals) == (
+        g.in_avals, g.out_avals, g.attrs, g.param_avals)
+    assert g.param_avals == (Aval((6, 3), "float32", 4),)
+
+
+def test_loops_carry_their_operands_and_results():
+    def f(x):
+        return jax.lax.scan(lambda c, _: (c * 2.0, c.sum()), x, None, length=7)
+
+    g = trace(f, _sds(3, 4), param_argnums=())
+    (i,) = np.flatnonzero(g.op == "scan")
+    ins, outs = g.avals(i)
+    assert ins == (Aval((3, 4), "float32", 4),)
+    assert outs == (Aval((3, 4), "float32", 4), Aval((7,), "float32", 4))
+    assert g.attrs[i]["length"] == 7 and "jaxpr" not in g.attrs[i]  # sub-jaxprs left out
