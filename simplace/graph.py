@@ -44,6 +44,7 @@ def split_name_path(path: str) -> tuple[bool, tuple[str, ...]]:
         path = path[len(BACKWARD_PREFIX):]
     return backward, tuple(p for p in path.split("/") if p)
 
+
 class Aval(NamedTuple):
     """The abstract value of one tensor: what an op reads or writes, without the data.
 
@@ -245,8 +246,6 @@ class OpGraph:
                         f"Parameter {k} ('{self.param_names[k]}') has shape {a.shape} of "
                         f"{a.dtype} ({a.nbytes} bytes) in 'param_avals' but "
                         f"'param_sizes' says {self.param_sizes[k]:g} bytes.")
-        if self.out_avals is not None:
-            self._validate_out_avals()
         if e and np.any(self.edge_output < 0):
             raise GraphError("'edge_output' must be >= 0 (an output index of the producer).")
         self_loops = np.flatnonzero(self.src == self.dst)
@@ -273,6 +272,8 @@ class OpGraph:
             if np.unique(key).size != e:
                 raise GraphError("Duplicate edges: an (src, dst, edge_output) triple appears "
                                  "twice. Keep one edge per tensor an op consumes.")
+        if self.out_avals is not None:
+            self._validate_out_avals()
 
     def _validate_out_avals(self):
         """Output shapes agree with the byte counts: an op's outputs add up to its
@@ -665,7 +666,11 @@ def _shape_fields_from_json(d: dict, source: str) -> dict:
             raise GraphError(f"{source}: section 'attrs' (the table of op parameters) must "
                              "be a list of objects.")
         frozen: dict[int, Mapping] = {}
-        table = [_freeze_attrs(a, k, frozen) for k, a in enumerate(table)]
+        try:
+            table = [_freeze_attrs(a, k, frozen, "'attrs' table entry") for k, a in
+                     enumerate(table)]
+        except GraphError as err:
+            raise GraphError(f"{source}: {err}") from None
         attrs = []
         for i, k in enumerate(out["attrs"]):
             if type(k) is not int or not 0 <= k < len(table):
@@ -790,14 +795,15 @@ def _freeze(v, where: str):
                      "numbers, strings, booleans, null).")
 
 
-def _freeze_attrs(a, i: int, cache: dict[int, Mapping]) -> Mapping:
+def _freeze_attrs(a, i: int, cache: dict[int, Mapping], what: str = "'attrs' of op") -> Mapping:
+    """Op ``i``'s parameters, frozen once per distinct mapping object (``cache``)."""
     hit = cache.get(id(a))
     if hit is not None:
         return hit
     if not isinstance(a, Mapping):
-        raise GraphError(f"'attrs' of op {i} must be a mapping of parameter names to "
-                         f"values, got {type(a).__name__}.")
-    out = cache[id(a)] = _freeze(a, f"'attrs' of op {i}")
+        raise GraphError(f"{what} {i} must be a mapping of parameter names to values, got "
+                         f"{type(a).__name__}.")
+    out = cache[id(a)] = _freeze(a, f"{what} {i}")
     return out
 
 
