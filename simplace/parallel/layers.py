@@ -534,6 +534,7 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
         if space is None:
             kind = "unsupported" if prims & _UNSUPPORTED or keys[g] in lstm else None
             avals = [graph.edge_aval(e) for e in in_edges[g] + out_edges[g]]
+            # No shaped boundary tensor: a layer with no dims, whose itemsize no cost reads.
             big = max((a for a in avals if a.shape), key=lambda a: a.nbytes,
                       default=Aval((), "float32", 4))
             space = _shape_space(kind or "elementwise", big.shape, batch, big.itemsize)
