@@ -164,6 +164,19 @@ def test_validation_records_default_to_the_user_dir(home):
     assert validation_path("m") == home / "calibration" / "m" / "validation.jsonl"
 
 
+@pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs a read-only /sys (Linux)")
+def test_calibrate_refuses_an_unwritable_user_dir_before_measuring(monkeypatch, capsys):
+    from simplace.calibrate import calibrate, refit
+
+    monkeypatch.setenv("SIMPLACE_HOME", "/sys/simplace_home")
+    with pytest.raises(OutputError, match=r"\$SIMPLACE_HOME.*--records-dir"):
+        calibrate("x", quick=True, models=["mlp"], progress=False)
+    with pytest.raises(OutputError, match=r"\$SIMPLACE_HOME.*--cost-model-dir"):
+        refit("cpu_vm2core_x4")
+    assert main(["calibrate", "--quick", "--name", "x", "--no-progress"]) == 2
+    assert "$SIMPLACE_HOME" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_refit_of_the_committed_machine_writes_to_the_user_dir(home):
     """`calibrate --refit --name cpu_vm2core_x4` reads the checkout's records and writes

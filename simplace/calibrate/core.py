@@ -162,6 +162,15 @@ def paths(name: str, records_dir=None, cost_model_dir=None) -> tuple[Path, Path]
             data_paths.cost_model_write_path(name, cost_model_dir))
 
 
+def _check_writable(folder: Path, given, option: str) -> None:
+    """Refuse, before anything is measured, a destination folder that cannot be written
+    (``OutputError`` naming the option, or ``$SIMPLACE_HOME`` for the default)."""
+    from simplace._jsonfile import check_output_dir
+
+    check_output_dir(folder, option if given is not None else
+                     f"the user directory (${data_paths.ENV_HOME}; or pass {option})")
+
+
 def calibrate(name: str, *, models: Sequence[str] | None = None,
               devices: Sequence[str] | None = None, quick: bool = False,
               budget_s: float | None = None, resume: bool = False, overwrite: bool = False,
@@ -190,6 +199,8 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
       fit errors, exclusive-pair overlaps and the wall time.
     """
     rec_path, cm_path = paths(name, records_dir, cost_model_dir)
+    _check_writable(rec_path.parent.parent, records_dir, "--records-dir")
+    _check_writable(cm_path.parent, cost_model_dir, "--cost-model-dir")
     if budget_s is not None and not budget_s > 0:
         raise CalibrationError(f"--budget-s must be > 0 seconds, got {budget_s!r}.")
     if resume and overwrite:
@@ -427,5 +438,6 @@ def refit(name: str, *, records_dir: str | os.PathLike | None = None,
     ``calibration/`` (``simplace.paths.find_records``); the model is written like
     ``calibrate``'s."""
     _, cm_path = paths(name, records_dir, cost_model_dir)
+    _check_writable(cm_path.parent, cost_model_dir, "--cost-model-dir")
     rec_path = data_paths.find_records(name, "records.jsonl", records_dir)
     return _fit_and_save(rec_path, cm_path, name)
