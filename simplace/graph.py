@@ -527,9 +527,9 @@ class OpGraph:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             remake = (f"Make it again from its model: `simplace graph "
-                      f"{d.get('name') or 'MODEL'} --out {source}` (with the --batch, --small "
-                      "or --inference options it was made with), or trace the model and "
-                      "OpGraph.save it.")
+                      f"{_remake_args(d.get('name'))} --out {source}` (MODEL: the zoo name or "
+                      "file.py:factory, with the --batch, --small or --inference options it "
+                      "was made with), or trace the model and OpGraph.save it.")
             if type(version) is int and version < SCHEMA_VERSION:
                 why = (" (ops without their shapes and dtypes)" if version == 1 else "")
                 raise GraphError(f"{source} is an op graph of schema_version {version}"
@@ -610,6 +610,24 @@ class OpGraph:
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.num_ops}, edges={self.num_edges}, "
                 f"params={self.num_params}, hash={self.hash[:12]})")
+
+
+def _remake_args(name) -> str:
+    """The ``simplace graph`` arguments that made a graph named ``name`` by the CLI's
+    convention (``model/train|inference[/small][/bN]``, see ``models.load_graph``);
+    ``MODEL`` when the name does not follow it. Only a hint in an error message."""
+    parts = name.split("/") if isinstance(name, str) else []
+    if len(parts) < 2 or parts[1] not in ("train", "inference") or not parts[0]:
+        return "MODEL"
+    args = [parts[0]]
+    if parts[1] == "inference":
+        args.append("--inference")
+    for p in parts[2:]:
+        if p == "small":
+            args.append("--small")
+        elif p[:1] == "b" and p[1:].isdigit():
+            args.append(f"--batch {p[1:]}")
+    return " ".join(args)
 
 
 def _shape_fields_from_json(d: dict, source: str) -> dict:

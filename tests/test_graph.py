@@ -102,7 +102,7 @@ def test_edited_file_is_refused_with_a_way_out(tmp_path):
     ('{"schema": "simplace.opgraph", "schema_version": 99}', "schema_version 99"),
     ('{"schema": "simplace.opgraph", "schema_version": 2, "ops": {}}', "'ops.op' is missing"),
     ('{"schema": "simplace.opgraph", "schema_version": 1, "name": "m", "ops": {}}',
-     r"schema_version 1 \(ops without their shapes and dtypes\).*`simplace graph m --out "),
+     r"schema_version 1 \(ops without their shapes and dtypes\).*`simplace graph MODEL --out "),
 ])
 def test_bad_graph_files(tmp_path, content, message):
     path = tmp_path / "bad.json"

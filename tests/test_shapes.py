@@ -161,7 +161,20 @@ def test_an_old_graph_file_says_how_to_remake_it(tmp_path, f32_net):
         OpGraph.load(path)
     msg = str(err.value)
     assert str(path) in msg and "schema_version 1" in msg
-    assert f"simplace graph {f32_net.name} --out {path}" in msg
+    assert f"simplace graph MODEL --out {path}" in msg  # a name the CLI did not make
+
+
+@pytest.mark.parametrize("name, args", [
+    ("mlp/train/small", "mlp --small"), ("bert_base/inference/b8", "bert_base --inference "
+                                         "--batch 8"), ("resnet50/train", "resnet50"),
+    ("my_fn", "MODEL"), ("", "MODEL"),
+])
+def test_an_old_cli_graph_names_its_command(tmp_path, f32_net, name, args):
+    d = dict(f32_net.to_dict(), schema_version=1, name=name)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(GraphError, match=f"`simplace graph {args} --out "):
+        OpGraph.load(path)
 
 
 def _edit(d, section, field, fn):
