@@ -526,10 +526,12 @@ class OpGraph:
                              "--out`.")
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
-            remake = (f"Make it again from its model: `simplace graph "
-                      f"{_remake_args(d.get('name'))} --out {source}` (MODEL: the zoo name or "
-                      "file.py:factory, with the --batch, --small or --inference options it "
-                      "was made with), or trace the model and OpGraph.save it.")
+            args = _remake_args(d.get("name"))
+            how = (" (MODEL: the zoo name or file.py:factory, with the --batch, --small or "
+                   "--inference options it was made with)" if args == "MODEL" else
+                   " (as its name records; a model of your own is path/file.py:factory)")
+            remake = (f"Make it again from its model: `simplace graph {args} --out "
+                      f"{source}`{how}, or trace the model and OpGraph.save it.")
             if type(version) is int and version < SCHEMA_VERSION:
                 why = (" (ops without their shapes and dtypes)" if version == 1 else "")
                 raise GraphError(f"{source} is an op graph of schema_version {version}"
