@@ -86,7 +86,7 @@ def _make_aval(aval) -> Aval:
         return Aval((), type(aval).__name__, 0)
     try:
         dims = tuple(int(d) for d in shape)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - symbolic dims raise their own error types
         raise TraceError(f"simplace.trace needs static shapes; got {shape} (symbolic "
                          "dimensions). Trace with concrete sizes.") from None
     return Aval(dims, _dtype_name(dtype), _dtype_bytes(dtype))
