@@ -10,7 +10,6 @@ import heapq
 import json
 import math
 import os
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -792,8 +791,27 @@ def _to_aval(x, field: str, i: int, cache: dict[int, Aval]) -> Aval:
     return out
 
 
+class _FrozenDict(dict):
+    """A read-only dict: an op's ``attrs``. A dict (not a MappingProxyType) so that graphs
+    pickle (process pools) and the mapping serialises as it is."""
+
+    __slots__ = ()
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("OpGraph attrs are read-only; build a new graph to change them.")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self):
+        return (_FrozenDict, (dict(self),))
+
+    def __repr__(self) -> str:
+        return f"attrs({dict.__repr__(self)})"
+
+
 def _freeze(v, where: str):
-    """JSON-like ``v`` made read-only: mappings become MappingProxyType, lists tuples."""
+    """JSON-like ``v`` made read-only: mappings become read-only dicts, lists tuples."""
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, (int, np.integer)):
@@ -808,7 +826,7 @@ def _freeze(v, where: str):
             if not isinstance(k, str):
                 raise GraphError(f"{where}: keys must be strings, got {k!r:.40}.")
             out[k] = _freeze(x, f"{where}.{k}")
-        return types.MappingProxyType(out)
+        return _FrozenDict(out)
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x, f"{where}[{k}]") for k, x in enumerate(v))
     raise GraphError(f"{where}: {type(v).__name__} is not JSON-like data (mappings, lists, "

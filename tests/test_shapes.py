@@ -4,7 +4,7 @@ the graph file; PaSE reads them, never the signature text."""
 
 import dataclasses
 import json
-import types
+import pickle
 
 import flax.linen as nn
 import jax
@@ -104,11 +104,18 @@ def test_parameters_carry_their_shapes(f32_net):
     assert [a.nbytes for a in g.param_avals] == g.param_sizes.tolist()
 
 
-def test_attrs_are_read_only(f32_net):
-    a = f32_net.attrs[int(np.flatnonzero(f32_net.op == "dot_general")[0])]
-    assert isinstance(a, types.MappingProxyType)
-    with pytest.raises(TypeError):
-        a["dimension_numbers"] = ()
+def test_attrs_are_read_only_and_graphs_pickle(f32_net):
+    i = int(np.flatnonzero(f32_net.op == "dot_general")[0])
+    a = f32_net.attrs[i]
+    for change in (lambda: a.__setitem__("dimension_numbers", ()), lambda: a.update(x=1),
+                   lambda: a.pop("dimension_numbers"), a.clear):
+        with pytest.raises(TypeError, match="read-only"):
+            change()
+    assert "dimension_numbers" in a
+    g = pickle.loads(pickle.dumps(f32_net))  # process pools pickle graphs
+    assert g.attrs == f32_net.attrs and g.in_avals == f32_net.in_avals
+    with pytest.raises(TypeError, match="read-only"):
+        g.attrs[i]["x"] = 1
 
 
 # ----------------------------------------------------------------------------- graph
