@@ -114,6 +114,7 @@ def stop_on_signals(signals=(signal.SIGINT, signal.SIGTERM), message=None):
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+        clear_stop()  # a later search in this process must not stop at once
 
 
 # ------------------------------------------------------------------------ the store
@@ -299,15 +300,6 @@ class SearchSession:
                 time.perf_counter() + self.expected_step_s() > self.deadline:
             self.stop = "time budget"
         return self.stop if self.stop in ("interrupted", "time budget") else None
-
-    def fraction(self) -> float:
-        """Share of the budget's time used since the first batch (0 without a budget):
-        the time that schedules (temperature, learning rate) run over."""
-        if not math.isfinite(self.deadline):
-            return 0.0
-        t0 = self.t_begin + (self.first_batch_s or 0.0)
-        span = self.deadline - t0
-        return 1.0 if span <= 0 else min(1.0, max(0.0, (time.perf_counter() - t0) / span))
 
     def due(self, name: str, every_s: float) -> bool:
         """True at most every ``every_s`` seconds per ``name`` (periodic saves); the first

@@ -208,3 +208,20 @@ def test_time_interval_checkpoints_and_a_finished_run_resumed_trains_a_new_leg(c
     assert [r["update"] for r in rows] == list(range(1, 9))
     assert all(np.isfinite(r["mean_step_time_s"]) for r in rows)
     assert again.step_time_s <= first.step_time_s * (1 + 1e-12)  # the best is kept
+
+
+def test_signals_request_a_stop_then_a_second_one_stops_at_once():
+    import os
+    import signal
+
+    from simplace.search import stop_on_signals
+
+    before = signal.getsignal(signal.SIGTERM)
+    told = []
+    with pytest.raises(KeyboardInterrupt), stop_on_signals(message=told.append) as got:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)  # the handler runs between bytecodes
+        assert got["signal"] == "SIGTERM" and stop_requested() and "keeping" in told[0]
+        os.kill(os.getpid(), signal.SIGTERM)  # the second: at once
+        time.sleep(0.01)
+    assert signal.getsignal(signal.SIGTERM) is before and not stop_requested()
