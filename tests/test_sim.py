@@ -498,6 +498,22 @@ def test_peak_memory_exact_when_times_span_many_binades():
     check_agree(g, inp, p, f)
 
 
+def test_batched_matches_reference_with_wide_fan_out():
+    # Op 0 feeds 12 ops and parameter 0 is read by 10: maxima along chains of more than
+    # 8 consumers (or uses) run by doubling in the batched simulator's memory pass.
+    rng = np.random.default_rng(14)
+    m = 16
+    src = [0] * 12 + [3, 5, 7]
+    dst = list(range(1, 13)) + [13, 14, 15]
+    uses = [(i, 0) for i in range(10)] + [(12, 1), (13, 1)]
+    g = make_graph(src, dst, m=m, out_bytes=rng.integers(1, 9, m) * 100.0,
+                   is_output=np.arange(m) == 15, params=([400.0, 700.0], uses))
+    inp = sim_cases.random_inputs(rng, m, 4, host_costs=True)
+    st = BatchedSimulator(g, inp)._static
+    assert len(st["rank_offsets"]) - 1 == 12 and len(st["use_offsets"]) - 1 == 10
+    check_agree(g, inp, sim_cases.random_placements(rng, 16, m, 4))
+
+
 def test_traceable_gives_the_call_results():
     # The pure function behind __call__ (what RL jits inside its update).
     rng = np.random.default_rng(10)

@@ -119,6 +119,8 @@ _MAX_CLASSES = 4
 # Ops x placements per run, at most (larger batches run in chunks): ResNet-50 (3,889
 # ops) runs 1,024 placements at once, a 22k-op graph 128.
 _MAX_CELLS = 1 << 22
+# Chains with more ranks than this run by doubling (see _chain).
+_MAX_RANK_BLOCKS = 8
 
 
 class BatchResult(NamedTuple):
@@ -611,7 +613,7 @@ class BatchedSimulator:
 
         def at_last(v):
             """Per op, the running maximum at its last pair ([M, B])."""
-            v = _chain(v, prev, offs, jnp.maximum)
+            v = _chain(v, prev, offs, jnp.maximum, c["pair_jumps"], -jnp.inf)
             return _rows(jnp.concatenate([v, jnp.full((1, b), -jnp.inf)]), lastp)
 
         # A pair that crosses devices without sending reads a copy sent for an earlier
@@ -643,7 +645,8 @@ class BatchedSimulator:
             dt = _bits_dtype(d)
             use_bits = dt(1) << _rows(p, c["use_op"]).astype(dt)  # [U, B]
             bits = _rows(_chain(use_bits, c["use_prev"], st["use_offsets"],
-                                jnp.bitwise_or), c["param_last_use"])  # [n_params, B]
+                                jnp.bitwise_or, c["use_jumps"], 0),
+                         c["param_last_use"])  # [n_params, B]
             sizes = c["param_sizes"][c["param_used"]]
             params = jnp.stack([jnp.dot(sizes, ((bits >> dt(k)) & dt(1)).astype(jnp.float64))
                                 for k in range(d)], axis=1)  # [B, D]
@@ -667,16 +670,39 @@ def _rows(a, idx):
     return a.at[idx].get(mode="promise_in_bounds")
 
 
-def _chain(vals, prev, offsets, combine):
-    """Running ``combine`` along chains of rows ([N, B]): rows are grouped in blocks by
-    rank (``offsets``), and row q of rank r > 0 follows row ``prev[q]`` of rank r - 1."""
+def _chain(vals, prev, offsets, combine, jumps=None, identity=None):
+    """Running ``combine`` (max or or: idempotent) along chains of rows ([N, B]): rows
+    are grouped in blocks by rank (``offsets``), and row q of rank r > 0 follows row
+    ``prev[q]`` of rank r - 1. Few ranks: one step per block. Many (a producer with
+    tens of consumers): by doubling over ``jumps`` ([L, N], row q's 2**l-th
+    predecessor, N for none), L steps over all rows, so that the program stays small."""
     if len(offsets) <= 2:
+        return vals
+    if jumps is not None and len(offsets) - 1 > _MAX_RANK_BLOCKS:
+        pad = jnp.full((1,) + vals.shape[1:], identity, vals.dtype)
+        for l_ in range(jumps.shape[0]):
+            vals = combine(vals, _rows(jnp.concatenate([vals, pad]), jumps[l_]))
         return vals
     out = [vals[:offsets[1]]]
     for r in range(1, len(offsets) - 1):
         pr = prev[offsets[r]:offsets[r + 1]] - offsets[r - 1]
         out.append(combine(vals[offsets[r]:offsets[r + 1]], _rows(out[r - 1], pr)))
     return jnp.concatenate(out)
+
+
+def _jumps(prev: np.ndarray, offsets: list[int]) -> np.ndarray:
+    """int32[L, N]: each row's 2**l-th predecessor along its chain (N: none), for
+    L = ceil(log2(ranks)) (see ``_chain``)."""
+    n = len(prev)
+    has = np.ones(n, bool)
+    has[:offsets[1] if len(offsets) > 1 else n] = False  # rank 0: no predecessor
+    step = np.where(has, prev, n).astype(np.int64)
+    out = []
+    for _ in range(max(1, (len(offsets) - 2).bit_length())):
+        out.append(step)
+        ext = np.concatenate([step, [n]])
+        step = ext[step]
+    return np.asarray(out, np.int32).reshape(len(out), n)
 
 
 def _event_keys(free, alloc, dev, d: int):
@@ -953,7 +979,10 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
     consts = dict(
         pair_src=pair_src.astype(np.int32), pair_dst=pair_dst.astype(np.int32),
         pair_src_pad=np.concatenate([pair_src, [m]]).astype(np.int32),
-        pair_prev=pair_prev.astype(np.int32), op_last_pair=op_last_pair.astype(np.int32),
+        pair_prev=pair_prev.astype(np.int32),
+        pair_jumps=_jumps(pair_prev, rank_offsets), use_jumps=_jumps(uses["use_prev"],
+                                                                     use_offsets),
+        op_last_pair=op_last_pair.astype(np.int32),
         pair_pos=pair_pos.astype(np.int32), slice_pair=s_pair.astype(np.int32),
         op_last_slice=np.flatnonzero(s_last).astype(np.int32),
         lowest=np.float64(-np.inf), lowest_i=np.int32(-128),
