@@ -76,8 +76,9 @@ Every method is a deterministic function of the graph and machine (no random cho
 unless given a time budget (``budget_s``; ``local`` gives its starts one): then no new
 run starts once it is spent (at least one run always completes; ``info["runs_skipped"]``).
 Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 20
-runs per memory model: 1-5 s on graphs of a few thousand ops, 10-40 s on nmt_4layer
-(22k ops) on a busy 2-core VM (``bench/results/placers_*_list-schedulers_*``).
+runs per memory model: 1-10 s on graphs of a few thousand ops, 20-60 s on nmt_2layer and
+nmt_4layer (13k, 22k ops) on a 2-core VM at load 10
+(``bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt``).
 
 Options (``optimize(..., method=..., memory=..., ...)``):
   memory: ``"auto"`` (default), ``"conservative"`` or ``"liveness"``.
