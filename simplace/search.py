@@ -264,14 +264,16 @@ class SearchSession:
         self._step_start = time.perf_counter()
 
     def step_done(self) -> None:
-        """Mark the end of a step; the first one ends the first batch."""
+        """Mark the end of a step; the first one ends the first batch. A step that
+        compiled (the first, or one after ``expect_compile``) does not predict the next."""
         now = time.perf_counter()
+        compiled = self.first_batch_s is None or self._expect is not None
         if self.first_batch_s is None:
             self.first_batch_s = now - self.t_begin
-        if self._step_start is not None:
+        if self._step_start is not None and not compiled:
             self._durations.append(now - self._step_start)
             del self._durations[:-_RECENT]
-            self._step_start = None
+        self._step_start = None
         self._expect = None
 
     def first_batch_ready(self) -> None:

@@ -535,9 +535,9 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             if stale % max(1, patience // 4) == 0:
                 # back to the best, from a new angle
                 cur, cur_s = session.best.copy(), session.best_score
-        if session.validation_due(rounds):
-            validate(rounds)
         session.step_done()
+        if session.validation_due(rounds):
+            validate(rounds)  # after the step: a new model's compilation is expected next
         if improved or rounds % 10 == 0:  # rows by round count: deterministic
             session.record({"evaluations": evals, "best_step_time_s": session.best_score,
                             "current_step_time_s": cur_s})

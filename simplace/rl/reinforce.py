@@ -596,6 +596,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
                         "best_step_time_s": session.best_score, "lr": lr,
                         "entropy_weight": beta, **{n: float(v) for n, v in stats.items()}},
                        wall_offset_s=elapsed0)
+        session.step_done()  # before validating: a new model's compilation is expected next
         if session.validation_due(update) and \
                 session.validate(update, rescore) is not None:
             # Train on against the corrected model (the next update recompiles).
@@ -603,7 +604,6 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             if session.best_score < OOM_PENALTY:
                 t_ref = session.best_score
             info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
-        session.step_done()
         if checkpoint and (update % max(1, checkpoint_every) == 0
                            or session.due("checkpoint", checkpoint_every_s)):
             save_ckpt(False)
