@@ -1,16 +1,28 @@
-"""REINFORCE policies against the heuristics, on the seed papers' 1 CPU + 4 K40 machine.
+"""REINFORCE policies against every non-RL method (heuristics and ``local`` search).
 
-    python bench/rl.py [--models nmt_4layer,rnnlm,inception_v3,bert_base]
-                       [--policies seq2seq,hierarchical,gnn] [--budget-s 60]
-                       [--warm-start best|none] [--samples 64] [--seed 0] [--out rl.json]
+    python bench/rl.py [--models rnnlm,nmt_2layer,...] [--machines haswell_k40x4,...]
+                       [--policies gnn] [--budget-s 60] [--local-budget-s 60]
+                       [--warm-start best|none] [--samples 64] [--seed 0]
+                       [--refine-every N] [--out rl.json]
 
-For each model (training graph) it runs the fast heuristics (every registered method but
-``local``, ``exact`` and ``rl-*``), then each policy for ``--budget-s`` seconds (JIT
-compilation and the warm start included) and prints: episodes (sampled placements) per
-second of training, the wall time to come within 1% of the run's final best, and the
-final step time against ``single``, ``expert`` and the best heuristic. With
-``--warm-start best`` the policy starts from the best heuristic (so it cannot end worse);
-``none`` trains from scratch. Wall times are this machine's: quote it with the figures.
+For each model (training graph) and machine it runs the fast heuristics (every
+registered method but ``local``, ``exact`` and ``rl-*``) and ``local`` (simulated
+annealing from the best of them) for ``--local-budget-s``; the best of those is the
+**best non-RL** placement. Then each policy trains for ``--budget-s`` seconds (warm
+starts, JIT compilation and training all count) from the best heuristic (``--warm-start
+best``) and the table shows, per row:
+
+* the policy's step time against the best non-RL method (``vs best``: > 1 is faster);
+* its improvement over its warm start (what training found; the warm start is kept as
+  the best-so-far, so it is never negative);
+* ``from samples``: the part of that improvement found by the policy's own samples
+  before any refinement by block moves (the rest came from refining the best samples,
+  ``RLConfig.refine_every``); rows with ``--refine-every 0`` have no refinement;
+* episodes (sampled placements) per minute of training (steady state: after the first
+  update, whose programs compile) and the split of an update's wall time between the
+  policy (sampling, gradient, Adam), the simulator and the refinement.
+
+Wall times are this machine's: quote its load (printed) with the figures.
 """
 
 import argparse
@@ -19,82 +31,126 @@ import os
 import platform
 import time
 
+import numpy as np
+
 import simplace
 from simplace import zoo
 from simplace.placers import compare, optimize
 from simplace.placers.rl import fast_heuristics
 
-DEFAULT_MODELS = "nmt_4layer,rnnlm,inception_v3,bert_base"
+DEFAULT_MODELS = ("rnnlm,nmt_2layer,nmt_4layer,inception_v3,bert_base,resnet50,"
+                  "transformer")
+DEFAULT_MACHINES = "haswell_k40x4,cpu_h100x4_nvlink,hsdag_cpu_gpu"
 
 
-def time_to_within(history, final: float, rel: float = 0.01) -> float | None:
-    """Wall seconds until the best-so-far came within ``rel`` of ``final``."""
-    for row in history:
-        if row["best_step_time_s"] <= final * (1 + rel):
-            return row["wall_s"]
-    return None
+def load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def update_split(history: list[dict]) -> dict:
+    """Mean seconds per update of each part, and the shares, over the updates after the
+    first (whose programs compile)."""
+    rows = history[1:] or history
+    parts = ("policy_s", "simulator_s", "learn_s", "refine_s")
+    mean = {p: float(np.mean([r.get(f"time_{p}", 0.0) for r in rows])) if rows else 0.0
+            for p in parts}
+    total = sum(mean.values()) or 1.0
+    return {"update_s": total, "policy_share": (mean["policy_s"] + mean["learn_s"]) / total,
+            "simulator_share": mean["simulator_s"] / total,
+            "refine_share": mean["refine_s"] / total, **mean}
+
+
+def from_samples(history: list[dict], warm: float) -> float:
+    """Improvement over ``warm`` of the best placement sampled by the policy itself
+    (each row's batch minimum), before refinement."""
+    best = min([r["min_step_time_s"] for r in history] + [warm])
+    return (warm - best) / warm
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=DEFAULT_MODELS)
-    ap.add_argument("--machine", default="haswell_k40x4")
-    ap.add_argument("--policies", default="seq2seq,hierarchical,gnn")
+    ap.add_argument("--machines", default=DEFAULT_MACHINES)
+    ap.add_argument("--policies", default="gnn")
     ap.add_argument("--budget-s", type=float, default=60.0)
+    ap.add_argument("--local-budget-s", type=float, default=None,
+                    help="local search's budget (default: --budget-s; 0: no local)")
     ap.add_argument("--warm-start", default="best")
     ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--refine-every", type=int, default=None,
+                    help="RLConfig.refine_every (default: the config's; 0: no refinement)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--history-dir", default=None, help="write each run's history + plot")
     ap.add_argument("--out", help="write all rows as JSON")
     args = ap.parse_args()
+    local_budget = args.budget_s if args.local_budget_s is None else args.local_budget_s
 
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}; simulated machine {args.machine}")
-    cm = simplace.CostModel.load(args.machine)
+          f"{time.strftime('%Y-%m-%d %H:%M')}, load {load()}")
     rows = []
-    for model in args.models.split(","):
-        fn, ex = zoo.get(model, training=True)
-        graph = simplace.trace(fn, *ex, name=model)
-        heur = {r.method: r for r in compare(graph, cm, fast_heuristics(), seed=args.seed)}
-        fit = [r for r in heur.values() if not r.oom]
-        best_h = min(fit, key=lambda r: r.step_time_s)
-        single, expert = heur["single"].step_time_s, heur["expert"].step_time_s
-        print(f"\n{model} (train, {graph.num_ops:,} ops): single {single * 1e3:.1f} ms, "
-              f"expert {expert * 1e3:.1f} ms, best heuristic {best_h.method} "
-              f"{best_h.step_time_s * 1e3:.1f} ms")
-        print(f"{'policy':<14}{'step ms':>10}{'vs single':>10}{'vs expert':>10}"
-              f"{'vs best h':>10}{'episodes':>10}{'eps/s':>8}{'to 1% s':>9}{'wall s':>8}"
-              f"  improved on warm start")
-        for pol in args.policies.split(","):
-            kw = {}
-            if args.history_dir:
-                os.makedirs(args.history_dir, exist_ok=True)
-                kw["history"] = os.path.join(args.history_dir, f"{model}_{pol}.json")
-            res = optimize(graph, cm, f"rl-{pol}", seed=args.seed, budget_s=args.budget_s,
-                           samples=args.samples, warm_start=args.warm_start, **kw)
-            t = res.step_time_s
-            reach = time_to_within(res.history, t)
-            ws = res.info.get("warm_starts") or {}
-            improved = (min(ws.values()) - t) / min(ws.values()) if ws else None
-            row = {"model": model, "ops": graph.num_ops, "machine": args.machine,
-                   "policy": pol, "step_time_s": t, "oom": res.oom,
-                   "single_s": single, "expert_s": expert,
-                   "best_heuristic": best_h.method, "best_heuristic_s": best_h.step_time_s,
-                   "episodes": res.info.get("episodes"),
-                   "episodes_per_s": res.info.get("episodes_per_s"),
-                   "time_to_1pct_s": reach, "wall_s": res.wall_s,
-                   "units": res.info.get("units"), "oom_mode": res.info.get("oom_mode"),
-                   "warm_start": args.warm_start, "improvement_over_warm_start": improved,
-                   "budget_s": args.budget_s, "samples": args.samples}
-            rows.append(row)
-            eps = res.info.get("episodes_per_s") or 0.0
-            print(f"{pol:<14}{t * 1e3:>10.1f}{single / t:>9.2f}x{expert / t:>9.2f}x"
-                  f"{best_h.step_time_s / t:>9.2f}x{res.info.get('episodes', 0):>10}"
-                  f"{eps:>8.0f}{(reach or float('nan')):>9.1f}{res.wall_s:>8.1f}  "
-                  + ("-" if improved is None else f"{100 * improved:.1f}%"), flush=True)
+    header = (f"{'model':<13}{'machine':<19}{'policy':<8}{'RL ms':>10}{'best non-RL':>18}"
+              f"{'vs best':>9}{'vs warm':>9}{'samples':>9}{'eps/min':>10}{'policy':>8}"
+              f"{'sim':>6}{'refine':>7}{'wall s':>8}{'load':>6}")
+    print(header)
+    for machine in args.machines.split(","):
+        cm = simplace.CostModel.load(machine)
+        for model in args.models.split(","):
+            fn, ex = zoo.get(model, training=True)
+            graph = simplace.trace(fn, *ex, name=model)
+            found = {r.method: r for r in compare(graph, cm, fast_heuristics(),
+                                                  seed=args.seed)}
+            if local_budget > 0:
+                found["local"] = optimize(graph, cm, "local", seed=args.seed,
+                                          budget_s=local_budget)
+            fit = [r for r in found.values() if not r.oom]
+            best = min(fit, key=lambda r: r.step_time_s)
+            for pol in args.policies.split(","):
+                kw = {} if args.refine_every is None else {"refine_every": args.refine_every}
+                res = optimize(graph, cm, f"rl-{pol}", seed=args.seed,
+                               budget_s=args.budget_s, samples=args.samples,
+                               warm_start=args.warm_start, **kw)
+                t = res.step_time_s
+                ws = res.info.get("warm_starts") or {}
+                warm = min(ws.values()) if ws else None
+                improved = (warm - t) / warm if warm else None
+                sampled = from_samples(res.history, warm) if warm else None
+                split = update_split(res.history)
+                eps = res.info.get("episodes_per_s") or 0.0
+                row = {"model": model, "ops": graph.num_ops, "machine": machine,
+                       "policy": pol, "step_time_s": t, "oom": res.oom,
+                       "best_non_rl": best.method, "best_non_rl_s": best.step_time_s,
+                       "non_rl": {m: r.step_time_s for m, r in found.items()},
+                       "speedup_vs_best_non_rl": best.step_time_s / t,
+                       "warm_start_s": warm, "improvement_over_warm_start": improved,
+                       "improvement_from_samples": sampled,
+                       "episodes": res.info.get("episodes"),
+                       "episodes_per_min": 60 * eps, "update_split": split,
+                       "first_update_at_s": res.info.get("first_update_at_s"),
+                       "wall_s": res.wall_s, "units": res.info.get("units"),
+                       "oom_mode": res.info.get("oom_mode"), "budget_s": args.budget_s,
+                       "local_budget_s": local_budget, "samples": args.samples,
+                       "refine_every": args.refine_every, "load": load()}
+                rows.append(row)
+
+                def pct(x):
+                    return "-" if x is None else f"{100 * x:.1f}%"
+
+                print(f"{model:<13}{machine:<19}{pol:<8}{t * 1e3:>10.2f}"
+                      f"{best.method + ' ' + format(best.step_time_s * 1e3, '.2f'):>18}"
+                      f"{best.step_time_s / t:>8.3f}x{pct(improved):>9}{pct(sampled):>9}"
+                      f"{60 * eps:>10,.0f}{100 * split['policy_share']:>7.0f}%"
+                      f"{100 * split['simulator_share']:>5.0f}%"
+                      f"{100 * split['refine_share']:>6.0f}%{res.wall_s:>8.1f}"
+                      f"{load().split()[0]:>6}", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
+    wins = [r for r in rows if r["speedup_vs_best_non_rl"] >= 1 - 1e-9]
+    fast = [r for r in rows if r["speedup_vs_best_non_rl"] >= 1.05]
+    print(f"\nRL <= best non-RL on {len(wins)}/{len(rows)} rows; >= 5% faster on "
+          f"{len(fast)}/{len(rows)}; load {load()}")
 
 
 if __name__ == "__main__":

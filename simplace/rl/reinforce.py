@@ -86,7 +86,15 @@ class RLConfig:
     oom: memory check in the jit, "auto" | "bound" | "exact" (module docstring).
     imitation_steps, imitation_target: warm start by imitation, at most this many Adam
       steps, stopping once the mean per-unit likelihood of the warm start's placement
-      reaches ``imitation_target`` (leaving room to explore).
+      reaches ``imitation_target`` (leaving room to explore). A policy with its own
+      ``warm_start`` (gnn) is set on the warm start directly instead.
+    self_imitation: weight of self-imitation (Oh et al. 2018): every update also raises
+      the likelihood of the best placement the run has sampled (or its warm start),
+      this weight times its log-likelihood summed over units; 0 turns it off.
+    refine_every, refine_batches: every ``refine_every`` updates (0: never) that best
+      placement is refined by greedy block moves (``simplace.rl.refine``), at most
+      ``refine_batches`` batches of K placements scored; the refined placement becomes
+      the target of self-imitation.
     """
 
     samples: int = 64
@@ -104,6 +112,9 @@ class RLConfig:
     oom: str = "auto"
     imitation_steps: int = 100
     imitation_target: float = 0.8
+    self_imitation: float = 0.5
+    refine_every: int = 10
+    refine_batches: int = 4
 
     def __post_init__(self):
         if int(self.samples) < 1:
@@ -119,6 +130,12 @@ class RLConfig:
             raise SimplaceError("lr, lr_end and clip_norm must be > 0.")
         if self.entropy < 0 or self.entropy_end < 0 or self.oom_factor < 1:
             raise SimplaceError("entropy weights must be >= 0 and oom_factor >= 1.")
+        if int(self.refine_every) < 0 or int(self.refine_batches) < 0:
+            raise SimplaceError("refine_every and refine_batches must be >= 0 (0: no "
+                                "refinement).")
+        if not self.self_imitation >= 0:
+            raise SimplaceError(f"self_imitation must be >= 0 (0: off), got "
+                                f"{self.self_imitation}.")
 
     @classmethod
     def from_options(cls, options: dict) -> RLConfig:
@@ -184,7 +201,8 @@ class Trainer:
         self._steps: dict = {}
         self._imitate = None
         # Wall seconds spent in each part of the updates run so far (see update_fn).
-        self.timing = {"policy_s": 0.0, "simulator_s": 0.0, "learn_s": 0.0, "updates": 0}
+        self.timing = {"policy_s": 0.0, "simulator_s": 0.0, "learn_s": 0.0,
+                       "refine_s": 0.0, "updates": 0}
 
     def use_inputs(self, inputs) -> None:
         """Go on against new simulator inputs (a drift-corrected cost model of the same
@@ -230,20 +248,24 @@ class Trainer:
         return jnp.asarray(res.step_time_s), jnp.asarray(res.oom)
 
     # ------------------------------------------------------------------ the update
-    def _policy_impl(self, params, key):
-        """Sample K unit placements; (key, logp, entropy, vjp of both, op placements)."""
+    def _policy_impl(self, params, key, elite):
+        """Sample K unit placements; (key, (logp, entropy, the mean log-likelihood of
+        ``elite`` per unit), the vjp of those three, unit placements, op placements)."""
         key, k_s = jax.random.split(key)
+        sil = self.cfg.self_imitation > 0
 
         def sampled(p):
             s = self.policy.sample(p, k_s, self.k)
-            return (s.logp, s.entropy), s.unit_devices
+            ll = self.policy.imitation_logp(p, elite) if sil else jnp.float32(0.0)
+            return (s.logp, s.entropy, ll), s.unit_devices
 
-        (logp, ent), vjp_fn, unit_dev = jax.vjp(sampled, params, has_aux=True)
-        return key, logp, ent, vjp_fn, unit_dev[:, self.unit_of_op]  # [K, M]: expand
+        out, vjp_fn, unit_dev = jax.vjp(sampled, params, has_aux=True)
+        return key, out, vjp_fn, unit_dev, unit_dev[:, self.unit_of_op]  # [K, M]
 
-    def _learn_impl(self, state: _State, key, logp, ent, vjp_fn, placements, step_t, oom,
-                    lr, beta, t_ref):
+    def _learn_impl(self, state: _State, key, out, vjp_fn, unit_dev, placements,
+                    step_t, oom, lr, beta, t_ref):
         cfg, k = self.cfg, self.k
+        logp, ent, elite_ll = out
         # t_ref NaN: the first update sets it to this batch's mean step time (of those
         # that fit; of all when none fits).
         fit_t = jnp.where(oom, 0.0, step_t)
@@ -275,11 +297,24 @@ class Trainer:
         u = max(1, self.policy.num_units)
         ct_logp = (-adv / k).astype(logp.dtype)
         ct_ent = jnp.full_like(ent, -beta / k)
-        (grads,) = vjp_fn((ct_logp, ct_ent))
-        updates, opt_state = self.tx.update(grads, state.opt_state, state.params)
-        params = jax.tree.map(lambda p, g: p - lr * g, state.params, updates)
+        mem = state.opt_state
+        # Self-imitation: the run's best unit placement before this batch (kept in the
+        # optimizer state, so checkpoints carry it; none before the first batch unless
+        # warm-started) is made more likely: the loss gets -w x its log-likelihood
+        # summed over units.
+        w = cfg.self_imitation * self.policy.num_units
+        ct_sil = jnp.where(jnp.isfinite(mem["elite_score"]), -w, 0.0).astype(
+            elite_ll.dtype)
+        (grads,) = vjp_fn((ct_logp, ct_ent, ct_sil))
         score = jnp.where(oom, step_t + OOM_PENALTY, step_t)
         j = jnp.argmin(score)
+        better = score[j].astype(jnp.float32) < mem["elite_score"]
+        elite = jnp.where(better, unit_dev[j], mem["elite"])
+        elite_score = jnp.where(better, score[j].astype(jnp.float32), mem["elite_score"])
+        updates, adam = self.tx.update(grads, mem["adam"], state.params)
+        params = jax.tree.map(lambda p, g: p - lr * g, state.params, updates)
+        opt_state = {"adam": adam, "elite": elite, "elite_score": elite_score,
+                     "updates": mem["updates"] + 1}
         fit = ~oom
         n_fit = jnp.sum(fit)
         stats = {
@@ -310,31 +345,74 @@ class Trainer:
 
             def step(state: _State, lr, beta, t_ref):
                 t0 = time.perf_counter()
-                key, logp, ent, vjp_fn, placements = policy_step(state.params, state.key)
+                key, outs, vjp_fn, unit_dev, placements = policy_step(
+                    state.params, state.key, state.opt_state["elite"])
                 placements.block_until_ready()
                 t1 = time.perf_counter()
                 step_t, oom = self._simulate(mode, placements)
                 jax.block_until_ready(step_t)
                 t2 = time.perf_counter()
-                out = learn(state, key, logp, ent, vjp_fn, placements, step_t, oom, lr,
-                            beta, t_ref)
+                out = learn(state, key, outs, vjp_fn, unit_dev, placements, step_t,
+                            oom, lr, beta, t_ref)
                 jax.block_until_ready(out)
                 t3 = time.perf_counter()
-                timing["policy_s"] += t1 - t0
-                timing["simulator_s"] += t2 - t1
-                timing["learn_s"] += t3 - t2
+                state, p_best, s_best, stats = self._refine(mode, *out)
+                t4 = time.perf_counter()
+                parts = {"policy_s": t1 - t0, "simulator_s": t2 - t1, "learn_s": t3 - t2,
+                         "refine_s": t4 - t3}
+                for name, v in parts.items():
+                    timing[name] += v
                 timing["updates"] += 1
-                return out
+                # In the history too (one row per update): where an update's time goes.
+                stats = {**stats, **{f"time_{n}": v for n, v in parts.items()}}
+                return state, p_best, s_best, stats
 
             self._steps[mode] = step
         return self._steps[mode]
+
+    def _score_units(self, mode: str, units) -> np.ndarray:
+        """Penalised scores float64[K] of K unit placements int32[K, U]."""
+        with jax.enable_x64(True):
+            step_t, oom = self._simulate(mode, jnp.asarray(units)[:, self.unit_of_op])
+            step_t, oom = jax.device_get((step_t, oom))
+        return np.where(oom, step_t + OOM_PENALTY, step_t)
+
+    def _refine(self, mode: str, state: _State, p_best, s_best, stats):
+        """Every ``refine_every`` updates: greedy block moves from the elite
+        (``simplace.rl.refine``); a better placement becomes the elite and, when it
+        beats the batch's best, the update's best placement."""
+        from simplace.rl.refine import refine
+
+        cfg = self.cfg
+        mem = state.opt_state
+        n = int(mem["updates"])
+        if not cfg.refine_every or not cfg.refine_batches or n % cfg.refine_every:
+            return state, p_best, s_best, {**stats, "refine_gain": 0.0}
+        elite, e_score = np.asarray(mem["elite"]), float(mem["elite_score"])
+        if not e_score < OOM_PENALTY:  # only placements that fit are refined
+            return state, p_best, s_best, {**stats, "refine_gain": 0.0}
+        units, score, _ = refine(lambda c: self._score_units(mode, c), elite, e_score,
+                                 self.inputs.num_devices, self.k, int(cfg.refine_batches))
+        gain = (e_score - score) / e_score
+        if score < e_score:
+            state = state._replace(opt_state={**mem, "elite": jnp.asarray(units, jnp.int32),
+                                              "elite_score": jnp.float32(score)})
+            if score < float(s_best):
+                p_best = jnp.asarray(units[np.asarray(self.unit_of_op)], jnp.int32)
+                s_best = jnp.float64(score)
+        return state, p_best, s_best, {**stats, "refine_gain": jnp.float32(max(gain, 0.0))}
 
     def init_state(self) -> _State:
         with jax.enable_x64(True):
             key = jax.random.key(self.seed)
             key, k_init = jax.random.split(key)
             params = self.policy.init(k_init)
-            return _State(params, self.tx.init(params), key, jnp.float32(jnp.nan))
+            # The optimizer's state, and the best unit placement sampled so far (for
+            # self-imitation; none yet: score +inf).
+            opt = {"adam": jax.jit(self.tx.init)(params),
+                   "elite": jnp.zeros(self.policy.num_units, jnp.int32),
+                   "elite_score": jnp.float32(jnp.inf), "updates": jnp.int32(0)}
+            return _State(params, opt, key, jnp.float32(jnp.nan))
 
     # ------------------------------------------------------------------ warm start
     def imitate(self, state: _State, unit_devices, lr: float):
@@ -345,12 +423,20 @@ class Trainer:
                 ll, g = jax.value_and_grad(
                     lambda p: self.policy.imitation_logp(p, target))(s.params)
                 g = jax.tree.map(lambda x: -x, g)
-                upd, opt = self.tx.update(g, s.opt_state, s.params)
+                upd, adam = self.tx.update(g, s.opt_state["adam"], s.params)
                 params = jax.tree.map(lambda p, d: p - lr * d, s.params, upd)
-                return s._replace(params=params, opt_state=opt), ll
+                return s._replace(params=params, opt_state={**s.opt_state, "adam": adam}), ll
             self._imitate = jax.jit(step)
         target = jnp.asarray(unit_devices, jnp.int32)
         ll, n = -np.inf, 0
+        # The warm start is the first elite of self-imitation, scored as its units
+        # expand (K copies: the updates' compiled simulator).
+        with jax.enable_x64(True):
+            p = jnp.broadcast_to(target[self.unit_of_op], (self.k, self.graph.num_ops))
+            step_t, oom = self._bound_sim()(p)
+            score = jnp.where(oom[0], step_t[0] + OOM_PENALTY, step_t[0])
+        state = state._replace(opt_state={**state.opt_state, "elite": target,
+                                          "elite_score": score.astype(jnp.float32)})
         if hasattr(self.policy, "warm_start"):
             # The policy can put itself on the warm start directly (a bias with a
             # temperature around it): one exact step instead of Adam steps.

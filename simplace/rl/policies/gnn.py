@@ -1,62 +1,92 @@
-"""``gnn`` (HSDAG, Duan et al. 2024; Placeto): message passing over the coarsened graph,
-a learned pooling that samples a group for every unit, and an MLP that places each
-group (a softmax over devices on its pooled embedding).
+"""``gnn`` (HSDAG, Duan et al. 2024): message passing over the coarsened graph and an MLP
+that places every coarse node (unit), with run-preserving sampling.
 
-Node features are the units' (op types, sizes, costs on each device, topological
-position, degrees); messages flow both ways along the quotient edges, summed with
-``segment_sum`` and gated by the edge's bytes. Groups are pooled with the pooling
-probabilities (soft, DiffPool style, the same for every sample); each sample then draws a
-group per unit and a device per group. (Pooling each sample's drawn members made every
-group's embedding alike, and the placer collapsed to one device.)
+The graph is coarsened before the policy sees it (``features.unit_grouping``: free ops
+with their producer, chains collapsed as HSDAG's code merges an op into a successor with
+one predecessor, then contiguous ranges), so the policy places a few hundred units and a
+placement is expanded to ops by one gather. Node features are the units' (sizes, costs on
+each device, op types, topological position, degrees); messages flow both ways along the
+quotient edges, summed with ``segment_sum`` and gated by the edge's bytes.
+
+Sampling is cheap and keeps runs: units are visited in topological order and each either
+**follows** its predecessor (takes the device of unit u-1, probability sigmoid(f_u)) or
+draws a **fresh** device from softmax(a_u). A sample's device of unit u is then the fresh
+draw of the last unit at or before u that did not follow: one ``cummax`` and a gather,
+no scan, O(K x U x D) work. A fresh draw that leaves the current device starts a run of
+units on the new device (a block move, not a scattered op), which is what placements
+under segment semantics need: every device change costs a segment launch and dispatch.
+The actions are the follow flags and the fresh draws at units that did not follow, so a
+sample's log-probability is the sum of those decisions' log-probabilities.
+
+Warm start (``warm_start``): the per-unit bias tables are set so that the policy
+reproduces a given unit placement except for about ``explore`` fresh deviations per
+sample (a temperature around it); training then moves probability to what improves it.
+Groups (``groups``, contiguous ranges of units) share a learned device bias, so that
+what is learned for some units of a range carries to its neighbours.
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from simplace.rl.policies import Policy, Sample
-from simplace.rl.policies._nets import (
-    F32,
-    apply_dense,
-    categorical_entropy,
-    init_dense,
-    range_prior,
-    sample_categorical,
-)
+from simplace.rl.policies._nets import F32, apply_dense
+
+# The free tables enter the logits times this: Adam moves a parameter by about the
+# learning rate per update, and a warm start puts table entries at logits of 5 or more,
+# which training must be able to undo within a few hundred updates.
+TABLE_SCALE = 10.0
 
 
 class GNN(Policy):
-    """``layers`` rounds of message passing; ``groups`` pooled groups (default
-    min(20 x devices, units))."""
+    """``layers`` rounds of message passing of width ``hidden``; ``groups`` contiguous
+    ranges of units with a shared device bias (default min(20 x devices, units));
+    ``explore``: expected fresh deviations per sample after a warm start."""
 
     name = "gnn"
 
-    def __init__(self, units, num_devices: int, *, hidden: int = 64, layers: int = 3,
-                 groups: int | None = None):
+    def __init__(self, units, num_devices: int, *, hidden: int = 32, layers: int = 2,
+                 groups: int | None = None, explore: float = 2.0):
         super().__init__(units, num_devices)
         self.h, self.layers = int(hidden), int(layers)
-        self.g = int(groups or min(20 * self.num_devices, self.num_units))
+        u = self.num_units
+        self.g = max(1, min(int(groups or 20 * self.num_devices), max(u, 1)))
+        self.explore = float(explore)
         self.feat = jnp.asarray(units.features, F32)
-        self.prior = range_prior(self.num_units, self.g)
+        self.group_of_unit = jnp.asarray((np.arange(u) * self.g) // max(u, 1), jnp.int32)
         self.src = jnp.asarray(units.src, jnp.int32)
         self.dst = jnp.asarray(units.dst, jnp.int32)
         self.efeat = jnp.asarray(units.edge_feat, F32)[:, None]
-        u = self.num_units
         self.deg_in = jnp.maximum(jnp.zeros(u, F32).at[self.dst].add(1.0), 1.0)[:, None]
         self.deg_out = jnp.maximum(jnp.zeros(u, F32).at[self.src].add(1.0), 1.0)[:, None]
+        # Unit 0 has no predecessor to follow.
+        self.first = jnp.arange(u) == 0
 
     def init(self, key):
-        k = jax.random.split(key, 4 + 2 * self.layers)
-        f, h = self.feat.shape[1], self.h
-        p = {"embed": init_dense(k[0], h, f), "pool": init_dense(k[1], self.g, h),
-             "mlp1": init_dense(k[2], h, h + 1), "mlp2": init_dense(k[3], self.num_devices, h),
-             # A free device preference per group: groups whose pooled embeddings are
-             # alike (early on, all of them) can still go to different devices.
-             "group_bias": jnp.zeros((self.g, self.num_devices), F32)}
+        """Fresh parameters from ``key``, drawn with numpy (LeCun-normal kernels, zero
+        biases, as flax's ``Dense``): flax's initialisers would compile a dozen small
+        programs, seconds on a loaded machine."""
+        seed = np.asarray(jax.random.key_data(key), np.uint32).ravel().tolist()
+        rng = np.random.default_rng(seed)
+        f, h, d = self.feat.shape[1], self.h, self.num_devices
+
+        def dense(out, inp):
+            w = rng.normal(0.0, 1.0 / math.sqrt(max(inp, 1)), (inp, out)).astype(np.float32)
+            return {"kernel": jnp.asarray(w), "bias": jnp.zeros((out,), F32)}
+
+        p = {"embed": dense(h, f), "dev": dense(d, h), "follow": dense(1, h),
+             # Free per-unit and per-group tables: the warm start is written into them,
+             # and they let units whose embeddings are alike go different ways.
+             "unit_bias": jnp.zeros((self.num_units, d), F32),
+             "follow_bias": jnp.zeros((self.num_units,), F32),
+             "group_bias": jnp.zeros((self.g, d), F32)}
         for i in range(self.layers):
-            p[f"gate{i}"] = init_dense(k[4 + 2 * i], 1, 1)
-            p[f"mp{i}"] = init_dense(k[5 + 2 * i], h, 3 * h)
+            p[f"gate{i}"] = dense(1, 1)
+            p[f"mp{i}"] = dense(h, 3 * h)
         return p
 
     def _embed(self, params):
@@ -68,42 +98,92 @@ class GNN(Policy):
             m_out = jax.ops.segment_sum(x[self.dst] * gate, self.src, u) / self.deg_out
             x = x + jax.nn.relu(apply_dense(params[f"mp{i}"], self.h,
                                             jnp.concatenate([x, m_in, m_out], -1)))
-        # [U, H], and pooling logits [U, G] around the contiguous-range prior
-        return x, apply_dense(params["pool"], self.g, x) + self.prior
+        return x
 
-    def _place_logits(self, params, x, assign):
-        """Device logits [K, G, D] of the groups of assignments [K, U, G]."""
-        count = assign.sum(1)
-        pooled = jnp.einsum("kug,uh->kgh", assign, x) / jnp.maximum(count, 1.0)[..., None]
-        z = jnp.concatenate([pooled, jnp.log1p(count)[..., None]], -1)
-        z = jax.nn.relu(apply_dense(params["mlp1"], self.h, z))
-        return apply_dense(params["mlp2"], self.num_devices, z) + params["group_bias"], count
+    def _net_logits(self, params):
+        """(fresh-device logits [U, D] and follow logits [U]) without the unit tables."""
+        x = self._embed(params)
+        a = apply_dense(params["dev"], self.num_devices, x) + \
+            TABLE_SCALE * params["group_bias"][self.group_of_unit]
+        f = apply_dense(params["follow"], 1, x)[:, 0]
+        return a, f
+
+    def logits(self, params):
+        """(fresh-device logits float32[U, D], follow logits float32[U]; unit 0 never
+        follows, whatever its logit)."""
+        a, f = self._net_logits(params)
+        return (a + TABLE_SCALE * params["unit_bias"],
+                f + TABLE_SCALE * params["follow_bias"])
 
     def sample(self, params, key, num_samples):
-        kg, kd = jax.random.split(key)
-        x, pool = self._embed(params)
-        grp, lp_g = sample_categorical(kg, pool, num_samples)  # [K, U]
-        logits, _ = self._place_logits(params, x, jax.nn.softmax(pool, axis=-1)[None])
-        logits = logits[0]  # [G, D]
-        dev = jax.random.categorical(kd, logits, axis=-1,
-                                     shape=(num_samples, self.g)).astype(jnp.int32)
-        lsm = jax.nn.log_softmax(logits, axis=-1)
-        lp_d = jnp.take_along_axis(lsm[None], dev[..., None], axis=-1)[..., 0]  # [K, G]
-        used = (jax.nn.one_hot(grp, self.g, dtype=F32).sum(1) > 0).astype(F32)
-        unit_dev = jnp.take_along_axis(dev, grp, axis=1)
-        logp = lp_g.sum(-1) + (lp_d * used).sum(-1)
-        # The bonus keeps device choices open; on the pooling it would only push every
-        # unit towards a uniform mix of groups (the range prior's structure lost).
-        ent = (categorical_entropy(logits)[None] * used).sum(-1)
-        return Sample(unit_dev, logp, ent)
+        a, f = self.logits(params)
+        u = self.num_units
+        lsm = jax.nn.log_softmax(a, axis=-1)  # [U, D]
+        # Two uniforms per unit and sample, drawn as one flat array (XLA:CPU compiles a
+        # flat threefry draw several times faster than a [K, U, D] Gumbel draw): one
+        # decides whether to follow, the other picks the fresh device by inverting the
+        # softmax's cumulative distribution.
+        r = jax.random.uniform(key, (2 * num_samples * u,)).reshape(2, num_samples, u)
+        cdf = jax.lax.stop_gradient(jnp.cumsum(jnp.exp(lsm), axis=-1))[:, :-1]  # [U, D-1]
+        fresh = jnp.sum(r[1][..., None] >= cdf[None], axis=-1).astype(jnp.int32)
+        follow = (r[0] < jax.lax.stop_gradient(jax.nn.sigmoid(f))[None]) & ~self.first[None]
+        # Each unit takes the fresh draw of the last unit at or before it that drew one.
+        idx = jnp.where(follow, -1, jnp.arange(u, dtype=jnp.int32)[None])
+        src = jax.lax.cummax(idx, axis=1)
+        dev = jnp.take_along_axis(fresh, src, axis=1)
+        lp_fresh = jnp.take_along_axis(lsm[None], fresh[..., None], axis=-1)[..., 0]
+        log_follow, log_fresh = jax.nn.log_sigmoid(f), jax.nn.log_sigmoid(-f)
+        # unit 0 makes no follow decision: only its fresh draw counts
+        log_fresh = jnp.where(self.first, 0.0, log_fresh)
+        lp = jnp.where(follow, log_follow[None], log_fresh[None] + lp_fresh)
+        ent_d = -jnp.sum(jnp.exp(lsm) * lsm, axis=-1)  # [U]
+        p_f = jax.nn.sigmoid(f)
+        ent_f = jnp.where(self.first, 0.0, -(p_f * log_follow + (1 - p_f) * log_fresh))
+        ent = jnp.where(follow, 0.0, ent_d[None]).sum(-1) + ent_f.sum()
+        return Sample(dev, lp.sum(-1), ent)
+
+    def marginals(self, params):
+        """float32[U, D]: the probability of each unit's device (a forward recursion,
+        P(u on d) = s_u P(u-1 on d) + (1 - s_u) softmax(a_u)_d)."""
+        a, f = self.logits(params)
+        q = jax.nn.softmax(a, axis=-1)
+        s = jnp.where(self.first, 0.0, jax.nn.sigmoid(f))
+
+        def step(prev, x):
+            q_u, s_u = x
+            cur = s_u * prev + (1 - s_u) * q_u
+            return cur, cur
+
+        _, m = jax.lax.scan(step, q[0], (q, s))
+        return m
 
     def imitation_logp(self, params, unit_devices):
-        """Exact for independent group placements: P(u on d) = sum_g P(u in g) q_g(d),
-        with q from the soft pooled embeddings."""
+        """Mean log marginal likelihood per unit of a unit placement int32[U]."""
         d_u = jnp.asarray(unit_devices, jnp.int32)
-        x, pool = self._embed(params)
-        s = jax.nn.softmax(pool, axis=-1)
-        logits, _ = self._place_logits(params, x, s[None])
-        q = jax.nn.softmax(logits[0], axis=-1)  # [G, D]
-        lik = jnp.sum(s * q[:, d_u].T, axis=-1)
-        return jnp.log(lik + 1e-9).mean()
+        m = self.marginals(params)
+        return jnp.log(jnp.take_along_axis(m, d_u[:, None], axis=-1)[:, 0] + 1e-9).mean()
+
+    def warm_start(self, params, unit_devices):
+        """Parameters whose samples reproduce ``unit_devices`` int32[U] up to about
+        ``explore`` fresh deviations per sample: each unit's fresh draw keeps its target
+        device with probability 1 - explore / (U / 2), and follows its predecessor with
+        probability 1/2 where their targets agree (else rarely), so a deviation moves a
+        short run of units. The network's own logits are cancelled by the unit tables,
+        so training starts exactly there and can move away from it."""
+        u, d = self.num_units, self.num_devices
+        target = np.asarray(unit_devices, np.int64)
+        eps = min(0.5, self.explore / max(u / 2, 1.0))
+        eps = max(eps, 1e-4)
+        # softmax(c e_t) puts 1 - eps on t: c = log((1 - eps) (D - 1) / eps)
+        c = math.log((1 - eps) * max(d - 1, 1) / eps)
+        a_net, f_net = self._net_logits(params)
+        a_net = a_net + 0.0  # concrete arrays (called outside jit)
+        want_a = c * np.eye(d, dtype=np.float32)[target]
+        same = np.zeros(u, bool)
+        same[1:] = target[1:] == target[:-1]
+        # follow logit 0 (p 1/2) inside a run; at a device change log(eps / (1 - eps))
+        want_f = np.where(same, 0.0, math.log(eps / (1 - eps))).astype(np.float32)
+        new = dict(params)
+        new["unit_bias"] = (jnp.asarray(want_a, F32) - a_net) / TABLE_SCALE
+        new["follow_bias"] = (jnp.asarray(want_f, F32) - f_net) / TABLE_SCALE
+        return new

@@ -1,0 +1,139 @@
+"""The cheap run-preserving GNN policy, its warm start, self-imitation and the block-move
+refinement of REINFORCE's best samples (``simplace.rl.policies.gnn``,
+``simplace.rl.refine``, ``simplace.rl.reinforce.Trainer``)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from simplace.rl import RLConfig, Trainer, build_units, make_policy, unit_grouping
+from simplace.rl.refine import block_moves, refine, runs
+from simplace.sim import sim_inputs
+from tests.test_local_exact import tiny_case
+
+
+@pytest.fixture(scope="module")
+def gnn_case():
+    g, cm = tiny_case(5, m=16, d=3)
+    inp = sim_inputs(g, cm)
+    units = build_units(g, inp.op_time_s, unit_grouping(g, "ops"))
+    return g, cm, inp, units
+
+
+def test_gnn_logp_is_that_of_its_follow_and_fresh_decisions(gnn_case):
+    _, _, _, units = gnn_case
+    pol = make_policy("gnn", units, 3, hidden=8)
+    with jax.enable_x64(True):
+        params = pol.init(jax.random.key(0))
+        # Make the distributions uneven, so that a wrong log-probability shows.
+        params["unit_bias"] = 0.1 * jax.random.normal(jax.random.key(1),
+                                                      params["unit_bias"].shape, jnp.float32)
+        s = pol.sample(params, jax.random.key(2), 6)
+        a, f = pol.logits(params)
+    a, f = np.asarray(a, np.float64), np.asarray(f, np.float64)
+    lsm = a - np.log(np.exp(a).sum(-1, keepdims=True))
+    dev = np.asarray(s.unit_devices)
+    # Every assignment of follow flags consistent with the devices has some probability;
+    # the sample's logp must be one of them (here: brute force over the 2^(U-1) sets is
+    # too many, so check the bound that matters: logp <= log P(devices)).
+    m = np.asarray(pol.marginals(params))
+    assert m.shape == (units.num_units, 3)
+    np.testing.assert_allclose(m.sum(-1), 1.0, rtol=1e-5)
+    for k in range(len(dev)):
+        # P(devices) by the forward recursion over "same device as the previous unit"
+        p_follow = 1 / (1 + np.exp(-f))
+        prob = np.exp(lsm[0, dev[k, 0]])
+        for u in range(1, len(f)):
+            stay = p_follow[u] if dev[k, u] == dev[k, u - 1] else 0.0
+            prob *= stay + (1 - p_follow[u]) * np.exp(lsm[u, dev[k, u]])
+        assert float(s.logp[k]) <= np.log(prob) + 1e-4
+    assert np.all(np.asarray(s.entropy) > 0)
+
+
+def test_gnn_marginals_match_sampled_frequencies(gnn_case):
+    _, _, _, units = gnn_case
+    pol = make_policy("gnn", units, 3, hidden=8)
+    with jax.enable_x64(True):
+        params = pol.init(jax.random.key(3))
+        params["follow_bias"] = jnp.full_like(params["follow_bias"], 0.05)
+        s = pol.sample(params, jax.random.key(4), 4000)
+        m = np.asarray(pol.marginals(params))
+    freq = np.stack([(np.asarray(s.unit_devices) == d).mean(0) for d in range(3)], 1)
+    np.testing.assert_allclose(freq, m, atol=0.04)
+
+
+def test_gnn_warm_start_reproduces_the_target_up_to_a_few_deviations(gnn_case):
+    _, _, _, units = gnn_case
+    u = units.num_units
+    target = (np.arange(u) * 3 // u).astype(np.int32)  # three runs
+    pol = make_policy("gnn", units, 3, hidden=8, explore=1.0)
+    with jax.enable_x64(True):
+        params = pol.warm_start(pol.init(jax.random.key(0)), target)
+        s = np.asarray(pol.sample(params, jax.random.key(1), 2000).unit_devices)
+        ll = float(pol.imitation_logp(params, target))
+    wrong = (s != target[None]).sum(1)
+    assert 0.1 < (wrong == 0).mean() < 0.9  # explores, but stays close
+    assert np.median(wrong) <= 2 and np.exp(ll) > 0.8
+    # A deviation moves a run of units, not always a single one.
+    assert (wrong >= 2).mean() > 0.02
+
+
+def test_block_moves_shift_boundaries_and_move_runs():
+    e = np.array([0, 0, 1, 1, 1, 2], np.int32)
+    assert runs(e).tolist() == [0, 2, 5, 6]
+    c = block_moves(e, 3)
+    rows = {tuple(r) for r in c.tolist()}
+    assert (0, 0, 0, 1, 1, 2) in rows  # boundary shifted right
+    assert (0, 1, 1, 1, 1, 2) in rows  # and left
+    assert (0, 0, 2, 2, 2, 2) in rows  # a whole run to another device
+    assert tuple(e) not in rows and len(rows) == len(c)
+    assert block_moves(e, 1).shape == (0, 6)
+
+
+def test_refine_descends_to_the_best_block_placement():
+    # The score is the distance to a target with two runs plus a cost per run: greedy
+    # block moves reach it from a placement with scattered runs.
+    target = np.array([0] * 5 + [1] * 5, np.int32)
+
+    def score(b):
+        b = np.asarray(b)
+        return (b != target).sum(1) + 0.1 * (np.diff(b, axis=1) != 0).sum(1)
+
+    start = np.array([0, 1, 0, 0, 0, 1, 1, 2, 1, 1], np.int32)
+    best, s, used = refine(score, start, float(score(start[None])[0]), 3, 8, 100)
+    assert best.tolist() == target.tolist() and s == pytest.approx(0.1)
+    assert 1 <= used < 100
+    # The batch budget is honoured.
+    _, _, used = refine(score, start, float(score(start[None])[0]), 3, 8, 2)
+    assert used == 2
+
+
+def test_trainer_keeps_the_elite_refines_it_and_times_the_update(gnn_case):
+    g, _, inp, units = gnn_case
+    pol = make_policy("gnn", units, 3, hidden=8)
+    tr = Trainer(g, inp, units, pol, RLConfig(samples=16, oom="bound", refine_every=2,
+                                              refine_batches=3), seed=0)
+    state = tr.init_state()
+    warm = np.zeros(units.num_units, np.int32)  # everything on device 0
+    state, n, lik = tr.imitate(state, warm, 1e-3)
+    assert n == 1 and lik > 0.5
+    w_score = float(state.opt_state["elite_score"])
+    ref = tr.simulator(True)(warm[np.asarray(units.unit_of_op)][None])
+    assert w_score == pytest.approx(float(ref.step_time_s[0]), rel=1e-6)
+    step = tr.update_fn("bound")
+    scores = []
+    with jax.enable_x64(True):
+        for _ in range(4):
+            state, p_best, s_best, stats = step(state, jnp.float32(1e-2), jnp.float32(0.0),
+                                                jnp.float64(w_score))
+            scores.append(float(state.opt_state["elite_score"]))
+            assert "refine_gain" in stats
+    # The elite never gets worse, and is what the simulator says it is.
+    assert all(b <= a * (1 + 1e-6) for a, b in zip([w_score] + scores[:-1], scores, strict=True))
+    elite = np.asarray(state.opt_state["elite"])
+    sim = tr.simulator(True)(elite[np.asarray(units.unit_of_op)][None])
+    assert scores[-1] == pytest.approx(float(sim.step_time_s[0]), rel=1e-6)
+    assert int(state.opt_state["updates"]) == 4
+    t = tr.timing
+    assert t["updates"] == 4 and min(t["policy_s"], t["simulator_s"], t["learn_s"]) > 0
