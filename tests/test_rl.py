@@ -235,6 +235,10 @@ def test_registry_and_cli_flags():
     assert rl_options(ap.parse_args(["--method", "heft"])) == {}
     with pytest.raises(SimplaceError, match="rl-\\* methods only"):
         rl_options(ap.parse_args(["--method", "heft", "--episodes", "5"]))
+    assert rl_options(ap.parse_args(["--method", "rl-gnn", "--checkpoint", "c.npz",
+                                     "--checkpoint-every", "5"]))["checkpoint_every_s"] == 5.0
+    with pytest.raises(SimplaceError, match="--checkpoint-every needs --checkpoint"):
+        rl_options(ap.parse_args(["--method", "rl-gnn", "--checkpoint-every", "5"]))
     # Out-of-range numbers are refused while parsing (argparse exits 2 with a message).
     with pytest.raises(SystemExit) as exit_info:
         ap.parse_args(["--method", "rl-gnn", "--samples", "0"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from simplace._argtypes import int_range, positive_int
+from simplace._argtypes import int_range, positive_int, positive_seconds
 from simplace.errors import SimplaceError
 
 # Placements per update: each is simulated in one batch, memory grows with samples x ops.
@@ -34,12 +34,17 @@ def add_rl_args(parser: argparse.ArgumentParser) -> None:
                    help="write the reward curve (one row per update) and H.png, its plot")
     g.add_argument("--checkpoint", default=None, metavar="CK.NPZ",
                    help="save training state there; a stopped run resumes from it")
+    g.add_argument("--checkpoint-every", type=positive_seconds, default=None, metavar="S",
+                   dest="checkpoint_every_s",
+                   help="with --checkpoint: also save it every S seconds of training "
+                        "(default 30), so an interrupted run loses at most S seconds")
 
 
 def rl_options(args: argparse.Namespace) -> dict:
     """``optimize`` options from the parsed flags; a progress bar when a method is rl-*."""
     opts = {}
-    for name in ("episodes", "samples", "warm_start", "history", "checkpoint"):
+    for name in ("episodes", "samples", "warm_start", "history", "checkpoint",
+                 "checkpoint_every_s"):
         val = getattr(args, name, None)
         if val is not None:
             opts[name] = val
@@ -48,8 +53,11 @@ def rl_options(args: argparse.Namespace) -> dict:
     if opts.get("episodes") is not None and opts["episodes"] < 1:
         raise SimplaceError(f"--episodes must be >= 1, got {opts['episodes']}.")
     method = getattr(args, "method", "")
+    if opts.get("checkpoint_every_s") is not None and "checkpoint" not in opts:
+        raise SimplaceError("--checkpoint-every needs --checkpoint CK.NPZ (where to save).")
     if opts and not str(method).startswith("rl-"):
-        raise SimplaceError(f"--{next(iter(opts)).replace('_', '-')} applies to the rl-* "
+        flag = next(iter(opts)).removesuffix("_s").replace("_", "-")
+        raise SimplaceError(f"--{flag} applies to the rl-* "
                             f"methods only, not --method {method}.")
     if str(method).startswith("rl-"):
         opts["progress_bar"] = True
