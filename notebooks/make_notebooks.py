@@ -99,11 +99,14 @@ Image("gantt_single.png")"""),
     ("md", """\
 ## Every method at once (`optimize --method all`)
 
-`optimize(..., "all")` runs every placement method with a wall-time budget for the
-searches and returns the fastest placement that fits, with each method's figures in
-`info["compared"]`. Step times always come from the reference simulator."""),
+`optimize(..., "all")` runs every placement method but `exact` within one shared
+wall-time budget: the fast methods first, then `local` starting from their placements,
+then the `rl-*` policies warm-started from the best so far (each search's compilation
+comes on top of its share). It returns the fastest placement that fits, with each
+method's figures in `info["compared"]`. Step times always come from the reference
+simulator."""),
     ("code", """\
-best = simplace.optimize(graph, machine, "all", budget_s=2, seed=0)
+best = simplace.optimize(graph, machine, "all", budget_s=8, seed=0)
 compared = best.info["compared"]
 single_s = next(c["step_time_s"] for c in compared if c["method"] == "single")
 print(f"{'method':<10} {'step ms':>9} {'vs single':>9} {'vs bound':>9} {'wall s':>7}")

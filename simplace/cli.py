@@ -348,18 +348,25 @@ def _interrupted_line(signal_name: str, best, out: str | None) -> str:
 
 
 def results_table(results, bound_s: float) -> str:
-    """The comparison table of ``optimize --method all``."""
+    """The comparison table of ``optimize --method all``: the winner (the fastest that
+    fits, as ``best_of`` picks it) marked ``*``, each method's speedup over ``single``
+    and its gap to the lower bound."""
+    from simplace.placers import best_of
+
+    winner = best_of(results).method if results else None
     single = next((r for r in results if r.method == "single"), None)
     rows = []
     for r in results:
         speedup = (f"{single.step_time_s / r.step_time_s:.2f}x"
                    if single is not None and r.step_time_s > 0 else "-")
         gap = f"{r.step_time_s / bound_s:.2f}x" if bound_s > 0 else "-"
-        rows.append([r.method, f"{r.step_time_s * 1e3:.3f}", speedup, gap,
+        rows.append([("* " if r.method == winner else "  ") + r.method,
+                     f"{r.step_time_s * 1e3:.3f}", speedup, gap,
                      _fmt_bytes(float(max(r.peak_memory_bytes, default=0.0))),
                      "OOM" if r.oom else "fits", f"{r.wall_s:.2f}"])
-    return _table(rows, ["method", "step ms", "vs single", "vs bound", "max peak mem",
-                         "memory", "wall s"])
+    return _table(rows, ["  method", "step ms", "vs single", "vs bound", "max peak mem",
+                         "memory", "wall s"]) + "\n(* the winner; vs bound: step time over " \
+        "the lower bound, 1.00x is optimal)"
 
 
 # ---------------------------------------------------------------------------- main
@@ -422,10 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
                     help=paths.CLI_COST_MODEL_DIR_HELP)
     sp.add_argument("--method", default="all",
-                    help="a placement method (see `simplace methods`) or 'all' "
-                         "(default: all, with a comparison table)")
+                    help="a placement method (see `simplace methods`) or 'all': every "
+                         "method but exact, the searches (local, rl-*) starting from the "
+                         "best found before them (default: all, with a comparison table)")
     sp.add_argument("--budget-s", type=_argtypes.positive_seconds, default=None,
-                    help="wall-time budget of search methods, seconds (> 0)")
+                    help="wall-time budget, seconds (> 0), compilation included: of the "
+                         "search method, or shared by all of them with --method all "
+                         "(default: the method's own; 60 s for all)")
     sp.add_argument("--seed", type=_argtypes.seed, default=0,
                     help=f"random seed, 0..{_argtypes.MAX_SEED} (default 0)")
     sp.add_argument("--out", metavar="P.JSON", help="save the best placement (also when "

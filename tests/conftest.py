@@ -76,6 +76,8 @@ HEAVY = {
     "tests/test_zoo_graphs.py::test_traces_in_both_modes[inception_v3-False]",
     # sharded = unsharded: alexnet-2-expert and mlp-4-pase stay
     "tests/test_parallel_sharding.py::test_sharded_execution_matches_unsharded[transformer-4-expert]",
+    # --method all with every method (rl-* compile): test_compare_shares_its_budget stays
+    "tests/test_placers.py::test_all_returns_the_best_fitting_result",
     # local search on tight memory: [False] stays; brute-force optimum: the smaller cases stay
     "tests/test_local_exact.py::test_local_returns_fitting_placement_on_tight_memory[auto]",
     "tests/test_local_exact.py::test_local_screened_finds_brute_force_optimum[21]",

@@ -65,6 +65,24 @@ def test_compare_runs_each_method_once(nmt, k40x4):
         check_result(nmt, k40x4, r)
 
 
+def test_compare_shares_its_budget_and_searches_start_from_the_best_so_far(nmt, k40x4):
+    messages = []
+    results = compare(nmt, k40x4, ["local", "single", "heft"], budget_s=4.0,
+                      progress=messages.append)
+    # Fast methods first in the order given, the search last, starting from them all.
+    assert [r.method for r in results] == ["single", "heft", "local"]
+    assert results[-1].step_time_s <= min(r.step_time_s for r in results[:-1]) * (1 + 1e-9)
+    assert any("running local (" in m and "s budget)" in m for m in messages)
+    # A search left with too little of the shared budget is skipped and says so.
+    messages.clear()
+    results = compare(nmt, k40x4, ["single", "local"], budget_s=0.5,
+                      progress=messages.append)
+    assert [r.method for r in results] == ["single"]
+    assert any("local skipped" in m and "--budget-s" in m for m in messages)
+    with pytest.raises(SimplaceError, match="Unknown placement method"):
+        compare(nmt, k40x4, ["single", "nope"])
+
+
 def test_all_returns_the_best_fitting_result(nmt, k40x4):
     best = simplace.optimize(nmt, k40x4, "all", budget_s=2.0)
     check_result(nmt, k40x4, best, expect_fit=True)

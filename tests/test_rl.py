@@ -245,7 +245,7 @@ def test_registry_and_cli_flags():
     assert exit_info.value.code == 2
 
 
-def test_compare_and_local_defaults_leave_rl_out(monkeypatch):
+def test_compare_runs_rl_after_fast_methods_and_local_leaves_rl_out(monkeypatch):
     import simplace.placers as placers
     from simplace.placers.local import _start_list
 
@@ -257,6 +257,9 @@ def test_compare_and_local_defaults_leave_rl_out(monkeypatch):
 
     monkeypatch.setattr(placers, "optimize", fake_optimize)
     compare(None, None)
-    assert "heft" in called and not any(m.startswith("rl-") for m in called)
+    # compare (--method all) runs every method but exact: fast ones, local, then rl-*.
+    assert "heft" in called and "exact" not in called
+    rl = [i for i, m in enumerate(called) if m.startswith("rl-")]
+    assert len(rl) == 3 and min(rl) > called.index("local") > called.index("heft")
     starts = _start_list(types.SimpleNamespace(options={}))
     assert "heft" in starts and not any(str(m).startswith("rl-") for m in starts)

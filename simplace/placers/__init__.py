@@ -311,30 +311,80 @@ def _place(graph, cost_model, method: str, *, seed: int = 0, budget_s: float | N
     return _METHODS[method](ctx), ctx
 
 
+# ``compare`` without a budget: the total wall time it shares out (a default run of
+# ``optimize --method all`` answers in about a minute, compilation included).
+COMPARE_DEFAULT_BUDGET_S = 60.0
+# Of a shared budget, the part the fast methods (heuristics, partitioners, list
+# schedulers) may use before the searches get the rest.
+_FAST_SHARE = 0.4
+# A search is not started with less than this (it could not build its first batch).
+_MIN_SEARCH_S = 1.0
+
+
+def is_search(method: str) -> bool:
+    """True for the methods that search within a time budget (``local`` and ``rl-*``)."""
+    return method == "local" or method.startswith("rl-")
+
+
 def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int = 0,
             budget_s: float | None = None,
             progress: Callable[[str], None] | None = None) -> list[OptimizeResult]:
-    """Run several methods (default: every one except ``exact`` and ``rl-*``) on one
-    problem.
+    """Run several methods (default: every one except ``exact``) on one problem, within
+    one shared wall-time budget (default ``COMPARE_DEFAULT_BUDGET_S``).
 
-    ``local`` runs last, so that it can start from the others. A method that fails is
-    reported through ``progress`` and left out, so one broken method does not hide the
-    rest. Returns the results in the order run.
+    The fast methods run first, together within 40% of the budget; then the searches
+    share what is left, each taking an equal part of the time remaining when it starts:
+    ``local`` first, starting from every placement found before it (none is
+    recomputed), then the ``rl-*`` methods, warm-started from the best placement found
+    so far. So no search returns worse than the best method before it. As for one
+    search, the time to build a search's first batch (compilation) is outside its part. A method that fails is reported
+    through ``progress`` and left out, so one broken method does not hide the rest; a
+    search left with under a second is skipped and reported. Returns the results in the
+    order run.
     """
+    _load_methods()
     if methods_ is None:
-        # exact is exponential and rl-* train for a minute each: run them by name.
-        names = [m for m in methods() if m != "exact" and not m.startswith("rl-")]
-        methods_ = sorted(names, key=lambda m: (m == "local", m))
+        methods_ = [m for m in methods() if m != "exact"]
+    unknown = [m for m in methods_ if m not in _METHODS]
+    if unknown:
+        raise SimplaceError(f"Unknown placement method(s) {', '.join(unknown)}. Available: "
+                            f"{', '.join(sorted(_METHODS))}.")
+    fast = [m for m in methods_ if not is_search(m)]
+    searches = sorted((m for m in methods_ if is_search(m)), key=lambda m: (m != "local", m))
+    total_s = COMPARE_DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
+    t0 = time.perf_counter()
+    fast_until = t0 + (_FAST_SHARE * total_s if searches else total_s)
     results = []
-    for m in methods_:
+
+    def run(m, budget, **options):
         if progress:
-            progress(f"running {m}...")
+            progress(f"running {m} ({budget:.1f} s budget)...")
         try:
-            results.append(optimize(graph, cost_model, m, seed=seed, budget_s=budget_s,
-                                    progress=progress))
+            results.append(optimize(graph, cost_model, m, seed=seed, budget_s=budget,
+                                    progress=progress, **options))
         except SimplaceError as err:
             if progress:
                 progress(f"{m} failed: {err}")
+
+    for m in fast:
+        # Fast methods that honour a budget (the list schedulers) stop starting runs
+        # when the fast share is spent; the others ignore it.
+        run(m, max(fast_until - time.perf_counter(), 0.05 * total_s))
+    for i, m in enumerate(searches):
+        left_s = t0 + total_s - time.perf_counter()
+        share_s = left_s / (len(searches) - i)
+        if share_s < _MIN_SEARCH_S:
+            if progress:
+                progress(f"{m} skipped: {max(left_s, 0.0):.1f} s of the {total_s:g} s "
+                         "budget left (give more with --budget-s)")
+            continue
+        found = [r for r in results if not r.oom] or results
+        if m == "local":
+            options = {"starts": [r.placement for r in results]} if results else {}
+        else:
+            best = min(found, key=lambda r: r.step_time_s) if found else None
+            options = {"warm_start": best.placement} if best is not None else {}
+        run(m, share_s, **options)
     return results
 
 
