@@ -16,11 +16,11 @@ from simplace.errors import (
     TraceError,
 )
 from simplace.execute import apply
-from simplace.graph import OpGraph
+from simplace.graph import Aval, OpGraph
 from simplace.groups import coarsen
 from simplace.parallel import Strategy, parallelize
 from simplace.placement import Placement
-from simplace.placers import optimize
+from simplace.placers import compare, optimize
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
 from simplace.validate import validate
@@ -28,6 +28,7 @@ from simplace.validate import validate
 __version__ = "0.1.0"
 
 __all__ = [
+    "Aval",
     "CalibrationError",
     "CostModel",
     "CostModelError",
@@ -50,6 +51,7 @@ __all__ = [
     "parallelize",
     "simulate",
     "coarsen",
+    "compare",
     "trace",
     "validate",
 ]
