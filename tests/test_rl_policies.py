@@ -137,3 +137,17 @@ def test_trainer_keeps_the_elite_refines_it_and_times_the_update(gnn_case):
     assert int(state.opt_state["updates"]) == 4
     t = tr.timing
     assert t["updates"] == 4 and min(t["policy_s"], t["simulator_s"], t["learn_s"]) > 0
+
+
+def test_units_split_by_a_warm_start_represent_it_exactly(gnn_case):
+    from simplace.rl.features import split_by_placement
+
+    g, _, inp, _ = gnn_case
+    coarse = unit_grouping(g, 3)  # three ranges: a scattered placement cuts through them
+    warm = (np.arange(g.num_ops) * 7 % 3).astype(np.int32)
+    units = build_units(g, inp.op_time_s, unit_grouping(g, 3, split_by=warm))
+    assert units.num_units > int(coarse.max()) + 1
+    assert np.array_equal(units.unit_placement(warm)[units.unit_of_op], warm)
+    # Each piece lies inside one coarse unit (a refinement of the grouping).
+    pieces = split_by_placement(coarse, warm)
+    assert all(len(set(coarse[pieces == k])) == 1 for k in range(int(pieces.max()) + 1))

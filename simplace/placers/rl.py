@@ -121,7 +121,11 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
                           unit="episodes")
     warm, warm_scores = _warm_starts(ctx)
     max_units = int(opts.get("max_units", DEFAULT_MAX_UNITS[policy_name]))
-    units = build_units(g, ctx.op_times, unit_grouping(g, opts.get("units", "auto"), max_units))
+    # Units are cut where the best warm start changes device, so that the policy can
+    # represent it exactly (its majority vote over coarser units can be far slower).
+    split = warm[int(np.argmin(warm_scores))][1] if warm else None
+    units = build_units(g, ctx.op_times, unit_grouping(g, opts.get("units", "auto"),
+                                                       max_units, split_by=split))
     policy_kw = {k: opts[k] for k in _POLICY_KW[policy_name] if opts.get(k) is not None}
     policy = make_policy(policy_name, units, d, **policy_kw)
     trainer = Trainer(g, ctx.inputs, units, policy, cfg, seed=ctx.seed)

@@ -60,10 +60,7 @@ class Units:
         return votes.argmax(axis=1).astype(np.int32)
 
 
-def unit_grouping(graph, num_units: int | str | np.ndarray = "auto",
-                  max_units: int = 256) -> np.ndarray:
-    """int32[M] unit of each op: ``"ops"`` (every op), an int32[M] grouping, an int
-    (chains cut to at most that many ranges) or ``"auto"`` (the same with ``max_units``)."""
+def _unit_grouping(graph, num_units, max_units: int) -> np.ndarray:
     m = graph.num_ops
     if isinstance(num_units, str):
         if num_units == "ops":
@@ -81,6 +78,44 @@ def unit_grouping(graph, num_units: int | str | np.ndarray = "auto",
     if int(chains.max(initial=-1)) + 1 <= k:
         return chains
     return target_count(graph, k, chains)
+
+
+def split_by_placement(groups, placement) -> np.ndarray:
+    """int32[M]: ``groups`` with every group cut where ``placement`` changes device along
+    its ops (in graph order), so that the placement is exactly a unit placement.
+
+    A warm start whose ops a unit splits across devices cannot be represented by the
+    units otherwise: its majority vote can be several times slower than the warm start
+    itself (a list scheduler's placement of a training graph). The pieces of a group are
+    ranges of its ops in graph order, so the quotient graph stays acyclic (an edge
+    between pieces of one group runs forward; any other cycle would be one between
+    groups)."""
+    g = np.asarray(groups, np.int64)
+    p = np.asarray(placement, np.int64)
+    if len(g) != len(p):
+        raise SimplaceError(f"The placement to split units by has {len(p)} entries for "
+                            f"{len(g)} ops.")
+    if not len(g):
+        return g.astype(np.int32)
+    # Ops of each group in graph order; a piece starts where the group's previous op
+    # is on another device.
+    order = np.lexsort((np.arange(len(g)), g))
+    go, po = g[order], p[order]
+    start = np.ones(len(g), bool)
+    start[1:] = (go[1:] != go[:-1]) | (po[1:] != po[:-1])
+    piece = np.empty(len(g), np.int64)
+    piece[order] = np.cumsum(start) - 1
+    return normalize(piece)
+
+
+def unit_grouping(graph, num_units: int | str | np.ndarray = "auto",
+                  max_units: int = 256, split_by=None) -> np.ndarray:
+    """int32[M] unit of each op: ``"ops"`` (every op), an int32[M] grouping, an int
+    (chains cut to at most that many ranges) or ``"auto"`` (the same with ``max_units``);
+    with ``split_by`` (an op placement, the warm start) units are then cut where it
+    changes device (``split_by_placement``)."""
+    units = _unit_grouping(graph, num_units, max_units)
+    return units if split_by is None else split_by_placement(units, split_by)
 
 
 def _standardise(x: np.ndarray) -> np.ndarray:

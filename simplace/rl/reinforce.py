@@ -23,10 +23,12 @@ is ``OOM_PENALTY`` behind every placement that fits).
 
 Memory: ``oom="bound"`` uses the simulator's cheap upper bound of peak memory (a
 placement whose bound exceeds a capacity counts as OOM: conservative, never lets an OOM
-placement through); ``oom="exact"`` runs the simulator's exact peak-memory pass, whose
-final event sweep runs on the host (several times slower); ``"auto"`` picks exact only
-when the bound flags at least 10% of K uniformly random placements (what an untrained
-policy draws).
+placement through); ``oom="exact"`` screens with the bound and runs the simulator's
+exact peak-memory pass (its final event sweep on the host, several times slower) on the
+fastest few placements the bound flags; the others are rewarded by their step time but
+never kept (``Trainer._simulate``); ``"auto"`` picks exact
+only when the bound flags at least 10% of K uniformly random placements (what an
+untrained policy draws).
 
 Optimizer: ``clip_by_global_norm`` then Adam, with the learning rate (warm-up, then
 cosine decay to ``lr_end``) and the entropy weight (geometric from ``entropy`` to
@@ -67,6 +69,10 @@ from simplace.search import OOM_PENALTY, SearchSession, penalised
 REWARDS = ("neg", "sqrt", "log")
 BASELINES = ("mean", "ema")
 OOM_MODES = ("auto", "bound", "exact")
+# With oom="exact": placements flagged by the memory bound that are checked exactly per
+# batch at most (see ``Trainer._simulate``), one at a time: the batch size ``train``
+# verifies a kept placement with, so the exact simulator compiles once.
+EXACT_CHECKS = 4
 # Neither episodes nor a time budget given: this many episodes, so that the default run
 # is a fixed function of the seed (as ``optimize`` promises).
 DEFAULT_EPISODES = 2048
@@ -239,13 +245,32 @@ class Trainer:
         return self._sims_jit["bound"]
 
     def _simulate(self, mode: str, placements):
-        """(step_time float64[K], oom bool[K]) of op placements int32[K, M]: the jitted
-        bound, or (``"exact"``) the batched simulator's exact peak memory, whose event
-        sweep runs on the host."""
+        """(step_time float64[K], oom bool[K], unverified bool[K]) of op placements
+        int32[K, M], from the jitted memory bound. ``"bound"``: a flagged placement is
+        OOM. ``"exact"``: the bound screens, as in ``local``: flagged placements are
+        checked with exact peak memory (whose event sweep runs on the host, several
+        times slower than the whole bound pass) one at a time, fastest first, until one
+        fits, at most ``EXACT_CHECKS``, and only while faster than every unflagged one;
+        the rest are ``unverified``: rewarded by their step time, never kept as a best
+        placement."""
+        step_t, suspect = self._bound_sim()(placements)
+        none = jnp.zeros(suspect.shape, bool)
         if mode == "bound":
-            return self._bound_sim()(placements)
-        res = self.simulator(True)(np.asarray(placements))
-        return jnp.asarray(res.step_time_s), jnp.asarray(res.oom)
+            return step_t, suspect, none
+        step_np, sus = np.asarray(step_t), np.asarray(suspect)
+        idx = np.flatnonzero(sus)
+        if not len(idx):
+            return step_t, none, none
+        clear = step_np[~sus].min() if (~sus).any() else np.inf
+        oom, unverified = np.zeros_like(sus), sus.copy()
+        for i in idx[np.argsort(step_np[idx], kind="stable")][:EXACT_CHECKS]:
+            if step_np[i] >= clear:
+                break
+            res = self.simulator(True)(np.asarray(placements)[i][None])
+            unverified[i], oom[i] = False, bool(res.oom[0])
+            if not res.oom[0]:
+                break
+        return step_t, jnp.asarray(oom), jnp.asarray(unverified)
 
     # ------------------------------------------------------------------ the update
     def _policy_impl(self, params, key, elite):
@@ -263,7 +288,7 @@ class Trainer:
         return key, out, vjp_fn, unit_dev, unit_dev[:, self.unit_of_op]  # [K, M]
 
     def _learn_impl(self, state: _State, key, out, vjp_fn, unit_dev, placements,
-                    step_t, oom, lr, beta, t_ref):
+                    step_t, oom, unverified, lr, beta, t_ref):
         cfg, k = self.cfg, self.k
         logp, ent, elite_ll = out
         # t_ref NaN: the first update sets it to this batch's mean step time (of those
@@ -306,7 +331,8 @@ class Trainer:
         ct_sil = jnp.where(jnp.isfinite(mem["elite_score"]), -w, 0.0).astype(
             elite_ll.dtype)
         (grads,) = vjp_fn((ct_logp, ct_ent, ct_sil))
-        score = jnp.where(oom, step_t + OOM_PENALTY, step_t)
+        # Unverified placements (see _simulate) are never the batch's best.
+        score = jnp.where(oom | unverified, step_t + OOM_PENALTY, step_t)
         j = jnp.argmin(score)
         better = score[j].astype(jnp.float32) < mem["elite_score"]
         elite = jnp.where(better, unit_dev[j], mem["elite"])
@@ -349,11 +375,11 @@ class Trainer:
                     state.params, state.key, state.opt_state["elite"])
                 placements.block_until_ready()
                 t1 = time.perf_counter()
-                step_t, oom = self._simulate(mode, placements)
+                step_t, oom, unver = self._simulate(mode, placements)
                 jax.block_until_ready(step_t)
                 t2 = time.perf_counter()
                 out = learn(state, key, outs, vjp_fn, unit_dev, placements, step_t,
-                            oom, lr, beta, t_ref)
+                            oom, unver, lr, beta, t_ref)
                 jax.block_until_ready(out)
                 t3 = time.perf_counter()
                 state, p_best, s_best, stats = self._refine(mode, *out)
@@ -373,8 +399,8 @@ class Trainer:
     def _score_units(self, mode: str, units) -> np.ndarray:
         """Penalised scores float64[K] of K unit placements int32[K, U]."""
         with jax.enable_x64(True):
-            step_t, oom = self._simulate(mode, jnp.asarray(units)[:, self.unit_of_op])
-            step_t, oom = jax.device_get((step_t, oom))
+            step_t, oom, unver = self._simulate(mode, jnp.asarray(units)[:, self.unit_of_op])
+            step_t, oom = jax.device_get((step_t, oom | unver))
         return np.where(oom, step_t + OOM_PENALTY, step_t)
 
     def _refine(self, mode: str, state: _State, p_best, s_best, stats):
@@ -434,6 +460,8 @@ class Trainer:
         with jax.enable_x64(True):
             p = jnp.broadcast_to(target[self.unit_of_op], (self.k, self.graph.num_ops))
             step_t, oom = self._bound_sim()(p)
+            if bool(oom[0]):  # flagged by the bound: the exact check decides
+                oom = self.simulator(True)(np.asarray(p[:1])).oom
             score = jnp.where(oom[0], step_t[0] + OOM_PENALTY, step_t[0])
         state = state._replace(opt_state={**state.opt_state, "elite": target,
                                           "elite_score": score.astype(jnp.float32)})
