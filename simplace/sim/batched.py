@@ -72,7 +72,7 @@ received copy per pair that sends) are built batch-minor with static indices onl
 free times are running maxima along each producer's chain of pairs, the resident
 parameters a running OR along each parameter's chain of uses (``_chain``). Each event
 gets one uint64 sort key holding its device, its time (the bit pattern, less the
-placement's smallest) and free-before-allocation (``_event_keys``), so one numpy
+batch's smallest) and free-before-allocation (``_event_keys``), so one numpy
 argsort per placement orders events by device and time; ``_sweep_peaks`` sums the
 sizes in that order, in blocks of placements on a thread per core. ``memory="oom"``
 gets the exact OOM flag at nearly the cost of ``memory=False``: every byte a device
@@ -123,7 +123,7 @@ _MAX_CLASSES = 4
 # step's working set (link table, group and busy times, the segment-end table's
 # rows) stays in cache.
 _MAX_CELLS = 1 << 20
-# Chains with more ranks than this run by doubling (see _chain).
+# Ranks of a chain run one block at a time, later ones by doubling (see _chain).
 _MAX_RANK_BLOCKS = 8
 
 
@@ -617,7 +617,7 @@ class BatchedSimulator:
 
         def at_last(v):
             """Per op, the running maximum at its last pair ([M, B])."""
-            v = _chain(v, prev, offs, jnp.maximum, c["pair_jumps"], -jnp.inf)
+            v = _chain(v, prev, offs, jnp.maximum, c["pair_tail"], -jnp.inf)
             return _rows(jnp.concatenate([v, jnp.full((1, b), -jnp.inf)]), lastp)
 
         # A pair that crosses devices without sending reads a copy sent for an earlier
@@ -649,7 +649,7 @@ class BatchedSimulator:
             dt = _bits_dtype(d)
             use_bits = dt(1) << _rows(p, c["use_op"]).astype(dt)  # [U, B]
             bits = _rows(_chain(use_bits, c["use_prev"], st["use_offsets"],
-                                jnp.bitwise_or, c["use_jumps"], 0),
+                                jnp.bitwise_or, c["use_tail"], 0),
                          c["param_last_use"])  # [n_params, B]
             sizes = c["param_sizes"][c["param_used"]]
             params = jnp.stack([jnp.dot(sizes, ((bits >> dt(k)) & dt(1)).astype(jnp.float64))
@@ -674,39 +674,53 @@ def _rows(a, idx):
     return a.at[idx].get(mode="promise_in_bounds")
 
 
-def _chain(vals, prev, offsets, combine, jumps=None, identity=None):
+def _chain(vals, prev, offsets, combine, tail=None, identity=None):
     """Running ``combine`` (max or or: idempotent) along chains of rows ([N, B]): rows
     are grouped in blocks by rank (``offsets``), and row q of rank r > 0 follows row
-    ``prev[q]`` of rank r - 1. Few ranks: one step per block. Many (a producer with
-    tens of consumers): by doubling over ``jumps`` ([L, N], row q's 2**l-th
-    predecessor, N for none), L steps over all rows, so that the program stays small."""
-    if len(offsets) <= 2:
+    ``prev[q]`` of rank r - 1. The first _MAX_RANK_BLOCKS ranks run one block at a
+    time; the rows of later ranks (consumers of the few producers with tens of them)
+    by doubling over ``tail = (jumps, anchor)`` (see ``_tail``), so that the program
+    stays small."""
+    n_rank = len(offsets) - 1
+    if n_rank <= 1:
         return vals
-    if jumps is not None and len(offsets) - 1 > _MAX_RANK_BLOCKS:
-        pad = jnp.full((1,) + vals.shape[1:], identity, vals.dtype)
-        for l_ in range(jumps.shape[0]):
-            vals = combine(vals, _rows(jnp.concatenate([vals, pad]), jumps[l_]))
-        return vals
+    head_ranks = min(n_rank, _MAX_RANK_BLOCKS)
     out = [vals[:offsets[1]]]
-    for r in range(1, len(offsets) - 1):
+    for r in range(1, head_ranks):
         pr = prev[offsets[r]:offsets[r + 1]] - offsets[r - 1]
         out.append(combine(vals[offsets[r]:offsets[r + 1]], _rows(out[r - 1], pr)))
-    return jnp.concatenate(out)
+    head = jnp.concatenate(out) if len(out) > 1 else out[0]
+    if head_ranks == n_rank:
+        return head
+    jumps, anchor = tail
+    tv = vals[offsets[head_ranks]:]
+    pad = jnp.full((1,) + vals.shape[1:], identity, vals.dtype)
+    for l_ in range(jumps.shape[0]):
+        tv = combine(tv, _rows(jnp.concatenate([tv, pad]), jumps[l_]))
+    tv = combine(tv, _rows(head, anchor))
+    return jnp.concatenate([head, tv])
 
 
-def _jumps(prev: np.ndarray, offsets: list[int]) -> np.ndarray:
-    """int32[L, N]: each row's 2**l-th predecessor along its chain (N: none), for
-    L = ceil(log2(ranks)) (see ``_chain``)."""
-    n = len(prev)
-    has = np.ones(n, bool)
-    has[:offsets[1] if len(offsets) > 1 else n] = False  # rank 0: no predecessor
-    step = np.where(has, prev, n).astype(np.int64)
-    out = []
-    for _ in range(max(1, (len(offsets) - 2).bit_length())):
-        out.append(step)
-        ext = np.concatenate([step, [n]])
-        step = ext[step]
-    return np.asarray(out, np.int32).reshape(len(out), n)
+def _tail(prev: np.ndarray, offsets: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """For ``_chain``: the rows of rank >= _MAX_RANK_BLOCKS (the tail, T rows), each
+    one's 2**l-th predecessor within the tail (int32[L, T], T for none) and its
+    ancestor of rank _MAX_RANK_BLOCKS - 1 (int32[T], a head row)."""
+    n_rank = len(offsets) - 1
+    r0 = _MAX_RANK_BLOCKS
+    if n_rank <= r0:
+        return np.zeros((0, 0), np.int32), np.zeros(0, np.int32)
+    start = offsets[r0]
+    rows = np.arange(start, len(prev))
+    t = len(rows)
+    step = np.where(rows >= offsets[r0 + 1], prev[rows] - start, t).astype(np.int64)
+    jumps = []
+    for _ in range(max(1, (n_rank - r0 - 1).bit_length())):
+        jumps.append(step)
+        step = np.concatenate([step, [t]])[step]
+    anchor = rows.copy()
+    while np.any(anchor >= start):
+        anchor = np.where(anchor >= start, prev[anchor], anchor)
+    return np.asarray(jumps, np.int32).reshape(len(jumps), t), anchor.astype(np.int32)
 
 
 def _event_keys(free, alloc, dev, d: int):
@@ -715,20 +729,22 @@ def _event_keys(free, alloc, dev, d: int):
     A key orders events by device, then time, then frees before allocations (so that
     half-open intervals that touch never overlap): ``dev << (T + 1) | rank << 1 |
     is_alloc``, where ``rank`` is 0 for time 0 and otherwise the time's bit pattern
-    (which orders non-negative floats) less the placement's smallest positive pattern,
-    plus one; T = 63 - bits(D - 1). A placement whose times span too many binades for
-    T bits (a ratio over 2**255 between its largest and smallest positive time for
+    (which orders non-negative floats) less the batch's smallest positive pattern,
+    plus one; T = 63 - bits(D - 1). A batch whose times span too many binades for T
+    bits (a ratio over 2**255 between its largest and smallest positive time for
     D <= 8) gets keys without the device instead: ``bits << 1 | is_alloc``
-    (``_sweep_peaks`` then groups its events by device itself)."""
+    (``_sweep_peaks`` then groups events by device itself)."""
     u64 = jnp.uint64
     db = max(1, (d - 1).bit_length())
     tb = 63 - db
     fb = jax.lax.bitcast_convert_type(free, u64)
     ab = jax.lax.bitcast_convert_type(alloc, u64)
     big = u64(np.iinfo(np.uint64).max)
-    lo = jnp.minimum(jnp.min(jnp.where(fb > 0, fb, big), axis=0),
-                     jnp.min(jnp.where(ab > 0, ab, big), axis=0))[None, :]
-    hi = jnp.maximum(jnp.max(fb, axis=0), jnp.max(ab, axis=0))[None, :]
+    # One range for the whole batch: whole-array reductions (XLA:CPU's reductions over
+    # the leading axis alone are slow).
+    lo = jnp.minimum(jnp.min(jnp.where(fb > 0, fb, big).reshape(-1)),
+                     jnp.min(jnp.where(ab > 0, ab, big).reshape(-1)))
+    hi = jnp.maximum(jnp.max(fb.reshape(-1)), jnp.max(ab.reshape(-1)))
     ok = (hi < lo) | (hi - lo < u64((1 << tb) - 1))  # (hi < lo: no positive time)
     top = dev.astype(u64) << u64(tb + 1)
 
@@ -984,8 +1000,8 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         pair_src=pair_src.astype(np.int32), pair_dst=pair_dst.astype(np.int32),
         pair_src_pad=np.concatenate([pair_src, [m]]).astype(np.int32),
         pair_prev=pair_prev.astype(np.int32),
-        pair_jumps=_jumps(pair_prev, rank_offsets), use_jumps=_jumps(uses["use_prev"],
-                                                                     use_offsets),
+        pair_tail=_tail(pair_prev, rank_offsets),
+        use_tail=_tail(uses["use_prev"], use_offsets),
         op_last_pair=op_last_pair.astype(np.int32),
         pair_pos=pair_pos.astype(np.int32), slice_pair=s_pair.astype(np.int32),
         op_last_slice=np.flatnonzero(s_last).astype(np.int32),
