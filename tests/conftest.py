@@ -36,7 +36,7 @@ def pytest_addoption(parser):
 HEAVY = {
     # random-DAG agreement: seed [0] stays
     "tests/test_sim.py::test_batched_matches_reference_on_random_graphs[1]",
-    # zoo agreement: mlp and tiny_cnn stay
+    # zoo agreement: mlp stays (and the random-DAG cases)
     "tests/test_sim_zoo.py::test_batched_matches_reference_on_zoo_graphs[nmt_2layer-haswell_k40x2]",
     "tests/test_sim_zoo.py::test_batched_matches_reference_on_zoo_graphs[transformer-placeto_k80x2]",
     "tests/test_sim_zoo.py::test_batched_matches_reference_on_zoo_graphs[resnet50-cpu_h100x4_nvlink]",
@@ -83,6 +83,27 @@ HEAVY = {
     "tests/test_local_exact.py::test_local_screened_finds_brute_force_optimum[21]",
     "tests/test_local_exact.py::test_local_finds_brute_force_optimum[4-17]",
     "tests/test_local_exact.py::test_local_finds_brute_force_optimum[3-14]",
+    # --- second cut (the suite grew by 250 cases this session) ---
+    "tests/test_sim_zoo.py::test_batched_matches_reference_on_zoo_graphs[tiny_cnn-haswell_k40x4]",
+    "tests/test_local_exact.py::test_local_finds_brute_force_optimum[1-11]",
+    "tests/test_local_exact.py::test_local_finds_brute_force_optimum[2-12]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[resnet50-infer]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[bert_large-infer]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[nmt_4layer-infer]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[bert_base-infer]",
+    "tests/test_zoo.py::test_small_model_traces_and_runs[alexnet-infer]",
+    "tests/test_zoo.py::test_default_size_traces_abstractly[resnet50]",
+    "tests/test_zoo.py::test_default_size_traces_abstractly[bert_base]",
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[transformer]",
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[nmt_2layer]",
+    "tests/test_execute.py::test_apply_gives_original_outputs_inference[bert_base]",
+    "tests/test_zoo_graphs.py::test_traces_in_both_modes[resnet50-True]",
+    "tests/test_zoo_graphs.py::test_traces_in_both_modes[bert_large-True]",
+    "tests/test_zoo_graphs.py::test_traces_in_both_modes[bert_large-False]",
+    "tests/test_zoo_graphs.py::test_traces_in_both_modes[nmt_8layer-True]",
+    "tests/test_zoo_graphs.py::test_traces_in_both_modes[nmt_8layer-False]",
+    "tests/test_zoo_graphs.py::test_quotients_stay_acyclic_and_keep_cost[nmt_8layer-True]",
+    "tests/test_zoo_graphs.py::test_quotients_stay_acyclic_and_keep_cost[bert_large-True]",
 }
 
 
