@@ -53,11 +53,11 @@ def load() -> str:
 def update_split(history: list[dict]) -> dict:
     """Mean seconds per update of each part, and the shares, over the updates after the
     first (whose programs compile)."""
-    rows = history[1:] or history
+    rows = history[1:]  # none after the first: no steady-state figure (NaN shares)
     parts = ("policy_s", "simulator_s", "learn_s", "refine_s")
     mean = {p: float(np.mean([r.get(f"time_{p}", 0.0) for r in rows])) if rows else 0.0
             for p in parts}
-    total = sum(mean.values()) or 1.0
+    total = sum(mean.values()) or float("nan")
     return {"update_s": total, "policy_share": (mean["policy_s"] + mean["learn_s"]) / total,
             "simulator_share": mean["simulator_s"] / total,
             "refine_share": mean["refine_s"] / total, **mean}
