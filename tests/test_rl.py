@@ -154,6 +154,8 @@ def test_warm_start_hook_history_and_plot(small_case, tmp_path):
     assert res.info["imitation_steps"] >= 1 and 0 < res.info["imitation_likelihood"] <= 1
     assert set(res.info["warm_starts"]) == {"single", "m_topo"}
     assert res.info["stop"] == "stopped" and res.info["updates"] == 6
+    timing = res.info["update_timing"]
+    assert timing["updates"] == 6 and timing["policy_s"] > 0 and timing["simulator_s"] > 0
     # every 3 updates, then once at the end (step -1), always under the given model
     assert [s for s, _, _ in seen] == [3, 6, -1] and all(m is cm for *_, m in seen)
     assert res.info["validation"] == {"calls": 3, "corrections": 0}

@@ -743,6 +743,8 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
         p, times, _ = trainer.probe()
         j = int(np.argmin(times))
         best, best_score = p[j].astype(np.int32), float(times[j])
+    # Where an update's time went (policy, simulator, learning step, refinement).
+    info["update_timing"] = {k: float(v) for k, v in trainer.timing.items()}
     return TrainResult(best, best_score, session.history, info)
 
 
