@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import simplace
 from simplace.errors import SimplaceError
 from simplace.placers import OOM_PENALTY, compare, methods, optimize
 from simplace.rl import (
@@ -162,9 +163,16 @@ def test_warm_start_hook_history_and_plot(small_case, tmp_path):
     last = seen[-1][1]
     assert last[0].shape == (g.num_ops,) and np.array_equal(last[0], res.placement)
     assert res.cost_model is cm
-    rows = json.loads(hist.read_text())["rows"]
+    saved = json.loads(hist.read_text())
+    rows = saved["rows"]
     assert len(rows) == 6 and {"episodes", "mean_step_time_s", "reward_mean"} <= set(rows[0])
     assert (tmp_path / "h.png").stat().st_size > 0
+    # The plot's reference lines: single, the best warm start and the lower bound.
+    refs = saved["references_s"]
+    assert refs["single"] == pytest.approx(single.step_time_s, rel=1e-6)
+    assert refs["lower bound"] == pytest.approx(simplace.lower_bound(g, cm), rel=1e-9)
+    (best_name,) = [k for k in refs if k.startswith("best heuristic")]
+    assert refs[best_name] == pytest.approx(res.info["warm_starts"]["m_topo"], rel=1e-9)
 
 
 def test_hook_returning_a_corrected_cost_model_is_trained_against(small_case):

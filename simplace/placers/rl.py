@@ -106,6 +106,29 @@ def _warm_starts(ctx: PlacerContext):
     return found, scores
 
 
+def _references(ctx: PlacerContext, warm, warm_scores) -> dict[str, float]:
+    """Step times to judge a run against: ``single``, the best warm start (a
+    heuristic) and the lower bound (seconds; the history's meta and plot show them)."""
+    from simplace.placers import _place
+
+    refs = {"lower bound": float(ctx.lower_bound_s)}
+    scores = dict(zip((n for n, _ in warm), (float(s) for s in warm_scores), strict=True))
+    if "single" not in scores:
+        try:
+            out, _ = _place(ctx.graph, ctx.cost_model, "single", seed=ctx.seed)
+            scores_single = ctx.score(out.placement[None, :])
+            scores["single"] = float(np.asarray(scores_single)[0])
+        except Exception:  # noqa: BLE001 - a reference line is not worth failing a run
+            pass
+    if scores.get("single", OOM_PENALTY) < OOM_PENALTY:
+        refs["single"] = scores["single"]
+    fitting = {n: s for n, s in scores.items() if s < OOM_PENALTY and n != "single"}
+    if fitting:
+        name = min(fitting, key=fitting.get)
+        refs[f"best heuristic ({name})"] = fitting[name]
+    return refs
+
+
 def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     """Train ``policy_name`` on ``ctx``'s problem; see the module docstring."""
     from simplace.rl import RLConfig, Trainer, build_units, make_policy, train, unit_grouping
@@ -138,14 +161,16 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
                 stop_after_updates=opts.get("stop_after_updates"), policy_kw=policy_kw,
                 label=label)
     hist_path = opts.get("history")
+    references = _references(ctx, warm, warm_scores)
     meta = {"method": label, "graph": g.name, "graph_hash": g.hash, "seed": ctx.seed,
-            "samples": cfg.samples, "units": units.num_units}
+            "samples": cfg.samples, "units": units.num_units, "references_s": references}
     if hist_path:
         save_history(hist_path, res.history, meta)
     plot_path = opts.get("plot") or (os.path.splitext(hist_path)[0] + ".png"
                                      if hist_path else None)
     if plot_path and res.history:
-        plot_history(res.history, plot_path, title=f"{label} on {g.name or 'graph'}")
+        plot_history(res.history, plot_path, title=f"{label} on {g.name or 'graph'}",
+                     references=references)
     info = {**res.info, "score": res.best_score, "fits": bool(res.best_score < OOM_PENALTY),
             "policy": policy_name, "warm_starts": {n: s for (n, _), s in
                                                    zip(warm, warm_scores, strict=True)},

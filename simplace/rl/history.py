@@ -20,8 +20,11 @@ def save_history(path, rows: list[dict], meta: dict | None = None) -> None:
                                  **(meta or {}), "rows": clean})
 
 
-def plot_history(rows: list[dict], path, title: str = "") -> None:
-    """Plot mean and best step time (ms) and mean reward against episodes to ``path``."""
+def plot_history(rows: list[dict], path, title: str = "",
+                 references: dict[str, float] | None = None) -> None:
+    """Plot mean and best step time (ms) and mean reward against episodes to ``path``,
+    with ``references`` (label -> step time, seconds: e.g. ``single``, the best
+    heuristic, the lower bound) as horizontal lines to judge the curve against."""
     # A Figure of its own, not pyplot: files only, and the caller's backend (a notebook's
     # inline plots) is left alone.
     from matplotlib.figure import Figure
@@ -36,6 +39,11 @@ def plot_history(rows: list[dict], path, title: str = "") -> None:
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
     ax1.plot(ep, col("mean_step_time_s", 1e3), label="batch mean (fitting)", lw=1)
     ax1.plot(ep, col("best_step_time_s", 1e3), label="best so far", lw=2)
+    for (name, seconds), style in zip(sorted((references or {}).items(), key=lambda kv: -kv[1]),
+                                      ("--", "-.", ":", (0, (1, 3))) * 4):
+        if seconds is not None and math.isfinite(seconds) and seconds < 1e5:
+            ax1.axhline(seconds * 1e3, ls=style, lw=1, color="gray",
+                        label=f"{name} {seconds * 1e3:.3g} ms")
     ax1.set_ylabel("step time, ms")
     ax1.legend()
     ax2.plot(ep, col("reward_mean"), lw=1)
