@@ -337,9 +337,10 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     ``local`` first, starting from every placement found before it (none is
     recomputed), then the ``rl-*`` methods, warm-started from the best placement found
     so far. So no search returns worse than the best method before it. As for one
-    search, the time to build a search's first batch (compilation) is outside its part. A method that fails is reported
-    through ``progress`` and left out, so one broken method does not hide the rest; a
-    search left with under a second is skipped and reported. Returns the results in the
+    search, the time to build a search's first batch (compilation) is outside its part.
+    A method that fails is reported through ``progress`` and left out, so one broken
+    method does not hide the rest; a search left with under a second is skipped and
+    reported. Returns the results in the
     order run.
     """
     _load_methods()

@@ -39,8 +39,9 @@ def plot_history(rows: list[dict], path, title: str = "",
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
     ax1.plot(ep, col("mean_step_time_s", 1e3), label="batch mean (fitting)", lw=1)
     ax1.plot(ep, col("best_step_time_s", 1e3), label="best so far", lw=2)
-    for (name, seconds), style in zip(sorted((references or {}).items(), key=lambda kv: -kv[1]),
-                                      ("--", "-.", ":", (0, (1, 3))) * 4):
+    lines = sorted((references or {}).items(), key=lambda kv: -kv[1])
+    styles = [("--", "-.", ":", (0, (1, 3)))[i % 4] for i in range(len(lines))]
+    for (name, seconds), style in zip(lines, styles, strict=True):
         if seconds is not None and math.isfinite(seconds) and seconds < 1e5:
             ax1.axhline(seconds * 1e3, ls=style, lw=1, color="gray",
                         label=f"{name} {seconds * 1e3:.3g} ms")
