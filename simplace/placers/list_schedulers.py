@@ -141,10 +141,8 @@ class _Problem:
     """Graph structure and machine figures as plain Python lists (fast in loops)."""
 
     def __init__(self, ctx: PlacerContext):
-        from simplace.sim.inputs import sim_inputs
-
         g = ctx.graph
-        inp = sim_inputs(g, ctx.cost_model)
+        inp = ctx.inputs  # the context's cached arrays (the program estimate uses them too)
         m, d = inp.num_ops, inp.num_devices
         self.m, self.d = m, d
         self.t_np = inp.op_time_s
