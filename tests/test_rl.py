@@ -273,3 +273,6 @@ def test_compare_runs_rl_after_fast_methods_and_local_leaves_rl_out(monkeypatch)
     assert len(rl) == 3 and min(rl) > called.index("local") > called.index("heft")
     starts = _start_list(types.SimpleNamespace(options={}))
     assert "heft" in starts and not any(str(m).startswith("rl-") for m in starts)
+    # Cheap starts first, then the list schedulers best first (starts stop at half the
+    # budget, so a slow weak one must not crowd out a strong one).
+    assert starts[0] == "single" and starts.index("m_etf") < starts.index("heft")

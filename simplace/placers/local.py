@@ -151,13 +151,23 @@ def _score_fixed(ctx: PlacerContext, placements: np.ndarray, batch: int):
 
 
 # ---------------------------------------------------------------- starts
+# Default order of the heuristic starts (others follow by name).
+_START_RANK = {m: i for i, m in enumerate(
+    ("single", "expert", "metis", "scotch", "m_topo", "m_etf", "m_sct", "heft"))}
+
+
 def _start_list(ctx: PlacerContext) -> list:
     starts = ctx.options.get("starts")
     if starts is None:
         from simplace.placers import methods
 
-        # rl-* train for a minute each: usable as starts only when named.
-        starts = [m for m in methods() if m not in _NOT_STARTS and not m.startswith("rl-")]
+        # rl-* train for a minute each: usable as starts only when named. Starts stop
+        # being begun at half the budget, so the cheap ones go first, then the list
+        # schedulers best first (m_etf and m_sct beat heft on all 21 rows of
+        # bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt, and
+        # each takes seconds on a 10k-op graph).
+        names = [m for m in methods() if m not in _NOT_STARTS and not m.startswith("rl-")]
+        starts = sorted(names, key=lambda m: (_START_RANK.get(m, len(_START_RANK)), m))
     elif isinstance(starts, str):
         starts = [starts]
     elif isinstance(starts, np.ndarray):
