@@ -6,13 +6,13 @@ import collections
 import dataclasses
 import functools
 import hashlib
-import heapq
 import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import networkx as nx
 import numpy as np
 
 from simplace._jsonfile import read_json, write_json
@@ -429,8 +429,6 @@ class OpGraph:
     def to_networkx(self):
         """A ``networkx.DiGraph`` with one node per op (all per-op fields as attributes)
         and one edge per connected op pair (``bytes`` summed over the tensors it carries)."""
-        import networkx as nx
-
         g = nx.DiGraph(name=self.name, hash=self.hash)
         pb = self.param_bytes
         for i in range(self.num_ops):
@@ -928,34 +926,36 @@ def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return _frozen(np.cumsum(ptr)), _frozen(order)
 
 
-def _topological_order(m: int, src, dst) -> np.ndarray | None:
-    """Kahn's algorithm, lowest index first among ready ops; None if there is a cycle."""
-    indeg = np.zeros(m, dtype=np.int64)
-    np.add.at(indeg, dst, 1)
-    succ = [[] for _ in range(m)]
-    for s, d in zip(np.asarray(src).tolist(), np.asarray(dst).tolist(), strict=True):
-        succ[s].append(d)
-    ready = [i for i in range(m) if indeg[i] == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for j in succ[i]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, j)
-    return np.asarray(order, dtype=np.int64) if len(order) == m else None
-
-
-def _find_cycle(m: int, src, dst) -> list[int]:
-    import networkx as nx
-
+def _digraph(m: int, src, dst) -> nx.DiGraph:
+    """Nodes 0..m-1 (in that order) and the edges ``src[k] -> dst[k]``."""
     g = nx.DiGraph()
     g.add_nodes_from(range(m))
     g.add_edges_from(zip(np.asarray(src).tolist(), np.asarray(dst).tolist(), strict=True))
+    return g
+
+
+def _topological_order(m: int, src, dst) -> np.ndarray | None:
+    """A topological order of nodes 0..m-1 under the edges ``src -> dst``, the lowest
+    index first among ready nodes (so an already ordered graph keeps its order); None if
+    there is a cycle (``_find_cycle`` names one)."""
+    src, dst = np.asarray(src), np.asarray(dst)
+    if np.all(src < dst):
+        # Every edge goes forward, so each node's predecessors come before it and the
+        # lowest unplaced node is always ready: the order is the identity. This is the
+        # common case (traced graphs, quotients numbered by first op) and skips building
+        # a networkx graph, about 0.2 s for a 22k-op graph.
+        return np.arange(m, dtype=np.int64)
     try:
-        cyc = nx.find_cycle(g)
+        order = nx.lexicographical_topological_sort(_digraph(m, src, dst))
+        return np.fromiter(order, dtype=np.int64, count=m)
+    except nx.NetworkXUnfeasible:
+        return None
+
+
+def _find_cycle(m: int, src, dst) -> list[int]:
+    """The nodes of one cycle, first node repeated at the end; [] if there is none."""
+    try:
+        cyc = nx.find_cycle(_digraph(m, src, dst))
     except nx.NetworkXNoCycle:
         return []
     return [int(u) for u, _ in cyc] + [int(cyc[0][0])]

@@ -27,31 +27,10 @@ from __future__ import annotations
 import collections
 
 import numpy as np
+from networkx.utils import UnionFind
 
 from simplace.errors import GraphError, GroupingError
 from simplace.graph import OpGraph, split_name_path
-
-
-class _UnionFind:
-    def __init__(self, n: int):
-        self.parent = np.arange(n)
-
-    def find(self, i: int) -> int:
-        root = i
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[i] != root:  # path compression
-            self.parent[i], i = root, self.parent[i]
-        return int(root)
-
-    def union(self, a: int, b: int) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            # The lower index stays root, so group ids follow graph order.
-            self.parent[max(ra, rb)] = min(ra, rb)
-
-    def labels(self) -> np.ndarray:
-        return normalize(np.array([self.find(i) for i in range(len(self.parent))]))
 
 
 def normalize(groups) -> np.ndarray:
@@ -78,17 +57,24 @@ def check_groups(graph: OpGraph, groups) -> np.ndarray:
     return arr.astype(np.int32)
 
 
-def _union_from(graph: OpGraph, groups) -> _UnionFind:
-    uf = _UnionFind(graph.num_ops)
+def _union_from(graph: OpGraph, groups) -> UnionFind:
+    """A union-find over the ops 0..M-1 with the groups of ``groups`` (None: singletons)
+    already joined; the rules add their merges, then ``_labels`` reads it."""
+    uf = UnionFind(range(graph.num_ops))
     if groups is not None:
         groups = check_groups(graph, groups)
-        first = {}
+        members = collections.defaultdict(list)
         for i, g in enumerate(groups.tolist()):
-            if g in first:
-                uf.union(first[g], i)
-            else:
-                first[g] = i
+            members[g].append(i)
+        for ops in members.values():
+            uf.union(*ops)
     return uf
+
+
+def _labels(uf: UnionFind, num_ops: int) -> np.ndarray:
+    """Group ids of a union-find over ops 0..num_ops-1, numbered by first op (normalize),
+    so they do not depend on which member the union-find made each set's root."""
+    return normalize(np.array([uf[i] for i in range(num_ops)], dtype=np.int64))
 
 
 def _distinct_preds(graph: OpGraph) -> list[list[int]]:
@@ -126,7 +112,7 @@ def colocate_free_ops(graph: OpGraph, groups=None) -> np.ndarray:
             consumers = graph.dst[order[ptr[i]:ptr[i + 1]]]
             if consumers.size:
                 uf.union(i, int(consumers.min()))
-    return uf.labels()
+    return _labels(uf, graph.num_ops)
 
 
 def chain_collapse(graph: OpGraph, groups=None) -> np.ndarray:
@@ -136,7 +122,7 @@ def chain_collapse(graph: OpGraph, groups=None) -> np.ndarray:
     for v, p in enumerate(_distinct_preds(graph)):
         if len(p) == 1:
             uf.union(p[0], v)
-    return uf.labels()
+    return _labels(uf, graph.num_ops)
 
 
 def by_module(graph: OpGraph, depth: int, *, join_backward: bool = False) -> np.ndarray:
@@ -182,7 +168,7 @@ def colocate_gradients(graph: OpGraph, groups=None) -> np.ndarray:
                 if j is not None:
                     uf.union(j, i)
                     break
-    return uf.labels()
+    return _labels(uf, graph.num_ops)
 
 
 def target_count(graph: OpGraph, num_groups: int, groups=None, weights=None) -> np.ndarray:

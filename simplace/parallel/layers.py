@@ -230,14 +230,6 @@ def _lstm_prefixes(graph: OpGraph, forward: np.ndarray) -> list[str]:
     return sorted(out, key=len, reverse=True)
 
 
-def _find(uf: dict, x: int) -> int:
-    """Union-find root with path halving."""
-    while uf[x] != x:
-        uf[x] = uf[uf[x]]
-        x = uf[x]
-    return x
-
-
 def _group_ops(graph: OpGraph, forward: np.ndarray, lstm: list[str]):
     """Forward op -> group id, group keys; acyclic quotient."""
     m = graph.num_ops
@@ -272,14 +264,17 @@ def _group_ops(graph: OpGraph, forward: np.ndarray, lstm: list[str]):
             # per step stays one layer when the glue around it is what closes the cycle
             glue = {lab for lab in cut if lab[0] not in param_keys}
             cut = glue or cut
-        uf = {i: i for i in label if label[i] in cut}
-        for s, d in fwd_edges:
-            if s in uf and d in uf and label[s] == label[d]:
-                uf[_find(uf, s)] = _find(uf, d)
-        # after a few rounds, one op per group: a DAG of single ops is always acyclic
-        roots = {i: (i if attempt >= 4 else _find(uf, i)) for i in uf}
-        for i, r in roots.items():
-            label[i] = (label[i][0], r + 1)
+        # each group in the cycle splits into its connected pieces (forward edges inside
+        # the group), a piece named after its first op
+        pieces = nx.Graph()
+        pieces.add_nodes_from(i for i in label if label[i] in cut)
+        pieces.add_edges_from((s, d) for s, d in fwd_edges
+                              if label[s] == label[d] and label[s] in cut)
+        for piece in list(nx.connected_components(pieces)):
+            r = min(piece)
+            for i in piece:
+                # after a few rounds, one op per group: a DAG of single ops is acyclic
+                label[i] = (label[i][0], (i if attempt >= 4 else r) + 1)
     else:
         raise ParallelizeError("Could not cut the layer graph into an acyclic graph.")
     # dense ids in topological order (by first op)
