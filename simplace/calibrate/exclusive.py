@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import networkx as nx
+
 from simplace.calibrate.harness import Timing, time_fn
 
 # overlap = (alone_a + alone_b - together) / min(alone_a, alone_b): 1 for devices that
@@ -51,22 +53,16 @@ def exclusive_groups(devices: Sequence[str], pairs: Mapping[tuple[str, str], flo
     """Group name of each device from pair overlaps: devices joined by pairs with
     ``overlap < EXCLUSIVE_BELOW`` form one group (connected components), named after its
     first device (``shared:cpu:0``); a device alone keeps its own name."""
-    parent = {d: d for d in devices}
-
-    def root(d):
-        while parent[d] != d:
-            parent[d] = parent[parent[d]]
-            d = parent[d]
-        return d
-
-    for (a, b), ov in sorted(pairs.items()):
-        if a in parent and b in parent and ov < EXCLUSIVE_BELOW:
-            ra, rb = root(a), root(b)
-            if ra != rb:
-                # keep the root the earlier device so the group is named after it
-                first, second = sorted((ra, rb), key=list(devices).index)
-                parent[second] = first
-    members: dict[str, list[str]] = {}
-    for d in devices:
-        members.setdefault(root(d), []).append(d)
-    return {d: (f"shared:{root(d)}" if len(members[root(d)]) > 1 else d) for d in devices}
+    g = nx.Graph()
+    g.add_nodes_from(devices)
+    g.add_edges_from(pair for pair, ov in pairs.items()
+                     if pair[0] in g and pair[1] in g and ov < EXCLUSIVE_BELOW)
+    position: dict[str, int] = {}
+    for k, d in enumerate(devices):
+        position.setdefault(d, k)
+    name = {}
+    for members in nx.connected_components(g):
+        first = min(members, key=position.__getitem__)
+        for d in members:
+            name[d] = f"shared:{first}" if len(members) > 1 else d
+    return {d: name[d] for d in devices}
