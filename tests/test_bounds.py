@@ -79,3 +79,30 @@ def test_bound_is_valid_on_random_machines_and_tight_on_one_device():
             assert simulate(g, inp, np.zeros(m, int)).step_time_s == pytest.approx(lb)
     empty = sim_cases.make_graph([], [], m=0)
     assert lower_bound(empty, machine(np.zeros((0, 2)), launch=[1, 1], dispatch=[1, 1])) == 0
+
+
+def test_work_bound_weighs_slow_groups_by_what_they_can_take():
+    # 6 independent ops: 1 s each on a fast device, 10 s on a slow one (two groups).
+    # Equal weights give 6 / 2 = 3 s; the best weights (10/11 on the fast group) give
+    # sum_i min(10/11 * 1, 1/11 * 10) = 60/11 s, and the best placement (all on the fast
+    # device) takes 6 s.
+    g = sim_cases.make_graph([], [], m=6)
+    inp = machine([[1.0, 10.0]] * 6, launch=[0.0, 0.0], dispatch=[0.0, 0.0])
+    assert lower_bound(g, inp) == pytest.approx(60 / 11)
+    assert best_step(g, inp) == pytest.approx(6.0)
+    # Launches are weighted too: a 0.11 s launch on each device adds min(10/11, 1/11) *
+    # 0.11 = 0.01 s.
+    inp = machine([[1.0, 10.0]] * 6, launch=[0.11, 0.11], dispatch=[0.0, 0.0])
+    assert lower_bound(g, inp) == pytest.approx(60 / 11 + 0.01)
+    assert best_step(g, inp) >= lower_bound(g, inp)
+
+
+def test_bound_never_exceeds_the_best_placement_on_small_random_cases():
+    # Exhaustive: every placement of up to 6 ops on up to 3 devices, with heterogeneous
+    # op times (the weighted work bound matters there) and host and launch costs.
+    rng = np.random.default_rng(11)
+    for _ in range(25):
+        g, inp = sim_cases.random_case(rng, max_ops=6, max_devices=3, host_costs=True)
+        slow = rng.uniform(1.0, 20.0, inp.num_devices)  # some devices much slower
+        inp = make_sim_inputs(inp.op_time_s * slow[None, :], *inp[1:])
+        assert best_step(g, inp) >= lower_bound(g, inp) * (1 - 1e-12)
