@@ -15,6 +15,7 @@ from simplace.errors import (
     SimplaceError,
 )
 from simplace.graph import _fmt_bytes
+from simplace.progress import note
 
 EXIT_CODES = f"""exit codes:
   0    success
@@ -33,10 +34,6 @@ OUTPUT_FILES = {"out": "--out", "gantt": "--gantt", "history": "--history",
 OUTPUT_DIRS = {"records_dir": "--records-dir", "cost_model_dir": "--cost-model-dir"}
 
 
-def _progress(msg: str) -> None:
-    print(f"  [{msg}]", file=sys.stderr, flush=True)
-
-
 def _load_graph(args):
     """The graph of MODEL; a model that is traced (seconds for large models) says so on
     stderr first, and how long it took."""
@@ -44,13 +41,13 @@ def _load_graph(args):
 
     traced = not is_graph_file(args.model)
     if traced:
-        _progress(f"tracing {args.model} ({'inference' if args.inference else 'training'} "
-                  "step)...")
+        note(f"tracing {args.model} ({'inference' if args.inference else 'training'} "
+             "step)...")
     t0 = time.perf_counter()
     g = load_graph(args.model, training=not args.inference, batch=args.batch,
                    small=args.small)
     if traced:
-        _progress(f"traced {g.num_ops:,} ops in {time.perf_counter() - t0:.1f} s")
+        note(f"traced {g.num_ops:,} ops in {time.perf_counter() - t0:.1f} s")
     return g
 
 
@@ -249,9 +246,7 @@ def cmd_optimize(args) -> int:
     print(f"machine {cost_model.name} ({cost_model.provenance.source}, "
           f"{cost_model.num_devices} devices)")
 
-    def progress(msg: str) -> None:
-        print(f"  [{msg}]", file=sys.stderr, flush=True)
-
+    progress = note  # search, validation and signal messages, on stderr
     bound_s = lower_bound(graph, cost_model)
     from simplace.rl.cli_args import rl_options
 

@@ -42,6 +42,9 @@ from typing import Any
 
 import numpy as np
 
+from simplace.progress import Line, Throttle
+from simplace.progress import bar as bar_text
+
 # An OOM placement scores as if it took this much longer; large enough that any placement
 # that fits wins, while still ordering OOM placements by step time.
 OOM_PENALTY = 1e6
@@ -148,50 +151,45 @@ class TopK:
 # ------------------------------------------------------------------------ progress
 class ProgressLine:
     """The one progress display of a search: a message through ``progress`` every few
-    seconds, or (``bar=True``) a one-line bar redrawn on stderr."""
+    seconds, or (``bar=True``) a status line on stderr (``simplace.progress.Line``:
+    redrawn in place on a terminal, plain lines in a log)."""
 
     def __init__(self, label: str, progress: Callable[[str], None] | None, *,
                  bar: bool = False, total: int | None = None, unit: str = "evaluations",
                  stream=None):
         self.label, self.progress, self.bar, self.total, self.unit = (
             label, progress, bar, total, unit)
-        self.stream = stream if stream is not None else sys.stderr
-        self.last = -math.inf
-        self.drawn = False
+        self.line = Line(stream if stream is not None else sys.stderr) if bar else None
+        self.every = Throttle(PROGRESS_EVERY_S)
 
     def show(self, count: int, rate: float, best_s: float, current_s: float,
              current_name: str = "current", elapsed_s: float | None = None,
              budget_s: float | None = None, force: bool = False) -> None:
         """Report ``count`` evaluations at ``rate`` per second, the best and the current
-        (or batch mean) step time; at most every 0.2 s (bar) or 3 s (messages)."""
-        now = time.perf_counter()
-        if not force and now - self.last < (0.2 if self.bar else PROGRESS_EVERY_S):
+        (or batch mean) step time; at most every 0.2 s (bar on a terminal), 10 s (bar in
+        a log) or 3 s (messages)."""
+        if self.bar:
+            if not self.line.due(force):
+                return
+        elif self.progress is None or not self.every(force):
             return
-        self.last = now
         cur = "-" if not math.isfinite(current_s) else f"{_ms(current_s)} ms"
         clock = ""
         if elapsed_s is not None:
             clock = f", {elapsed_s:.0f}" + (f"/{budget_s:g} s" if budget_s else " s")
         if self.bar:
-            if self.total:
-                f = min(1.0, count / self.total)
-                head = f"[{'#' * int(24 * f)}{'-' * (24 - int(24 * f))}] {count}/{self.total}"
-            else:
-                head = f"{count}"
-            self.stream.write(f"\r{self.label} {head} {self.unit}, {rate:,.0f}/s, best "
-                              f"{_ms(best_s)} ms, {current_name} {cur}{clock}   ")
-            self.stream.flush()
-            self.drawn = True
-        elif self.progress is not None:
+            head = (f"{bar_text(count / self.total)} {count}/{self.total}" if self.total
+                    else f"{count}")
+            self.line.draw(f"{self.label} {head} {self.unit}, {rate:,.0f}/s, best "
+                           f"{_ms(best_s)} ms, {current_name} {cur}{clock}")
+        else:
             self.progress(f"{self.label}: {count} {self.unit} ({rate:,.0f}/s), best "
                           f"{_ms(best_s)} ms, {current_name} {cur}{clock}")
 
     def close(self) -> None:
         """End the bar's line."""
-        if self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self.drawn = False
+        if self.line is not None:
+            self.line.close()
 
 
 def _ms(t: float) -> str:

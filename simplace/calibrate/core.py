@@ -20,7 +20,6 @@ from simplace import paths as data_paths
 from simplace.calibrate import exclusive as excl_mod
 from simplace.calibrate import links as links_mod
 from simplace.calibrate import ops as ops_mod
-from simplace.calibrate._progress import Progress
 from simplace.calibrate.build import build_cost_model
 from simplace.calibrate.records import (
     SCHEMA,
@@ -31,6 +30,7 @@ from simplace.calibrate.records import (
 )
 from simplace.cost_model import CostModel
 from simplace.errors import CalibrationError
+from simplace.progress import Progress
 
 # Zoo models calibrated by default (small presets: they run on a laptop). --quick: two.
 # rnnlm is left out on purpose: bench/fidelity.py validates on it, so one of its

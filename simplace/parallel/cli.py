@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from simplace import paths
 from simplace._argtypes import int_range, positive_int
@@ -54,10 +53,11 @@ def run(args) -> int:
     from simplace.cli import _load_graph
     from simplace.cost_model import CostModel
     from simplace.parallel import parallelize
+    from simplace.progress import note
 
     cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     graph = _load_graph(args)  # says on stderr that it traces, and how long it took
-    print(f"  [{args.method} over {args.devices} devices...]", file=sys.stderr, flush=True)
+    note(f"{args.method} over {args.devices} devices...")
     st = parallelize(graph, cost_model, args.devices, method=args.method,
                      exact=not args.at_most, min_part_elements=args.min_part)
     m = st.info["machine"]
