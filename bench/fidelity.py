@@ -8,7 +8,7 @@ For each model (zoo, small sizes, training step) it gathers at least ``--per-mod
 heuristic and partitioner, local search and an RL placer (rl-gnn, a few seconds; a
 method that fails is logged), random runs of ops (a coarse manual split) and fully
 random placements (about one segment per op). Each runs for real
-(``simplace.execute``, timing harness) and is compared with the simulator. Records are
+(``simplace.validate.executor``, timing harness) and is compared with the simulator. Records are
 split in half per model (seeded); drift corrections are fitted on one half of all
 models together and MAPE and Kendall tau are reported on the other half for the
 **raw** model (the loaded model without any drift corrections, whatever corrections
@@ -33,7 +33,6 @@ import numpy as np  # noqa: E402
 
 import simplace  # noqa: E402
 from simplace import zoo  # noqa: E402
-from simplace.execute import prepare  # noqa: E402
 from simplace.placers import methods  # noqa: E402
 from simplace.validate import (  # noqa: E402
     fit_drift,
@@ -43,6 +42,7 @@ from simplace.validate import (  # noqa: E402
     split_records,
     validate,
 )
+from simplace.validate.executor import prepare  # noqa: E402
 
 # Searches get --search-budget-s each; 'exact' (brute force) does not scale to these
 # graphs; the other RL placers train the same way as rl-gnn.

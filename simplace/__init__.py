@@ -15,7 +15,6 @@ from simplace.errors import (
     SimplaceError,
     TraceError,
 )
-from simplace.execute import apply
 from simplace.graph import Aval, OpGraph
 from simplace.groups import coarsen
 from simplace.parallel import Strategy, parallelize
@@ -24,6 +23,7 @@ from simplace.placers import compare, optimize
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
 from simplace.validate import validate
+from simplace.validate.executor import apply
 
 __version__ = "0.1.0"
 

@@ -226,11 +226,11 @@ def cmd_methods(args) -> int:
 
 # ---------------------------------------------------------------------------- optimize
 def cmd_optimize(args) -> int:
-    from simplace import validate_cli
     from simplace.cost_model import CostModel
     from simplace.placement import Placement
     from simplace.placers import best_of, compare, methods, optimize
     from simplace.sim import lower_bound
+    from simplace.validate import cli as validate_cli
 
     if args.method != "all" and args.method not in methods():
         raise SimplaceError(f"Unknown --method {args.method!r}: use one of "
@@ -366,8 +366,9 @@ def results_table(results, bound_s: float) -> str:
 
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    from simplace import __version__, paths, validate_cli
+    from simplace import __version__, paths
     from simplace.rl.cli_args import add_rl_args
+    from simplace.validate import cli as validate_cli
 
     p = argparse.ArgumentParser(
         prog="simplace",

@@ -364,7 +364,7 @@ class _Builder:
 
     # -- variables
     # Hooks for what a function input or a closed-over constant holds; the executor
-    # (simplace.execute) overrides them to remember where each value comes from.
+    # (simplace.validate.executor) overrides them to remember where each value comes from.
     def input_val(self, leaf: int, var, param: int) -> _Val:
         return _Val(param=param, nbytes=_nbytes(var.aval))
 

@@ -9,10 +9,11 @@ import dataclasses
 import jax
 import pytest
 
-from simplace import cli, validate_cli
+from simplace import cli
 from simplace.cost_model import CostModel
 from simplace.errors import PlacementError
-from simplace.execute import _find_devices, resolve_devices
+from simplace.validate import cli as validate_cli
+from simplace.validate.executor import _find_devices, resolve_devices
 
 API_HINT = "pass devices=[...]"
 

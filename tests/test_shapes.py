@@ -274,7 +274,7 @@ def test_layer_itemsize_follows_the_dtype(cost_model, dtype, itemsize):
 
 
 def test_the_executor_traces_the_same_shapes():
-    from simplace.execute import Program
+    from simplace.validate.executor import Program
 
     def f(p, x):
         return jnp.tanh(x @ p["w"]).sum(axis=0)

@@ -10,7 +10,6 @@ import simplace
 from simplace import zoo
 from simplace.cost_model import Corrections, CostModel, Device
 from simplace.errors import PlacementError, SimplaceError
-from simplace.execute import prepare
 from simplace.placement import Placement
 from simplace.sim import simulate
 from simplace.validate import (
@@ -23,6 +22,7 @@ from simplace.validate import (
     split_records,
     validate,
 )
+from simplace.validate.executor import prepare
 
 TIMING = {"warmup": 1, "min_repeats": 3, "max_repeats": 5, "budget_s": 0.1}
 
@@ -260,7 +260,7 @@ def test_drift_jacobian_is_the_derivative_of_the_segment_schedule(mlp):
     """The critical-path subgradient equals central finite differences of the simulated
     step time (away from ties), for every kind of correction, and the problem's step
     times are those of the corrected CostModel."""
-    from simplace.validate import FIT_PARAMS, _DriftProblem
+    from simplace.validate.drift import FIT_PARAMS, _DriftProblem
 
     *_, graph = mlp
     for seed, excl in ((0, False), (2, True)):
@@ -292,7 +292,7 @@ def test_drift_jacobian_counts_segment_launches_on_the_path():
     import jax.numpy as jnp
 
     from simplace.sim.reference import segments_of
-    from simplace.validate import _OVERHEAD_UNIT_S, FIT_PARAMS, _DriftProblem
+    from simplace.validate.drift import _OVERHEAD_UNIT_S, FIT_PARAMS, _DriftProblem
 
     def chain(x):
         for _ in range(6):
@@ -410,7 +410,7 @@ def test_validation_callback_in_local_search(mlp, tmp_path):
 
 # ----------------------------------------------------------------------------- CLI
 def test_validate_cli(mlp, tmp_path, monkeypatch, capsys):
-    from simplace import validate_cli
+    from simplace.validate import cli as validate_cli
 
     *_, graph = mlp
     cm = cpu_model(2, name="clitest_cpu")
@@ -462,7 +462,7 @@ def test_validate_cli(mlp, tmp_path, monkeypatch, capsys):
 
 
 def test_optimize_options_validate_the_winner(mlp, tmp_path, capsys):
-    from simplace import validate_cli
+    from simplace.validate import cli as validate_cli
 
     *_, graph = mlp
     cm = cpu_model(2)
@@ -506,7 +506,7 @@ def test_optimize_options_validate_the_winner(mlp, tmp_path, capsys):
 @pytest.mark.parametrize("data, kept", [(b"a\nbc\nde", b"a\nbc\n"), (b"abc", b""),
                                         (b"x\n" + b"y" * 10, b"x\n")])
 def test_a_cut_last_line_is_found_across_read_chunks(tmp_path, data, kept):
-    from simplace.validate import _truncate_after_last_newline
+    from simplace.validate.records import _truncate_after_last_newline
 
     path = tmp_path / "v.jsonl"
     path.write_bytes(data)

@@ -144,11 +144,11 @@ def host_placements(num_ops: int, num_devices: int, rng: np.random.Generator) ->
 def time_host(program, args: Sequence, placement: np.ndarray, devices: list,
               **harness_kw) -> dict:
     """Step time of ``placement``, a step the host is busy dispatching, timed as
-    validation times steps (``simplace.execute.measure``), with what it dispatched:
-    ``{"host": Timing, "segments": [per device], "puts": [[per link]]}``. (Timing the
-    calls alone, without waiting, gave per-call costs about twice those of steady
-    repeated steps on a 2-core VM.)"""
-    from simplace.execute import measure
+    validation times steps (``simplace.validate.executor.measure``), with what it
+    dispatched: ``{"host": Timing, "segments": [per device], "puts": [[per link]]}``.
+    (Timing the calls alone, without waiting, gave per-call costs about twice those of
+    steady repeated steps on a 2-core VM.)"""
+    from simplace.validate.executor import measure
 
     placed = program.place(placement, devices=devices)
     step = measure(placed, args, **harness_kw).step

@@ -94,7 +94,7 @@ class _ExecBuilder(_Builder):
             self.consts.append(np.asarray(val.literal, dtype=aval.dtype))
             return ("const", len(self.consts) - 1)
         raise SimplaceError(  # a gap in the walk, not a user error
-            "simplace.execute: an op reads a value whose origin the trace lost (a "
+            "simplace.apply: an op reads a value whose origin the trace lost (a "
             "non-scalar literal passed into an inlined call?); please report this model.")
 
     def emit(self, eqn, env, stack):
@@ -136,7 +136,7 @@ class Program:
         def remap(r):
             if isinstance(r, tuple) and r[0] == "op":
                 if not live[r[1]]:  # cannot happen: liveness flows to producers
-                    raise SimplaceError("simplace.execute: a live op reads a dead one.")
+                    raise SimplaceError("simplace.apply: a live op reads a dead one.")
                 return ("op", int(new_index[r[1]]), r[2])
             return r
 
@@ -148,7 +148,7 @@ class Program:
                 live_out=tuple(k for k, v in enumerate(eqn.outvars)
                                if not isinstance(v, jcore.DropVar))))
         if [op.eqn.primitive.name for op in self._ops] != self.graph.op.tolist():
-            raise SimplaceError("simplace.execute: the op sequence does not match the "
+            raise SimplaceError("simplace.apply: the op sequence does not match the "
                                 "traced graph; please report this model.")
         self._outputs = []
         for val, leaf in zip(b.outputs, jax.tree_util.tree_leaves(b.out_shape), strict=True):

@@ -1,0 +1,118 @@
+"""The critical path of a simulated schedule: the chain of events that set the step time.
+
+``schedule_critical_path`` walks a ``Schedule`` of the reference simulator
+(``simulate(..., schedule=True)``) back from its last event, following at each segment or
+copy the event that let it start, by the reference simulator's rules (its module
+docstring, "Segments", "Transfers"). It tells which segments and copies a change of
+their duration moves the step time by: the drift fit (``simplace.validate.drift``) takes
+the step time's subgradient in the corrections from it.
+
+Not to be confused with ``simplace.sim.bounds.critical_path_s``: the longest dependency
+chain of op times on the fastest device, a lower bound that needs no placement and no
+schedule.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["schedule_critical_path"]
+
+
+def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sched,
+                           step_time_s: float | None = None,
+                           latency_s: np.ndarray | None = None
+                           ) -> tuple[list[int], list[tuple[int, bool]]]:
+    """(segments, transfers) on one critical path of a simulated schedule ``sched`` of
+    ``graph`` under ``placement`` (``group``: the exclusive group of each device,
+    ``SimInputs.exclusive_group``; ``step_time_s``: the simulated step time, whose host
+    part may end after every device event). Each transfer comes with whether its whole
+    duration is on the path (True) or only the time it kept its link busy, its bytes
+    (False: a later copy on the link waited).
+
+    Walking back from the last event (``simplace.sim.reference``'s semantics): a segment
+    started when its exclusive group's previous segment ended, when one of its input
+    copies arrived, or when the host dispatched it; a copy started when its
+    ``device_put`` call was made, when its producer's segment ended, or when the previous
+    copy on its link freed the link (its arrival minus the link's ``latency_s``). Host
+    calls cost fixed host time (``dispatch_s``, ``put_s``: no correction scales them),
+    so a path that reaches one ends there, and a step that ends with a host call
+    (host-bound) has an empty path. At ties a device event wins
+    over a host call (the right derivative). Each step goes to an earlier segment, or to
+    a copy issued no later, so the walk ends.
+    """
+    first = sched.segment_first.tolist()
+    stop = sched.segment_stop.tolist()
+    dev = sched.segment_device.tolist()
+    s_disp, s_end = sched.segment_dispatch_s.tolist(), sched.segment_end_s.tolist()
+    t_op, t_to = sched.transfer_op.tolist(), sched.transfer_to.tolist()
+    t_from = sched.transfer_from.tolist()
+    t_issue, t_end = sched.transfer_issue_s.tolist(), sched.transfer_end_s.tolist()
+    lat = np.zeros((1, 1)) if latency_s is None else np.asarray(latency_s)
+    t_free = [e - (float(lat[a, b]) if latency_s is not None else 0.0)
+              for e, a, b in zip(t_end, t_from, t_to, strict=True)]
+    n_seg = len(first)
+    if n_seg == 0:
+        return [], []
+    p = np.asarray(placement).tolist()
+    grp = np.asarray(group)[sched.segment_device].tolist()
+    seg_of = sched.op_segment.tolist()
+    prev_in_group, last = [-1] * n_seg, {}
+    for s, g in enumerate(grp):
+        prev_in_group[s] = last.get(g, -1)
+        last[g] = s
+    tr_of: dict[tuple[int, int], int] = {}
+    link_prev, last_link = [], {}
+    for t, (o, a, b) in enumerate(zip(t_op, t_from, t_to, strict=True)):
+        tr_of[(o, b)] = t
+        link_prev.append(last_link.get((a, b), -1))
+        last_link[(a, b)] = t
+    in_ptr, in_order = (a.tolist() for a in graph.in_edges)
+    src = graph.src.tolist()
+
+    def copies_into(s: int) -> set[int]:
+        a, d = first[s], dev[s]
+        out = set()
+        for i in range(a, stop[s]):
+            for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
+                j = src[e]
+                if j < a and p[j] != d:
+                    out.add(tr_of[(j, d)])
+        return out
+
+    s_last = max(range(n_seg), key=s_end.__getitem__)
+    t_last = max(range(len(t_end)), key=t_end.__getitem__) if t_end else -1
+    if t_last >= 0 and t_end[t_last] > s_end[s_last]:
+        cur, top = ("tr", t_last), t_end[t_last]
+    else:
+        cur, top = ("seg", s_last), s_end[s_last]
+    if step_time_s is not None and step_time_s > top:
+        return [], []  # the host's last call ends the step: nothing corrected moves it
+    segs: list[int] = []
+    trs: list[tuple[int, bool]] = []
+    whole = True  # the copy reached was waited for in full (not only its link time)
+    while cur is not None:
+        kind, k = cur
+        if kind == "seg":
+            segs.append(k)
+            best, nxt = s_disp[k], None  # dispatched: the host chain, fixed time
+            j = prev_in_group[k]
+            if j >= 0 and s_end[j] >= best:
+                best, nxt = s_end[j], ("seg", j)
+            for t in sorted(copies_into(k)):
+                if t_end[t] > best or (t_end[t] == best and nxt is None):
+                    best, nxt = t_end[t], ("tr", t)
+            whole = True
+        else:
+            trs.append((k, whole))
+            best, nxt = t_issue[k], None  # the put call: the host chain, fixed time
+            s = seg_of[t_op[k]]
+            if s_end[s] >= best:
+                best, nxt = s_end[s], ("seg", s)
+            j = link_prev[k]
+            if j >= 0 and (t_free[j] > best or (t_free[j] == best and nxt is None)):
+                best, nxt = t_free[j], ("tr", j)
+            whole = False
+        cur = nxt
+    return segs, trs
+
