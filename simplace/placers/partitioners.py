@@ -399,6 +399,8 @@ _scotch_warmed_up = False
 
 
 def _scotch_map(pyscotch, ug: _Undirected, arch_factory, seed: int) -> np.ndarray:
+    from ctypes import byref
+
     # The first mapping of a process draws from a lazily initialised global state and can
     # differ from every later one, even with the seed reset; map a tiny graph once so
     # that each real call sees the same state.
@@ -415,6 +417,13 @@ def _scotch_map(pyscotch, ug: _Undirected, arch_factory, seed: int) -> np.ndarra
     context.option_set(_SCOTCH_OPTION_RANDOM_FIXED_SEED, 1)
     context.random_seed(int(seed))
     context.random_reset()
+    # One thread: Scotch sizes its thread pool from the cores it sees
+    # (SCOTCH_PTHREAD_NUMBER), and under load the test of determinism saw two runs in
+    # one process map differently (about 1 in 7); the coarsened graphs are small enough.
+    lib = _require("pyscotch.libscotch")
+    ret = lib.SCOTCH_contextThreadSpawn(byref(context._ctx), 1, None)
+    if ret != 0:
+        raise RuntimeError(f"SCOTCH_contextThreadSpawn failed with code {ret}")
     sg = pyscotch.Graph()
     sg.build(ug.xadj, ug.adjncy, velotab=ug.vweights,
              edlotab=ug.eweights if ug.adjncy.size else None)
