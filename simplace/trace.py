@@ -128,98 +128,78 @@ def _aval_str(aval) -> str:
     return f"{_short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
 
 
-def _fmt(v) -> str | None:
-    """Deterministic text of a primitive parameter; None for values to leave out."""
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return repr(v)
-    if isinstance(v, np.generic) and np.ndim(v) == 0 and not isinstance(v, np.void):
-        return repr(v.item())  # np.int64(1) and 1 must give the same signature
-    if isinstance(v, enum.Enum):
-        return v.name
-    if isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)) or callable(v) and not isinstance(
-            v, type):
-        return None
-    if isinstance(v, (np.dtype, type)):
-        try:
-            return np.dtype(v).name
-        except TypeError:
-            return str(v)
-    if isinstance(v, tuple) and hasattr(v, "_fields"):  # NamedTuple: ConvDimensionNumbers
-        inner = ", ".join(f"{k}={_fmt(x)}" for k, x in zip(v._fields, v, strict=True))
-        return f"{type(v).__name__}({inner})"
-    if isinstance(v, (tuple, list)):
-        items = [_fmt(x) for x in v]
-        if any(x is None for x in items):
-            return None  # holds jaxprs or functions (cond branches): no stable text
-        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
-    if isinstance(v, np.ndarray):
-        return _fmt(v.tolist())
-    if hasattr(v, "__dataclass_fields__"):  # GatherDimensionNumbers and friends
-        inner = ", ".join(f"{k}={_fmt(getattr(v, k))}" for k in v.__dataclass_fields__)
-        return f"{type(v).__name__}({inner})"
-    text = repr(v)
-    return type(v).__name__ if " at 0x" in text else text
+_OMIT = object()  # a parameter with no stable text or data form (a sub-jaxpr, a function)
 
 
-_OMIT = object()  # an attribute value with no data form (a sub-jaxpr, a function)
+def _param(v) -> tuple[str | None, Any]:
+    """A primitive parameter as (text, data): the text goes into the op's signature (it
+    must be deterministic: np.int64(1) and 1 print alike), the data into its ``attrs``
+    (JSON-like: named tuples and dataclasses become mappings, sequences tuples, enums and
+    dtypes their names). (None, ``_OMIT``) for values with neither (sub-jaxprs, functions).
 
-
-def _attr(v):
-    """A primitive parameter as JSON-like data (the data twin of ``_fmt``): named tuples
-    and dataclasses become mappings, sequences tuples, enums and dtypes their names;
-    ``_OMIT`` for values ``_fmt`` leaves out."""
+    One function for both, so that the signature and the data cannot drift apart; the
+    text cannot be derived from the data, which drops type names and the quotes that
+    tell the string 'CLIP' from the enum CLIP.
+    """
     if v is None or isinstance(v, (bool, int, str)):
-        return v
+        return repr(v), v
     if isinstance(v, float):
-        return v if math.isfinite(v) else repr(v)
+        return repr(v), (v if math.isfinite(v) else repr(v))  # JSON has no inf or nan
     if isinstance(v, np.generic) and np.ndim(v) == 0 and not isinstance(v, np.void):
-        return _attr(v.item())
+        return _param(v.item())
     if isinstance(v, enum.Enum):
-        return v.name
+        return v.name, v.name
     if isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)) or callable(v) and not isinstance(
             v, type):
-        return _OMIT
+        return None, _OMIT
     if isinstance(v, (np.dtype, type)):
         try:
-            return np.dtype(v).name
+            name = np.dtype(v).name
         except TypeError:
-            return str(v)
+            name = str(v)
+        return name, name
     if isinstance(v, tuple) and hasattr(v, "_fields"):  # NamedTuple: ConvDimensionNumbers
-        return _attr_map(zip(v._fields, v, strict=True))
+        return _record(type(v).__name__, zip(v._fields, v, strict=True))
     if isinstance(v, (tuple, list)):
-        items = tuple(_attr(x) for x in v)
-        return _OMIT if any(x is _OMIT for x in items) else items
+        items = [_param(x) for x in v]
+        if any(t is None for t, _ in items):
+            return None, _OMIT  # holds jaxprs or functions (cond branches): no stable text
+        text = ", ".join(t for t, _ in items) + ("," if len(items) == 1 else "")
+        return f"({text})", tuple(d for _, d in items)
     if isinstance(v, np.ndarray):
-        return _attr(v.tolist())
+        return _param(v.tolist())
     if hasattr(v, "__dataclass_fields__"):  # GatherDimensionNumbers and friends
-        return _attr_map((k, getattr(v, k)) for k in v.__dataclass_fields__)
+        return _record(type(v).__name__, ((k, getattr(v, k)) for k in v.__dataclass_fields__))
     text = repr(v)
-    return type(v).__name__ if " at 0x" in text else text
+    text = type(v).__name__ if " at 0x" in text else text
+    return text, text
 
 
-def _attr_map(items) -> dict:
-    out = {}
-    for k, x in items:
-        a = _attr(x)
-        if a is not _OMIT:
-            out[k] = a
-    return out
+def _record(type_name: str, fields) -> tuple[str, dict]:
+    """``Name(k=text, ...)`` and ``{k: data}`` of a named tuple's or dataclass's fields; a
+    field with no form prints as ``k=None`` (signatures have always said so) and is left
+    out of the data."""
+    texts, data = [], {}
+    for k, x in fields:
+        t, d = _param(x)
+        texts.append(f"{k}={t}")
+        if d is not _OMIT:
+            data[k] = d
+    return f"{type_name}({', '.join(texts)})", data
 
 
-def _attrs(params: dict) -> dict:
-    """An equation's parameters as data, leaving out what the signature leaves out."""
-    return _attr_map((k, params[k]) for k in sorted(params) if k not in _SKIP_PARAMS)
-
-
-def _params_str(params: dict) -> str:
-    parts = []
+def _params(params: dict) -> tuple[str, dict]:
+    """An equation's parameters as the signature's text (``k=v;...`` by name) and as
+    data, both leaving out ``_SKIP_PARAMS`` and values with no form."""
+    texts, data = [], {}
     for k in sorted(params):
         if k in _SKIP_PARAMS:
             continue
-        s = _fmt(params[k])
-        if s is not None:
-            parts.append(f"{k}={s}")
-    return ";".join(parts)
+        t, d = _param(params[k])
+        if t is not None:
+            texts.append(f"{k}={t}")
+            data[k] = d
+    return ";".join(texts), data
 
 
 def module_path(stack: Sequence) -> str:
@@ -472,7 +452,7 @@ class _Builder:
                     seen_ids.add(id(val))  # fetched once
                     nbytes += val.nbytes
         i = len(self.op)
-        params_str = _params_str(eqn.params)
+        params_str, attrs = _params(eqn.params)
         sig = f"{name}|{self._avals_str(eqn.invars)}|{params_str}{sig_extra}"
         self.op.append(name)
         self.name_path.append(path)
@@ -483,10 +463,7 @@ class _Builder:
         self.in_avals.append(self._avals(in_avals))
         self.out_avals.append(self._avals(out_avals))
         # Equal parameter text, equal parameters: one mapping shared by those ops.
-        attrs = self._attrs_cache.get((name, params_str))
-        if attrs is None:
-            attrs = self._attrs_cache[(name, params_str)] = _attrs(eqn.params)
-        self.attrs.append(attrs)
+        self.attrs.append(self._attrs_cache.setdefault((name, params_str), attrs))
         self.effectful.append(bool(eqn.effects))
         if self.keep_specs:
             self.specs.append((eqn.primitive, dict(eqn.params), tuple(
