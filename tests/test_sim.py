@@ -14,12 +14,18 @@ import pytest
 
 import simplace.sim as sim
 from simplace.errors import PlacementError
-from simplace.sim import batched_simulator, lower_bound, make_sim_inputs, simulate
+from simplace.sim import lower_bound, make_sim_inputs, simulate
 from simplace.sim.batched import BatchedSimulator, _sweep_peaks
 from tests import sim_cases
 from tests.sim_cases import make_graph, simple_inputs
 
 RTOL = 1e-9
+
+
+def batched_simulator(graph, cost_model, **kw):
+    """The JAX simulator (this file's subject; tests/test_sim_native.py checks the native
+    one, which ``sim.batched_simulator`` picks where numba is installed)."""
+    return sim.batched_simulator(graph, cost_model, backend="jax", **kw)
 
 
 def assert_same(ref, out, b):

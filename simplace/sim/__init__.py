@@ -1,8 +1,10 @@
 """Simulators of one training/inference step of a placed graph, and lower bounds.
 
 ``simulate`` is the reference (plain Python, the oracle); ``batched_simulator`` returns
-a jitted JAX function that simulates many placements at once with the same semantics;
-``lower_bound`` is a step time no placement can beat.
+a function that simulates many placements at once with the same semantics: the native
+one (``simplace.sim.native``, a compiled loop; needs numba: ``simplace[fast]``) where
+numba is installed, else the jitted JAX scan (``BatchedSimulator``); ``lower_bound`` is
+a step time no placement can beat.
 """
 
 from simplace.sim.batched import BatchedSimulator, BatchResult, batched_simulator

@@ -1150,7 +1150,7 @@ def _param_uses(graph) -> tuple[dict, list[int]]:
 
 
 def batched_simulator(graph, cost_model, *, memory: bool | str = True,
-                      max_batch: int | None = None) -> Callable:
+                      max_batch: int | None = None, backend: str = "auto") -> Callable:
     """A fast simulator of many placements of ``graph`` on one machine.
 
     Args:
@@ -1165,12 +1165,30 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
       max_batch: placements simulated at once (default: a power of two that keeps ops
         x placements within 1M, at least 64: 256 for ResNet-50, 64 for a 22k-op graph);
         larger batches run in chunks, with the same results.
+      backend: "auto" (the native simulator where numba is installed, else JAX),
+        "numba" (``simplace.sim.native.NativeSimulator``: a compiled loop, several times
+        faster on CPU; ``pip install 'simplace[fast]'``) or "jax" (``BatchedSimulator``:
+        a jitted scan, whose pure function ``traceable()`` a caller can run inside its
+        own jit, e.g. on a GPU).
 
     Returns:
       ``f(placements int[B, M]) -> BatchResult`` (numpy arrays), with the reference
-      simulator's semantics. ``f`` compiles once per batch-size bucket (see
+      simulator's semantics. The JAX ``f`` compiles once per batch-size bucket (see
       ``batch_bucket``) and reuses the compiled code across calls; ``f.num_traces``
-      counts compilations. Raises ``PlacementError`` for placements that do not fit.
+      counts compilations. The native ``f`` compiles once per install (numba's cache).
+      Raises ``PlacementError`` for placements that do not fit.
     """
-    return BatchedSimulator(graph, sim_inputs(graph, cost_model), memory=memory,
-                            max_batch=max_batch)
+    if backend not in ("auto", "numba", "jax"):
+        raise ValueError(f"backend must be 'auto', 'numba' or 'jax', got {backend!r}")
+    inputs = sim_inputs(graph, cost_model)
+    if backend != "jax":
+        try:
+            from simplace.sim.native import NativeSimulator
+        except ImportError as err:
+            if backend == "numba":
+                raise ImportError(
+                    f"backend='numba' needs numba ({err}): pip install 'simplace[fast]' "
+                    "(or numba), or use backend='jax'.") from err
+        else:
+            return NativeSimulator(graph, inputs, memory=memory, max_batch=max_batch)
+    return BatchedSimulator(graph, inputs, memory=memory, max_batch=max_batch)

@@ -1,0 +1,532 @@
+"""The native simulator: the reference semantics as one compiled loop (numba), for many
+placements at once.
+
+``NativeSimulator(graph, inputs)(placements int[B, M]) -> BatchResult`` has the
+interface of the JAX ``BatchedSimulator`` (``num_ops``, ``num_devices``, ``memory``,
+``max_batch``) and simulates exactly what ``simplace.sim.reference`` does: segments
+(launch, the largest op launch, fused op costs, unfused costs of ops with no input
+from their segment), one host thread (``put_s`` per ``device_put``, ``dispatch_s`` per
+segment call), lazy transfers issued by the first consumer segment on each device in
+``graph.in_edges`` order, FIFO links whose latency overlaps, exclusive groups, busy
+time, bytes moved, segment and transfer counts, host time, and exact peak memory.
+
+Why a loop and not a scan: each op's work is a few comparisons and additions. The JAX
+scan on XLA:CPU pays ~20 kernel launches per op slice, which dwarf that work; a compiled
+loop over precomputed int/float arrays pays ~10-30 ns per op. Placements run in
+parallel (``numba.prange``, one block of placements per task, a thread per core), each
+with its own scratch arrays; a placement's "already sent" marks are stamps (the
+placement's index), so the scratch is never cleared.
+
+Precision: float64 in the reference's operation order (``launch + max op launch``, then
+``work + (op time [+ unfused])`` op by op; ``max(host, producer's end, link free)``;
+``(t0 + latency) + bytes / bandwidth``; ``start + work``), compiled without fastmath,
+so times equal the reference's bit for bit on the same inputs: ties between one
+segment's end and another's start are common, and they decide orders.
+
+Peak memory (``memory=True``) is the reference's sweep, per placement and device: the
+live intervals (each activation from its segment's start to its last use, copy
+arrival or the step end; each received copy from its arrival to its last reader's
+end) are gathered per device, their allocation and free times sorted, and merged with
+frees first at equal times. ``memory="oom"`` first bounds each device's peak by
+everything it ever holds (activations, received copies, parameters per reading op),
+and sweeps only placements whose bound exceeds a capacity (the same screen as the JAX
+simulator's): the others report NaN peaks and cannot be OOM.
+
+The kernel compiles on first use (a few seconds; ``cache=True`` keeps the machine code
+in ``__pycache__`` for later processes, or compiles per process where that directory is
+not writable).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from simplace.sim.batched import BatchResult
+from simplace.sim.inputs import SimInputs, check_placements
+
+# Ops x placements per kernel call, at most: a larger batch runs in chunks of a power of
+# two of placements (at least 64). The kernel's memory does not grow with the batch
+# (scratch is per thread block); chunks bound the int32 copy of the placements.
+_MAX_CELLS = 1 << 23
+
+
+def _njit(**kw):
+    """``numba.njit(cache=True, ...)``, or without the on-disk cache where numba finds no
+    writable place for it (a read-only install): then each process compiles once."""
+
+    def wrap(fn):
+        try:
+            return numba.njit(cache=True, **kw)(fn)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            return numba.njit(cache=False, **kw)(fn)
+
+    return wrap
+
+
+# ---------------------------------------------------------------------------- kernel
+@_njit(fastmath=False)
+def _argsort_into(x, perm, cnt, bucket):
+    """perm[:n] = the indices of x (float64[n], finite) in ascending order.
+
+    A bucket sort by value, then an insertion sort that puts equal-bucket values in
+    order: event times spread over the step, so buckets hold a few values each and this
+    costs a few ns per value. Where they do not (times spanning many binades, or
+    clustered), numpy's argsort takes over once the insertion sort has done 16 moves
+    per value."""
+    n = x.shape[0]
+    if n == 0:
+        return
+    lo = x[0]
+    hi = x[0]
+    for i in range(n):
+        if x[i] < lo:
+            lo = x[i]
+        if x[i] > hi:
+            hi = x[i]
+    scale = (n - 1) / (hi - lo) if hi > lo else 0.0
+    if not (scale < np.inf):  # hi - lo is subnormal
+        perm[:n] = np.argsort(x)
+        return
+    for k in range(n + 1):
+        cnt[k] = 0
+    for i in range(n):
+        k = int((x[i] - lo) * scale)
+        k = min(max(k, 0), n - 1)
+        bucket[i] = k
+        cnt[k + 1] += 1
+    for k in range(n):
+        cnt[k + 1] += cnt[k]
+    for i in range(n):
+        k = bucket[i]
+        perm[cnt[k]] = i
+        cnt[k] += 1
+    budget = 16 * n + 64
+    for i in range(1, n):
+        v = perm[i]
+        xv = x[v]
+        j = i - 1
+        while j >= 0 and x[perm[j]] > xv:
+            perm[j + 1] = perm[j]
+            j -= 1
+        perm[j + 1] = v
+        budget -= i - 1 - j
+        if budget < 0:
+            perm[:n] = np.argsort(x)
+            return
+
+
+@_njit(fastmath=False)
+def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scratch,
+                  out_busy, out_peak):
+    """Simulate placement ``p`` (int32[M]); ``cur`` (> 0) stamps its sends.
+
+    Returns (step_time, bytes_moved, segments, transfers, host_s, oom); fills
+    ``out_busy[D]`` and ``out_peak[D]`` (NaN where memory is not computed)."""
+    (in_ptr, in_src, t_ptr, tc_ptr, t_cons, group, use_op, use_idx, is_output) = g_int
+    (opc, single_bytes, t_bytes, out_bytes, param_sizes) = g_float
+    (n_groups,) = m_int
+    (launch, dispatch, link, cap) = m_float
+    (seg_of, stamp, xfer, xfer_op, xfer_to, ops_on, ncopy, ev_off, ev_n, ev_cap, pflag, perm_a,
+     perm_f, cnt, bucket) = scratch
+    (seg_start, op_end, arrival, sbytes, cp_end, lu, group_free, link_free, bound, e_at,
+     e_ft, e_s, b_al, b_fr, ca_t, ca_s, cf_t, cf_s, cbuf) = f_scratch
+    m = p.shape[0]
+    d = out_busy.shape[0]
+
+    host = 0.0
+    moved = 0.0
+    step = 0.0
+    nseg = 0
+    nxfer = 0
+    for g in range(n_groups):
+        group_free[g] = 0.0
+    for k in range(d * d):
+        link_free[k] = 0.0
+    for q in range(d):
+        out_busy[q] = 0.0
+        ops_on[q] = 0
+        ncopy[q] = 0
+        bound[q] = 0.0
+
+    # One pass over the ops; a segment closes where the next op is elsewhere.
+    i = 0
+    while i < m:
+        a = i
+        dev = p[a]
+        ready = group_free[group[dev]]
+        mx = opc[(a * d + dev) * 3 + 1]
+        n = 0
+        while True:
+            base = (i * d + dev) * 3
+            c = opc[base]
+            if opc[base + 1] > mx:
+                mx = opc[base + 1]
+            fused = False
+            for e in range(in_ptr[i], in_ptr[i + 1]):
+                j = in_src[e]
+                if j >= a:  # produced inside this segment: fused, no wait
+                    fused = True
+                    continue
+                frm = p[j]
+                if frm == dev:  # an earlier segment of this device: done before this one
+                    continue
+                k = j * d + dev
+                if stamp[k] != cur:  # the first reader on dev sends the copy
+                    lk = (frm * d + dev) * 3
+                    host += link[lk]
+                    # Bytes of the put: j's distinct tensors read on dev, in output order.
+                    nb = single_bytes[j]
+                    if nb < 0:  # several tensors
+                        nb = 0.0
+                        for t in range(t_ptr[j], t_ptr[j + 1]):
+                            for q in range(tc_ptr[t], tc_ptr[t + 1]):
+                                if p[t_cons[q]] == dev:
+                                    nb += t_bytes[t]
+                                    break
+                    t0 = host
+                    se = op_end[j]
+                    if se > t0:
+                        t0 = se
+                    lf = link_free[frm * d + dev]
+                    if lf > t0:
+                        t0 = lf
+                    tb = nb / link[lk + 2]
+                    arr = t0 + link[lk + 1] + tb
+                    # The link is busy for the bytes; latency overlaps the next copy.
+                    link_free[frm * d + dev] = t0 + tb
+                    stamp[k] = cur
+                    arrival[k] = arr
+                    sbytes[k] = nb
+                    xfer[nxfer] = k
+                    xfer_op[nxfer] = j
+                    xfer_to[nxfer] = dev
+                    moved += nb
+                    nxfer += 1
+                    ncopy[dev] += 1
+                    if arr > step:
+                        step = arr
+                if arrival[k] > ready:
+                    ready = arrival[k]
+            if not fused:
+                c = c + opc[base + 2]
+            cbuf[n] = c
+            n += 1
+            seg_of[i] = nseg
+            i += 1
+            if i >= m or p[i] != dev:
+                break
+        # The segment's work: launch and the largest op launch, then its ops in order.
+        work = launch[dev] + mx
+        for k in range(n):
+            work = work + cbuf[k]
+        host += dispatch[dev]
+        start = ready if ready > host else host
+        end = start + work
+        for k in range(a, i):
+            op_end[k] = end
+        seg_start[nseg] = start
+        group_free[group[dev]] = end
+        out_busy[dev] += end - start
+        if end > step:
+            step = end
+        ops_on[dev] += n
+        nseg += 1
+    if host > step:
+        step = host
+
+    oom = False
+    if mode == 0:
+        for q in range(d):
+            out_peak[q] = np.nan
+        return step, moved, nseg, nxfer, host, oom
+
+    # ---- memory
+    if mode == 2:
+        # The screen: everything a device ever holds, held all step, bounds its peak.
+        for i in range(m):
+            bound[p[i]] += out_bytes[i]
+        for x in range(nxfer):
+            bound[xfer_to[x]] += sbytes[xfer[x]]
+        for u in range(use_op.shape[0]):
+            bound[p[use_op[u]]] += param_sizes[use_idx[u]]
+        tight = False
+        for q in range(d):
+            if bound[q] * (1 + 1e-9) > cap[q]:
+                tight = True
+        if not tight:
+            for q in range(d):
+                out_peak[q] = np.nan
+            return step, moved, nseg, nxfer, host, oom
+
+    # Parameters: resident on every device running an op that reads them, once per
+    # device (summed in parameter order, as the reference does).
+    for u in range(use_op.shape[0]):
+        pflag[use_idx[u] * d + p[use_op[u]]] = 1
+    for q in range(d):
+        out_peak[q] = 0.0
+    for j in range(param_sizes.shape[0]):
+        for q in range(d):
+            if pflag[j * d + q]:
+                pflag[j * d + q] = 0
+                out_peak[q] += param_sizes[j]
+
+    # Last uses. lu[j]: the end of the last segment on j's device that reads j (its own
+    # at least), then its activation's free time; cp_end[k]: the end of the last segment
+    # on k's device that reads k's copy. Segment ends on one device grow in graph order,
+    # so reads in graph order overwrite.
+    for i in range(m):
+        lu[i] = op_end[i]
+    for i in range(m):
+        dev = p[i]
+        e_i = op_end[i]
+        for e in range(in_ptr[i], in_ptr[i + 1]):
+            j = in_src[e]
+            if p[j] == dev:
+                lu[j] = e_i
+            else:
+                cp_end[j * d + dev] = e_i
+    # Live intervals per device q, at ev_off[q] + 0..ev_n[q]-1: allocation time e_at,
+    # free time e_ft, bytes e_s. The sweep's order puts every event of a time bucket
+    # (ev_cap[q] equal slices of [0, step]: every event lies there) before the next
+    # bucket's, so the live bytes after each bucket are states of the sweep: their
+    # maximum is a lower bound of the peak. Inside a bucket, the live bytes never exceed
+    # those before it plus the bucket's allocations: only buckets where that exceeds
+    # the lower bound can hold the peak, and only their events are sorted and swept.
+    for q in range(d):
+        ev_n[q] = 0
+        ev_cap[q] = ops_on[q] + ncopy[q]
+        if q:
+            ev_off[q] = ev_off[q - 1] + ev_cap[q - 1]
+        for k in range(ev_off[q], ev_off[q] + ev_cap[q]):
+            b_al[k] = 0.0
+            b_fr[k] = 0.0
+    for x in range(nxfer):
+        k = xfer[x]
+        j = xfer_op[x]
+        q = xfer_to[x]
+        av = arrival[k]
+        if av > lu[j]:
+            lu[j] = av
+        fr = cp_end[k]
+        if fr > av and sbytes[k] > 0:  # the received copy
+            w = ev_off[q] + ev_n[q]
+            e_at[w] = av
+            e_ft[w] = fr
+            e_s[w] = sbytes[k]
+            ev_n[q] += 1
+    for i in range(m):
+        dev = p[i]
+        fr = step if is_output[i] else lu[i]
+        st = seg_start[seg_of[i]]
+        if fr > st and out_bytes[i] > 0:  # the activation
+            w = ev_off[dev] + ev_n[dev]
+            e_at[w] = st
+            e_ft[w] = fr
+            e_s[w] = out_bytes[i]
+            ev_n[dev] += 1
+    for q in range(d):
+        o = ev_off[q]
+        n = ev_n[q]
+        best = 0.0
+        if n:
+            nbq = ev_cap[q]
+            scale = nbq / step if step > 0 else 0.0
+            if not (scale < np.inf):
+                scale = 0.0
+            for w in range(o, o + n):
+                size = e_s[w]
+                b_al[o + min(int(e_at[w] * scale), nbq - 1)] += size
+                b_fr[o + min(int(e_ft[w] * scale), nbq - 1)] += size
+            # The lower bound; b_fr becomes each bucket's live bytes before it.
+            live = 0.0
+            for k in range(o, o + nbq):
+                before = live
+                live = live + b_al[k] - b_fr[k]
+                if live > best:
+                    best = live
+                b_fr[k] = before
+            # Candidates: buckets whose live bytes could exceed the bound.
+            na = 0
+            nf = 0
+            for w in range(o, o + n):
+                ka = min(int(e_at[w] * scale), nbq - 1)
+                if b_fr[o + ka] + b_al[o + ka] > best:
+                    ca_t[na] = e_at[w]
+                    ca_s[na] = e_s[w]
+                    na += 1
+                kf = min(int(e_ft[w] * scale), nbq - 1)
+                if b_fr[o + kf] + b_al[o + kf] > best:
+                    cf_t[nf] = e_ft[w]
+                    cf_s[nf] = e_s[w]
+                    nf += 1
+            if na:
+                _argsort_into(ca_t[:na], perm_a, cnt, bucket)
+                _argsort_into(cf_t[:nf], perm_f, cnt, bucket)
+                # Sweep each candidate bucket from its live bytes before it; frees come
+                # before allocations at equal times.
+                cur_b = -1
+                fi = 0
+                live = 0.0
+                for r in range(na):
+                    t = ca_t[perm_a[r]]
+                    kb = min(int(t * scale), nbq - 1)
+                    if kb != cur_b:
+                        cur_b = kb
+                        live = b_fr[o + kb]
+                        while fi < nf and min(int(cf_t[perm_f[fi]] * scale), nbq - 1) < kb:
+                            fi += 1
+                    while fi < nf and cf_t[perm_f[fi]] <= t:
+                        live -= cf_s[perm_f[fi]]
+                        fi += 1
+                    live += ca_s[perm_a[r]]
+                    if live > best:
+                        best = live
+        out_peak[q] += best
+        if out_peak[q] > cap[q]:
+            oom = True
+    return step, moved, nseg, nxfer, host, oom
+
+
+@_njit(fastmath=False, parallel=True)
+def _simulate_batch(placements, mode, n_blocks, g_int, g_float, m_int, m_float, sizes,
+                    out_step, out_busy, out_peak, out_moved, out_nseg, out_nxfer,
+                    out_host, out_oom):
+    """Simulate every row of ``placements`` int32[B, M] in ``n_blocks`` parallel blocks."""
+    bsz = placements.shape[0]
+    m = placements.shape[1]
+    d = out_busy.shape[1]
+    n_groups, n_params, n_tx = sizes
+    for blk in numba.prange(n_blocks):
+        r0 = blk * bsz // n_blocks
+        r1 = (blk + 1) * bsz // n_blocks
+        # Scratch of this block: stamps start at 0, placements stamp with row + 1.
+        n_ev = m + n_tx
+        i32, i64 = np.int32, np.int64
+        scratch = (np.empty(m, i32), np.zeros(m * d, i32), np.empty(n_tx, i64),
+                   np.empty(n_tx, i64), np.empty(n_tx, i64), np.empty(d, i64),
+                   np.empty(d, i64), np.zeros(d, i64), np.empty(d, i64), np.empty(d, i64),
+                   np.zeros(n_params * d, np.uint8), np.empty(n_ev, i64),
+                   np.empty(n_ev, i64), np.empty(n_ev + 1, i64), np.empty(n_ev, i64))
+        f_scratch = (np.empty(m), np.empty(m), np.empty(m * d), np.empty(m * d),
+                     np.empty(m * d), np.empty(m), np.empty(max(n_groups, 1)),
+                     np.empty(d * d), np.empty(d), np.empty(n_ev), np.empty(n_ev),
+                     np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(n_ev),
+                     np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(m))
+        for r in range(r0, r1):
+            res = _simulate_one(placements[r], r + 1, mode, g_int, g_float, m_int, m_float,
+                                scratch, f_scratch, out_busy[r], out_peak[r])
+            out_step[r] = res[0]
+            out_moved[r] = res[1]
+            out_nseg[r] = res[2]
+            out_nxfer[r] = res[3]
+            out_host[r] = res[4]
+            out_oom[r] = res[5]
+
+
+# ----------------------------------------------------------------------- the class
+def _default_max_batch(m: int) -> int:
+    return max(64, 1 << max(0, (_MAX_CELLS // max(1, m)).bit_length() - 1))
+
+
+class NativeSimulator:
+    """``f(placements int[B, M]) -> BatchResult`` by a compiled loop (numba); the
+    interface and results of ``BatchedSimulator`` (see the module docstring).
+
+    Attributes:
+      num_ops, num_devices: M and D.
+      memory: True (exact peaks), False (no peaks: NaN, never OOM) or "oom" (exact OOM
+        flags; peaks only for placements whose memory bound exceeds a capacity).
+      max_batch: placements per kernel call; a larger batch runs in chunks of this
+        size, with the same results.
+    """
+
+    def __init__(self, graph, inputs: SimInputs, *, memory: bool | str = True,
+                 max_batch: int | None = None):
+        if memory not in (True, False, "oom"):
+            raise ValueError(f"memory must be True, False or 'oom', got {memory!r}")
+        if max_batch is not None and int(max_batch) < 1:
+            raise ValueError(f"max_batch must be a positive number of placements, got "
+                             f"{max_batch!r}")
+        self.num_ops = m = graph.num_ops
+        self.num_devices = inputs.num_devices
+        self.memory = memory if memory == "oom" else bool(memory)
+        self.max_batch = int(max_batch) if max_batch else _default_max_batch(m)
+        self._inputs = inputs
+        self._mode = {False: 0, True: 1, "oom": 2}[self.memory]
+        self._g_int, self._g_float, self._sizes = _graph_arrays(graph, inputs)
+        f64 = np.float64
+        self._m_int = (np.int64(inputs.num_groups),)
+        # Per link (from, to): put, latency, bandwidth, side by side.
+        link = np.stack([inputs.put_s, inputs.latency_s, inputs.bandwidth_bytes_per_s],
+                        axis=2)
+        self._m_float = (np.ascontiguousarray(inputs.launch_s, f64),
+                         np.ascontiguousarray(inputs.dispatch_s, f64),
+                         np.ascontiguousarray(link, f64).reshape(-1),
+                         np.ascontiguousarray(inputs.memory_bytes, f64))
+
+    def __call__(self, placements) -> BatchResult:
+        p = check_placements(placements, self.num_ops, self.num_devices)
+        b, d = p.shape[0], self.num_devices
+        if b == 0 or self.num_ops == 0:
+            # Nothing runs: memory holds no parameters either (no op reads them).
+            return BatchResult(np.zeros(b), np.zeros((b, d)), np.zeros(b, dtype=bool),
+                               np.zeros((b, d)), np.zeros(b), np.zeros(b, np.int32),
+                               np.zeros(b, np.int32), np.zeros(b))
+        out = BatchResult(np.empty(b), np.empty((b, d)), np.empty(b, dtype=bool),
+                          np.empty((b, d)), np.empty(b), np.empty(b, np.int32),
+                          np.empty(b, np.int32), np.empty(b))
+        threads = numba.get_num_threads()
+        for r0 in range(0, b, self.max_batch):
+            r1 = min(b, r0 + self.max_batch)
+            chunk = np.ascontiguousarray(p[r0:r1], dtype=np.int32)
+            # Several blocks per thread even out the placements' uneven costs.
+            n_blocks = min(r1 - r0, 4 * threads)
+            _simulate_batch(chunk, self._mode, n_blocks, self._g_int, self._g_float,
+                            self._m_int, self._m_float, self._sizes,
+                            out.step_time_s[r0:r1], out.busy_s[r0:r1],
+                            out.peak_memory_bytes[r0:r1], out.bytes_moved[r0:r1],
+                            out.num_segments[r0:r1], out.num_transfers[r0:r1],
+                            out.host_s[r0:r1], out.oom[r0:r1])
+        return out
+
+
+def _graph_arrays(graph, inp: SimInputs):
+    """The kernel's per-graph arrays: ``(ints, floats, sizes)`` tuples (numpy)."""
+    m, d = graph.num_ops, inp.num_devices
+    i64, f64 = np.int64, np.float64
+    src = np.asarray(graph.src, i64)
+    dst = np.asarray(graph.dst, i64)
+    eo = np.asarray(graph.edge_output, i64)
+    eb = np.asarray(graph.edge_bytes, f64)
+    in_ptr, in_order = (np.asarray(a, i64) for a in graph.in_edges)
+    # Distinct tensors (producer, output index), sorted; a tensor's size is the largest
+    # edge_bytes among the edges carrying it (as in the reference).
+    if len(src):
+        keys, inv = np.unique(np.stack([src, eo], axis=1), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        t_bytes = np.full(len(keys), -np.inf)
+        np.maximum.at(t_bytes, inv, eb)
+        t_op = keys[:, 0]
+        # The distinct consumers of each tensor (CSR).
+        pairs = np.unique(np.stack([inv, dst], axis=1), axis=0)
+        tc_ptr = np.searchsorted(pairs[:, 0], np.arange(len(keys) + 1)).astype(i64)
+        t_cons = pairs[:, 1].astype(i64)
+    else:
+        t_bytes, t_op = np.zeros(0), np.zeros(0, i64)
+        tc_ptr, t_cons = np.zeros(1, i64), np.zeros(0, i64)
+    t_ptr = np.searchsorted(t_op, np.arange(m + 1)).astype(i64)
+    single = np.zeros(m)
+    one = np.flatnonzero(np.diff(t_ptr) == 1)
+    single[one] = t_bytes[t_ptr[one]]
+    single[np.diff(t_ptr) > 1] = -1.0  # several tensors: summed per put
+    n_tx = min(len(src), m * (d - 1))  # copies, at most: one per (producer, device)
+    g_int = (in_ptr, np.ascontiguousarray(src[in_order]), t_ptr, tc_ptr, t_cons,
+             np.asarray(inp.exclusive_group, i64), np.asarray(graph.param_op, i64),
+             np.asarray(graph.param_index, i64), np.asarray(graph.is_output, np.uint8))
+    # Per op and device: fused time, op launch, unfused extra, side by side.
+    opc = np.stack([inp.op_time_s, inp.op_launch_s, inp.op_unfused_s], axis=2)
+    g_float = tuple(np.ascontiguousarray(x, f64).reshape(-1) for x in (
+        opc, single, t_bytes, graph.out_bytes, graph.param_sizes))
+    sizes = (i64(inp.num_groups), i64(len(graph.param_sizes)), i64(n_tx))
+    return g_int, g_float, sizes
