@@ -3,6 +3,8 @@
 Output paths are checked before the work that fills them starts (``check_output_path``),
 so that a long search never ends in an unwritable path; writes go to a temporary file
 that replaces the old one only once complete, so a failed write never damages it.
+``check_fields`` checks a parsed JSON object's fields and their types, with messages
+naming the field (records files, ``simplace._jsonl``, use it too).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import stat
 import tempfile
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +182,81 @@ def read_json(path: str | os.PathLike, error: type[Exception], what: str) -> Any
         raise error(f"{what} {path} is nested too deeply to be a simplace file.") from None
     except OSError as err:
         raise error(f"{what} {path} cannot be read ({err.strerror or err}).") from None
+
+
+# --------------------------------------------------------------------------- field checks
+_JSON_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list",
+                    dict: "an object", bool: "true or false", type(None): "null"}
+
+
+def _json_type_name(value: Any) -> str:
+    """What a JSON value is, in JSON's words (``a string``, ``a number``, ``null``...)."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    for t, name in _JSON_TYPE_NAMES.items():
+        if isinstance(value, t):
+            return name
+    return type(value).__name__
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    try:
+        text = json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError, RecursionError):
+        text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _is_json_type(value: Any, types: tuple[type, ...]) -> bool:
+    """``value`` is one of ``types`` as JSON types go: ``float`` means any number, and
+    true/false are never numbers (Python's bool is an int)."""
+    if isinstance(value, bool):
+        return bool in types
+    if float in types and isinstance(value, int | float):
+        return True
+    return isinstance(value, types)
+
+
+def check_fields(obj: Any, fields: Mapping[str, type | tuple[type, ...]],
+                 error: type[Exception], where: str, *, what: str = "the object",
+                 optional: Mapping[str, type | tuple[type, ...]] | None = None,
+                 closed: bool = False) -> dict:
+    """``obj`` checked as a JSON object with ``fields``; ``error`` otherwise.
+
+    Args:
+      obj: a parsed JSON value.
+      fields: each required field and its JSON type(s): ``str``, ``int`` (integers
+        only), ``float`` (any number), ``bool``, ``list``, ``dict``, ``type(None)``.
+        True and false never count as numbers.
+      error: the exception to raise (``CalibrationError``, ``SimplaceError``...).
+      where: where ``obj`` comes from, first in every message (``"path, line 3"``).
+      what: what ``obj`` is, for the messages (``"a validation record"``).
+      optional: fields that may be absent, and their types when present.
+      closed: a field in neither ``fields`` nor ``optional`` is an error.
+
+    Returns ``obj``. The message names the field, what it must be and what it is.
+    """
+    optional = optional or {}
+    if not isinstance(obj, dict):
+        raise error(f"{where}: {what} must be a JSON object, got {_json_type_name(obj)}.")
+    for name in fields:
+        if name not in obj:
+            raise error(f"{where}: {what} is missing field {name!r} (it needs "
+                        f"{', '.join(fields)}).")
+    for name, types in (*fields.items(), *optional.items()):
+        if name not in obj:
+            continue
+        types = types if isinstance(types, tuple) else (types,)
+        if not _is_json_type(obj[name], types):
+            want = [_JSON_TYPE_NAMES.get(t, t.__name__) for t in types
+                    if not (t is int and float in types)]
+            raise error(f"{where}: field {name!r} of {what} must be {' or '.join(want)}, "
+                        f"got {_short(obj[name])}.")
+    if closed:
+        unknown = sorted(set(obj) - set(fields) - set(optional))
+        if unknown:
+            raise error(f"{where}: {what} has an unknown field {unknown[0]!r}; it takes "
+                        f"{', '.join([*fields, *optional])}.")
+    return obj

@@ -127,10 +127,10 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     last_link = max(k for k, ln in enumerate(lines) if json.loads(ln)["kind"] == "link")
     cut = json.loads(lines[last_link])
     rec_path.write_text("\n".join(lines[:last_link]) + "\n" + lines[last_link][:30])
-    with pytest.raises(CalibrationError, match="truncated"):
-        read_records(rec_path)
+    with pytest.warns(UserWarning, match="truncated last record"):
+        assert len(read_records(rec_path)) == last_link
     assert _run(["--name", "fake2", "--resume"], tmp_path) == 0
-    assert "dropped a truncated last record" in capsys.readouterr().err
+    assert "skipped a truncated last record" in capsys.readouterr().err
     recs = read_records(rec_path)
     links = {(r["src"], r["dst"], r["nbytes"]) for r in _kinds(recs, "link")}
     assert (cut["src"], cut["dst"], cut["nbytes"]) in links

@@ -214,7 +214,7 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
                                    "without --resume to start a calibration.")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            old = read_records(rec_path, repair_tail=True)
+            old = read_records(rec_path)
         for w in caught:
             print(f"simplace calibrate: {w.message}", file=sys.stderr)
         # A model counts as done once its phase record is written; the segments and host

@@ -29,18 +29,20 @@
   ``--resume`` knows what is left.
 
 A run appends and flushes one line per measurement, so an interrupted run keeps all it
-measured. Reading validates every line and names the line of a bad one.
+measured. Reading validates every line and names the line of a bad one; a last line cut
+short by an interrupted write is skipped with a warning (the policy of every records
+file: ``simplace._jsonl``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from simplace import _jsonl
+from simplace._jsonfile import check_fields
 from simplace.calibrate.harness import Timing
 from simplace.errors import CalibrationError
 
@@ -48,7 +50,7 @@ SCHEMA = "simplace.calibration_records"
 SCHEMA_VERSION = 2  # 1: single-op timings (dispatch and launch in every op)
 
 # Fields every record of a kind must carry (besides "kind"), and their JSON types.
-_NUM = (int, float)
+_NUM = (float,)  # any JSON number (check_fields: true/false never count)
 FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "header": {"schema": (str,), "schema_version": (int,), "name": (str,), "host": (str,),
                "date": (str,), "jax_version": (str,), "jaxlib_version": (str,),
@@ -84,14 +86,7 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
     if kind not in FIELDS:
         raise CalibrationError(f"{where}: 'kind' must be one of {', '.join(FIELDS)}, got "
                                f"{kind!r}.")
-    for field, types_ in FIELDS[kind].items():
-        if field not in rec:
-            raise CalibrationError(f"{where}: {kind} record is missing field {field!r} (it "
-                                   f"needs {', '.join(FIELDS[kind])}).")
-        v = rec[field]
-        if isinstance(v, bool) or not isinstance(v, types_):
-            raise CalibrationError(f"{where}: field {field!r} of a {kind} record must be "
-                                   f"{' or '.join(t.__name__ for t in types_)}, got {v!r}.")
+    check_fields(rec, FIELDS[kind], CalibrationError, where, what=f"a {kind} record")
     for field in _TIMING_FIELDS.get(kind, ()):
         try:
             Timing.from_dict(rec[field])
@@ -115,46 +110,26 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
     return rec
 
 
-def read_records(path: str | os.PathLike, *, repair_tail: bool = False) -> list[dict]:
+def read_records(path: str | os.PathLike) -> list[dict]:
     """Every record of a records file, validated; the first must be the header.
 
-    A bad line raises CalibrationError naming the file and line number. With
-    ``repair_tail`` (used by ``--resume``) an unparseable *last* line without a final
-    newline, which an interrupted write leaves, is dropped with a warning instead.
+    A bad line raises CalibrationError naming the file and line number. A last line cut
+    short by an interrupted write is skipped with a warning (``simplace._jsonl``):
+    ``simplace calibrate --resume`` measures what it held again.
     """
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise CalibrationError(f"Records file {path} does not exist; run `simplace "
-                               "calibrate` first (or give the right --name).") from None
-    except UnicodeDecodeError as err:
-        raise CalibrationError(f"Records file {path} is not a text file ({err}).") from None
-    lines = text.split("\n")
-    unterminated = lines[-1] != ""
-    if not unterminated:
-        lines = lines[:-1]
+    lines = _jsonl.read(path, CalibrationError,
+                        missing=f"Records file {path} does not exist; run `simplace "
+                                "calibrate` first (or give the right --name).",
+                        mend="`simplace calibrate --name NAME --resume` measures what the "
+                             "unfinished phases lack again")
     out: list[dict] = []
-    for k, line in enumerate(lines, start=1):
-        where = f"{path}, line {k}"
-        if not line.strip():
-            raise CalibrationError(f"{where} is empty; every line must be one JSON record. "
-                                   "Delete the line.")
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as err:
-            if repair_tail and unterminated and k == len(lines):
-                warnings.warn(f"{where}: dropped a truncated last record (an interrupted "
-                              "write); it will be measured again.", stacklevel=2)
-                break
-            hint = (" It looks truncated (an interrupted write): delete it and rerun with "
-                    "--resume to measure it again." if k == len(lines) else "")
-            raise CalibrationError(f"{where} is not valid JSON ({err.msg} at column "
-                                   f"{err.colno}).{hint}") from None
+    for n, rec in lines:
+        where = f"{path}, line {n}"
         check_record(rec, where)
-        if (k == 1) != (rec["kind"] == "header"):
+        if (not out) != (rec["kind"] == "header"):
             raise CalibrationError(f"{where}: " + (
-                "the first record must be the header." if k == 1
+                "the first record must be the header." if not out
                 else "a second header; a records file has one, on line 1."))
         out.append(rec)
     if not out:
@@ -164,33 +139,23 @@ def read_records(path: str | os.PathLike, *, repair_tail: bool = False) -> list[
 
 class RecordWriter:
     """Appends records to a JSON Lines file, one flushed line per record, so that an
-    interrupted run loses at most the record being written."""
+    interrupted run loses at most the record being written (``simplace._jsonl``: a line
+    an earlier run left cut short is dropped first)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # A file cut just before its last newline must not get the next record glued on.
-        needs_newline = False
-        if self.path.exists() and self.path.stat().st_size:
-            with open(self.path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                needs_newline = f.read(1) != b"\n"
-        self._f = open(self.path, "a")  # noqa: SIM115 - closed in close()
-        if needs_newline:
-            self._f.write("\n")
+        self._out = _jsonl.Appender(self.path)
 
     def write(self, rec: Mapping[str, Any]) -> None:
         """Validate and append one record."""
-        rec = check_record(dict(rec), f"record for {self.path}")
-        self._f.write(json.dumps(rec, separators=(",", ":"), allow_nan=False) + "\n")
-        self._f.flush()
+        self._out.write(check_record(dict(rec), f"record for {self.path}"))
 
     def write_all(self, recs: Iterable[Mapping[str, Any]]) -> None:
         for r in recs:
             self.write(r)
 
     def close(self) -> None:
-        self._f.close()
+        self._out.close()
 
     def __enter__(self) -> RecordWriter:
         return self

@@ -10,19 +10,19 @@ simulated. ``split_records`` splits records into a fitted and a held-out share.
 
 from __future__ import annotations
 
-import json
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from simplace import _jsonl
+from simplace._jsonfile import check_fields
 from simplace.errors import SimplaceError
 
 __all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_VERSION", "append_records", "calibration_dir",
-           "read_records", "split_records", "validation_path"]
+           "check_record", "read_records", "split_records", "validation_path"]
 
 RECORD_SCHEMA = "simplace.validation_record"
 RECORD_SCHEMA_VERSION = 1
@@ -44,12 +44,15 @@ def validation_path(cost_model_name: str, records_dir: str | os.PathLike | None 
     return paths.records_path(cost_model_name, "validation.jsonl", records_dir)
 
 
+# Fields every validation record carries, and their JSON types (float: any number).
 _RECORD_FIELDS = {"cost_model": str, "graph_hash": str, "graph_name": str,
                   "device_names": list, "assignment": list, "predicted_step_time_s": float,
                   "measured_step_time_s": float, "method": str}
 
 
-def _check_record(rec: Any, where: str) -> dict:
+def check_record(rec: Any, where: str) -> dict:
+    """``rec`` checked as a validation record; ``SimplaceError`` naming ``where`` and
+    what is wrong otherwise."""
     if not isinstance(rec, dict) or rec.get("schema") != RECORD_SCHEMA:
         raise SimplaceError(f"{where}: not a simplace validation record (its 'schema' is not "
                             f"'{RECORD_SCHEMA}').")
@@ -57,75 +60,29 @@ def _check_record(rec: Any, where: str) -> dict:
         raise SimplaceError(f"{where}: validation record schema_version "
                             f"{rec.get('schema_version')!r}; this simplace reads "
                             f"{RECORD_SCHEMA_VERSION}.")
-    for f, t in _RECORD_FIELDS.items():
-        v = rec.get(f)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) if t is float \
-            else isinstance(v, t)
-        if not ok:
-            raise SimplaceError(f"{where}: field '{f}' must be a {t.__name__}, got {v!r}.")
+    check_fields(rec, _RECORD_FIELDS, SimplaceError, where, what="a validation record")
     if not rec["measured_step_time_s"] > 0:
         raise SimplaceError(f"{where}: measured_step_time_s must be > 0.")
     return rec
 
 
-def _truncate_after_last_newline(f, chunk_bytes: int = 1 << 16) -> None:
-    """Cut the binary file ``f`` just after its last newline (to empty if it has none)."""
-    end = f.seek(0, os.SEEK_END)
-    pos = end
-    while pos > 0:
-        start = max(0, pos - chunk_bytes)
-        f.seek(start)
-        k = f.read(pos - start).rfind(b"\n")
-        if k >= 0:
-            f.truncate(start + k + 1)
-            return
-        pos = start
-    f.truncate(0)
-
-
 def append_records(path: str | os.PathLike, records: Sequence[Mapping]) -> None:
-    """Append validation records to a JSON Lines file (one flushed line each)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Check and encode everything first, so a bad record appends nothing.
-    lines = []
-    for k, r in enumerate(records):
-        _check_record(dict(r), f"record {k}")
-        lines.append(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n")
-    if path.is_file() and path.stat().st_size > 0:
-        with open(path, "r+b") as f:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                # A line cut short by an interrupted append is an incomplete record: drop
-                # it, so that it does not swallow the next one. Only the tail is read.
-                _truncate_after_last_newline(f)
-    with open(path, "a") as f:
-        for line in lines:
-            f.write(line)
-            f.flush()
+    """Append validation records to a JSON Lines file, one flushed line each (see
+    ``simplace._jsonl`` for what happens to a line cut short by an interrupted write).
+    Every record is checked first, so a bad one appends nothing."""
+    records = [check_record(dict(r), f"record {k}") for k, r in enumerate(records)]
+    _jsonl.append(path, records)
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:
-    """The validation records of a JSON Lines file; an error names a bad line."""
-    path = Path(path)
-    if not path.is_file():
-        raise SimplaceError(f"No validation records at {path}: run `simplace validate` on "
-                            "this machine first.")
-    out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as err:
-                if not line.endswith("\n"):  # the last line, cut by an interrupted append
-                    warnings.warn(f"{path}:{n}: skipping a line cut short by an "
-                                  "interrupted write.", stacklevel=2)
-                    continue
-                raise SimplaceError(f"{path}:{n}: not JSON ({err.msg}).") from None
-            out.append(_check_record(rec, f"{path}:{n}"))
-    return out
+    """The validation records of a JSON Lines file, checked; an error names the file and
+    line of a bad one. A last line cut short by an interrupted write is skipped with a
+    warning."""
+    lines = _jsonl.read(path, SimplaceError,
+                        missing=f"No validation records at {path}: run `simplace validate` "
+                                "on this machine first.",
+                        mend="the placement it measured can be validated again")
+    return [check_record(rec, f"{path}, line {n}") for n, rec in lines]
 
 
 def split_records(records: Sequence[dict], fraction: float = 0.5, *, seed: int = 0
