@@ -141,6 +141,18 @@ def _graph_arrays(graph) -> tuple[np.ndarray, list[str]]:
     return out
 
 
+def _call_arguments(graph) -> np.ndarray:
+    """float64[M]: the call arguments charged to each op: for each parameter it reads,
+    1 / (number of ops reading it), plus 1 if it returns an output of the graph."""
+    m = graph.num_ops
+    out = graph.is_output.astype(np.float64)
+    if len(graph.param_op):
+        readers = np.bincount(graph.param_index, minlength=len(graph.param_sizes))
+        out = out + np.bincount(graph.param_op, weights=1.0 / readers[graph.param_index],
+                                minlength=m)
+    return out
+
+
 def op_classes(graph) -> np.ndarray:
     """int8[M]: index into ``OP_CLASSES`` of each op of ``graph``."""
     return _graph_arrays(graph)[0].copy()
@@ -239,7 +251,7 @@ _DEVICE_REQUIRED = ("name", "kind", "memory_bytes", "peak_flops_per_s",
                     "memory_bandwidth_bytes_per_s", "overhead_s", "launch_s", "dispatch_s")
 _DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s", "class_overhead_s",
                     "fused_bytes_fraction", "parallel_launch_s", "parallel_min_bytes",
-                    "unfused_overhead_s")
+                    "unfused_overhead_s", "argument_s")
 # Classes whose ops XLA fuses into a neighbour's loop inside a segment: their
 # intermediate tensors mostly stay in registers/cache, so only ``fused_bytes_fraction``
 # of their bytes are charged.
@@ -299,6 +311,8 @@ def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
 
     out["unfused_overhead_s"] = _number(fields.get("unfused_overhead_s", 0.0),
                                         _where(where, "unfused_overhead_s"), min_value=0)
+    out["argument_s"] = _number(fields.get("argument_s", 0.0), _where(where, "argument_s"),
+                                min_value=0)
     out["parallel_launch_s"] = _number(fields.get("parallel_launch_s", 0.0),
                                        _where(where, "parallel_launch_s"), min_value=0)
     pm = fields.get("parallel_min_bytes")
@@ -360,6 +374,12 @@ class Device:
         time between them (virtual CPU devices of one socket); defaults to ``name``.
       class_overhead_s: optional per op class (of ``WORK_CLASSES``) in-segment cost that
         replaces ``overhead_s`` for that class; ``free`` ops use data_movement's.
+      argument_s: what each parameter a segment's call takes, and each output of the
+        graph it returns, adds to the call (host time handling the argument, measured
+        ~2 us on a 2-core VM): charged to the ops that read the parameter (shared among
+        its readers) and that return the output, so that a segment holding a whole
+        training step (hundreds of parameters and gradients) pays for them while a
+        one-op segment does not (``CostModel.op_times``).
     """
 
     name: str
@@ -378,6 +398,7 @@ class Device:
     parallel_launch_s: float = 0.0
     parallel_min_bytes: Mapping[str, float] = dataclasses.field(default_factory=dict)
     unfused_overhead_s: float = 0.0
+    argument_s: float = 0.0
 
     def __post_init__(self):
         where = f"Device({self.name!r})" if isinstance(self.name, str) else "Device"
@@ -430,7 +451,8 @@ class Device:
         } | ({"class_overhead_s": dict(self.class_overhead_s)} if self.class_overhead_s
              else {}) | ({"parallel_launch_s": self.parallel_launch_s,
                           "parallel_min_bytes": dict(self.parallel_min_bytes)}
-                         if self.parallel_min_bytes else {})
+                         if self.parallel_min_bytes else {}) | (
+            {"argument_s": self.argument_s} if self.argument_s else {})
 
     @classmethod
     def from_dict(cls, d: Mapping, *, where: str = "device") -> Device:
@@ -449,12 +471,16 @@ class Corrections:
         (may be negative; a launch never drops below 0).
       link_scale: float64[D, D] > 0, multiplies the transfer time of each ordered link.
       history: what was fitted when, on what (JSON-able dicts, oldest first).
+      host_scale: > 0, multiplies the host time of every call (segment dispatch,
+        ``device_put``, call arguments): the one host thread's drift (a busier or
+        quieter host), which op and link scales cannot express.
     """
 
     compute_scale: np.ndarray
     extra_overhead_s: np.ndarray
     link_scale: np.ndarray
     history: tuple[dict, ...] = ()
+    host_scale: float = 1.0
 
     def __post_init__(self):
         w = "corrections"
@@ -467,6 +493,8 @@ class Corrections:
         object.__setattr__(self, "link_scale", _frozen(_matrix(
             np.asarray(self.link_scale, dtype=np.float64), f"{w}.link_scale", d)))
         object.__setattr__(self, "history", tuple(dict(h) for h in self.history))
+        object.__setattr__(self, "host_scale", _number(self.host_scale, f"{w}.host_scale",
+                                                       min_value=0, strict=True))
         self._validate(w)
 
     def _validate(self, where: str):
@@ -493,11 +521,11 @@ class Corrections:
     @property
     def is_identity(self) -> bool:
         return bool(np.all(self.compute_scale == 1) and np.all(self.extra_overhead_s == 0)
-                    and np.all(self.link_scale == 1))
+                    and np.all(self.link_scale == 1) and self.host_scale == 1)
 
     def subset(self, idx: np.ndarray) -> Corrections:
         return Corrections(self.compute_scale[idx], self.extra_overhead_s[idx],
-                           self.link_scale[np.ix_(idx, idx)], self.history)
+                           self.link_scale[np.ix_(idx, idx)], self.history, self.host_scale)
 
     def __eq__(self, other):
         if not isinstance(other, Corrections):
@@ -512,12 +540,12 @@ class Corrections:
             "extra_overhead_s": self.extra_overhead_s.tolist(),
             "link_scale": self.link_scale.tolist(),
             "history": [dict(h) for h in self.history],
-        }
+        } | ({"host_scale": self.host_scale} if self.host_scale != 1 else {})
 
     @classmethod
     def from_dict(cls, d: Mapping, num_devices: int, *, where: str = "corrections"):
         _check_keys(d, where, (), ("compute_scale", "extra_overhead_s", "link_scale",
-                                    "history"))
+                                    "history", "host_scale"))
         n = num_devices
         cs = _vector(d.get("compute_scale", [1.0] * n), f"{where}.compute_scale", n)
         eo = _vector(d.get("extra_overhead_s", [0.0] * n), f"{where}.extra_overhead_s", n)
@@ -526,7 +554,7 @@ class Corrections:
         hist = d.get("history", [])
         if not isinstance(hist, list) or not all(isinstance(h, Mapping) for h in hist):
             raise CostModelError(f"{where}.history must be a list of objects.")
-        return cls(cs, eo, ls, tuple(hist))
+        return cls(cs, eo, ls, tuple(hist), d.get("host_scale", 1.0))
 
 
 # --------------------------------------------------------------------------- Provenance
@@ -724,8 +752,16 @@ class CostModel:
 
     @functools.cached_property
     def dispatch_s(self) -> np.ndarray:
-        """float64[D]: host time of the call that dispatches one segment on each device."""
-        return _frozen(np.array([dev.dispatch_s for dev in self.devices]))
+        """float64[D]: host time of the call that dispatches one segment on each device,
+        drift correction (``host_scale``) included."""
+        return _frozen(np.array([dev.dispatch_s for dev in self.devices])
+                       * self.corrections.host_scale)
+
+    @functools.cached_property
+    def corrected_put_s(self) -> np.ndarray:
+        """float64[D, D]: host time of one ``device_put`` call per link, drift correction
+        (``host_scale``) included."""
+        return _frozen(self.put_s * self.corrections.host_scale)
 
     def index(self, device_name: str) -> int:
         """Index of the device called ``device_name``."""
@@ -748,7 +784,9 @@ class CostModel:
         cost 0: XLA turns them into views. ``free`` ops that do touch bytes are charged
         like data_movement. Then the drift correction ``compute_scale[d] * t``. Segment
         launches and host dispatch are not in these times (``launch_s``,
-        ``dispatch_s``).
+        ``dispatch_s``); a device's ``argument_s`` is, per parameter an op reads (shared
+        among the parameter's readers) and per output of the graph it returns (scaled by
+        the drift correction ``host_scale``, not ``compute_scale``).
         """
         cls, sigs = _graph_arrays(graph)
         flops, nbytes = graph.flops, graph.bytes_accessed
@@ -769,6 +807,8 @@ class CostModel:
                 works = ~no_work
             if corr.compute_scale[k] != 1:
                 t = np.where(works, corr.compute_scale[k] * t, t)
+            if dev.argument_s:
+                t = t + dev.argument_s * corr.host_scale * _call_arguments(graph)
             out[:, k] = t
         return out
 

@@ -94,11 +94,19 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
         assert len(r["local_input"]) == n and r["local_input"][0] is False
     assert any(r["first"] == 0 and r["device"] == "cpu:0" for r in segs)  # the whole graph
     hosts = _kinds(recs, "host")
-    # two scattered placements, plus each cut placement that uses both devices
-    assert len(hosts) >= 2
+    # two scattered placements, plus each cut placement (the first: the whole graph)
+    assert len(hosts) >= 5
+    assert any(sum(h["segments"]) == 1 for h in hosts)
     for h in hosts:
-        assert len(h["segments"]) == 2 and sum(h["segments"]) >= 2
+        assert len(h["segments"]) == 2 and sum(h["segments"]) >= 1
         assert np.shape(h["puts"]) == (2, 2) and h["puts"][0][0] == h["puts"][1][1] == 0
+        # each call's host time in context, and what the step fit simulates again
+        assert len(h["call_host_s"]) == len(h["segment_calls"]) == sum(h["segments"])
+        assert len(h["put_host_s"]) == len(h["put_links"]) == sum(map(sum, h["puts"]))
+        assert all(t > 0 for t in h["call_host_s"] + h["put_host_s"])
+        assert len(h["assignment"]) == 78 and h["graph_hash"] and h["loop_s"] > 0
+    for r in segs:  # the host time of each segment's own call, and its arity
+        assert r["call_host_s"] > 0 and r["inputs"] >= 1 and r["outputs"] >= 1
     assert {(r["src"], r["dst"]) for r in _kinds(recs, "link")} == {("cpu:0", "cpu:1")}
     phases = {r["phase"]: r for r in _kinds(recs, "phase")}
     assert phases["links"]["skipped_for_budget"] == 1
@@ -111,6 +119,9 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert prov.jax_version and prov.jaxlib_version
     assert prov.meta["device_kinds"] == {"cpu:0": "cpu", "cpu:1": "cpu"}
     assert prov.meta["fit_report"]["links_missing"] == ["cpu:1->cpu:0"]
+    steps = prov.meta["fit_report"]["steps"]  # the step fit ran on the model's steps
+    assert steps["steps"] == len(hosts) and steps["graphs"] == 1
+    assert set(steps["scales"]) == {"dispatch", "put", "argument", "compute", "launch"}
     assert model.device_names == ["cpu:0", "cpu:1"]
     for dev in model.devices:
         assert dev.launch_s > 0 and dev.dispatch_s > 0

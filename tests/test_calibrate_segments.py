@@ -19,6 +19,7 @@ from simplace.calibrate.build import (
 from simplace.calibrate.fit import SegmentFit, fit_segments, predict_segments
 from simplace.calibrate.harness import robust_stats
 from simplace.calibrate.segments import (
+    HOST_WINDOW_OPS,
     RUNS_PER_PLACEMENT,
     cut_placements,
     host_placements,
@@ -467,12 +468,23 @@ def test_cut_placements(num_ops, num_devices):
 def test_host_placements():
     rng = np.random.default_rng(0)
     assert host_placements(100, 1, rng) == [] and host_placements(1, 4, rng) == []
-    scattered, sparse = host_placements(400, 4, rng)
-    assert scattered.dtype == sparse.dtype == np.int32
-    assert set(scattered.tolist()) == {0, 1, 2, 3}
-    assert np.count_nonzero(np.diff(scattered)) > 200  # about one segment per op
-    off = np.count_nonzero(sparse)
-    assert 60 < off < 140 and sparse.max() < 4  # one op in four off device 0
+    for num_ops in (120, 2000):
+        scattered, sparse = host_placements(num_ops, 4, rng)
+        assert scattered.dtype == sparse.dtype == np.int32
+        assert scattered.shape == sparse.shape == (num_ops,)
+        assert set(scattered.tolist()) == {0, 1, 2, 3}
+        w = min(num_ops, HOST_WINDOW_OPS)
+        # about one segment per op of one window; the rest stays on device 0
+        assert 0.6 * w < np.count_nonzero(np.diff(scattered)) <= w + 1
+        assert np.count_nonzero(scattered) <= w
+        on = np.flatnonzero(scattered)
+        assert on.max() - on.min() < w
+        off = np.count_nonzero(sparse)
+        assert 0.1 * w < off < 0.4 * w and sparse.max() < 4  # one op in four off device 0
+    # the same seed, the same placements
+    a = host_placements(500, 4, np.random.default_rng(5))
+    b = host_placements(500, 4, np.random.default_rng(5))
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_segment_features_lists_ops_and_which_take_an_in_segment_input():

@@ -80,11 +80,12 @@ def _has_parallel(rec: Mapping, thresholds: Mapping[str, float]) -> bool:
                for p, b in zip(rec["primitive"], rec["bytes_accessed"], strict=True))
 
 
-def fit_device(seg_records: Sequence[dict], base_s: float,
+def fit_device(seg_records: Sequence[dict], base_s,
                parallel_min_bytes: Mapping[str, float] | None = None, *,
                held_out_fraction: float = 0.25, seed: int = 0):
     """Segment fit and error report for the segments timed on one kind of device.
 
+    ``base_s``: what each segment costs besides its ops (a number, or one per record).
     Segments holding an op at or above ``parallel_min_bytes`` of its primitive pay a
     fitted ``parallel_launch_s`` once. A random ``held_out_fraction`` of the segments
     (seeded) is left out of the fit and reports how well it predicts segments it has
@@ -93,11 +94,12 @@ def fit_device(seg_records: Sequence[dict], base_s: float,
     recs = list(seg_records)
     thr = dict(parallel_min_bytes or {})
     t = np.array([Timing.from_dict(r["timing"]).median_s for r in recs])
+    base_s = np.array(np.broadcast_to(np.asarray(base_s, dtype=np.float64), t.shape))
     par = np.array([_has_parallel(r, thr) for r in recs], dtype=bool)
     rng = np.random.default_rng(seed)
     held = rng.random(len(recs)) < held_out_fraction
     fit_recs = [r for r, h in zip(recs, held, strict=True) if not h]
-    fit = fit_segments(fit_recs, t[~held], base_s, parallel=par[~held])
+    fit = fit_segments(fit_recs, t[~held], base_s[~held], parallel=par[~held])
     dev = fit.device(name="probe", kind="cpu", memory_bytes=1.0)
     base = base_s + np.where(par, fit.parallel_launch_s, 0.0)
     pred = predict_segments(dev, recs, base)
@@ -116,7 +118,8 @@ def fit_device(seg_records: Sequence[dict], base_s: float,
     return fit, report
 
 
-def build_cost_model(records: Sequence[dict], name: str | None = None
+def build_cost_model(records: Sequence[dict], name: str | None = None, *,
+                     step_graphs_of: Mapping[str, Any] | None = None
                      ) -> tuple[CostModel, dict[str, Any]]:
     """The cost model that ``records`` (see ``simplace.calibrate.records``) support, and
     a report of the fits (per device: held-out segment errors; per link: fit error).
@@ -125,7 +128,12 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
     costs fitted to timed segments (shared by devices of the same hardware); links the
     fitted latency and bandwidth (``device_put`` blocking times, minus the host time of
     the call) and the call's host time; exclusive groups come from the pair overlaps.
-    Deterministic: the same records give the same model.
+    Where the records hold whole steps with their placements (``host`` records of a
+    schema-2 calibration since issue 13), dispatch and put costs are the calls' host
+    times in context and four scales (dispatch, put, compute, launch) are then fitted
+    to the steps with the simulator (``simplace.calibrate.steps``); the steps' graphs
+    are traced again from their model names unless ``step_graphs_of`` (``{hash:
+    OpGraph}``) gives them. Deterministic: the same records give the same model.
     """
     if not records or records[0]["kind"] != "header":
         raise CalibrationError("Records must start with a header record.")
@@ -151,6 +159,9 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
     block = {n: Timing.from_dict(runtime[n]["block"]).median_s for n in names}
     host = {n: Timing.from_dict(runtime[n]["host"]).median_s for n in names}
 
+    hosts = [r for r in records if r["kind"] == "host"]
+    profiled = [r for r in hosts if "call_host_s" in r and "segment_calls" in r]
+    arity_early = _arity_fit(profiled) if profiled else {}
     # One segment fit per kind of hardware, on every segment timed on such a device.
     fits, thresholds = {}, {}
     op_recs = [r for r in records if r["kind"] == "op"]
@@ -164,7 +175,14 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
         base = float(np.median([block[m] for m in members]))
         thresholds[key] = parallel_thresholds(
             [r for r in op_recs if r["device"] in members], base)
-        fit, rep = fit_device(recs, base, thresholds[key],
+        # A segment timed alone costs a tiny call (one input, one output) plus the host
+        # time of its other arguments (the calls' arity fit, in context): that is its
+        # base, so that argument handling is not spread over its ops as op costs.
+        seg_base = np.array([
+            base + arity_early["per_input_s"] * max(int(r["inputs"]) - 1, 0)
+            + arity_early["per_output_s"] * max(int(r["outputs"]) - 1, 0)
+            if "inputs" in r and "per_input_s" in arity_early else base for r in recs])
+        fit, rep = fit_device(recs, seg_base, thresholds[key],
                               seed=int(head["settings"].get("seed", 0)))
         rep["parallel_launch_s"] = fit.parallel_launch_s
         rep["parallel_min_bytes"] = thresholds[key]
@@ -178,12 +196,35 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
     # kind of device and puts per pair of kinds by robust (soft-L1) non-negative least
     # squares on relative errors: a few steps of one model whose calls cost more (large
     # arguments) must not set the figure for all.
-    hosts = [r for r in records if r["kind"] == "host"]
     keys = sorted({_device_key(i) for i in dev_info})
     key_of = [keys.index(_device_key(info_by_name[n])) for n in names]
     dispatch = dict(host)
+    argument = 0.0
     put_ctx: dict[tuple[int, int], float] = {}
-    if len(hosts) >= 2:
+    if profiled:
+        # Each call's host time was taken inside real steps: the mean over every call
+        # of a kind is its cost in context (no split of step times needed).
+        disp_by, put_by = _calls_in_context(profiled, names, key_of)
+        arity = arity_early
+        # A call's host time grows with its arguments: the parameters and graph outputs
+        # it passes are charged to the ops that read or return them (argument_s), and
+        # the typical call (the median: most calls of fragmented steps pass a few
+        # activations) is the dispatch cost.
+        if "per_input_s" in arity:
+            argument = 0.5 * (arity["per_input_s"] + arity["per_output_s"])
+        for n, k in zip(names, key_of, strict=True):
+            if disp_by.get(k):
+                dispatch[n] = float(np.median(disp_by[k]))
+        put_ctx = {kk: float(np.mean(v)) for kk, v in put_by.items() if v}
+        report["host_calls"] = {
+            "segment_calls": int(sum(len(v) for v in disp_by.values())),
+            "puts": int(sum(len(v) for v in put_by.values())),
+            "dispatch_s": {keys[k][0] + ":" + keys[k][1]: float(np.mean(v))
+                           for k, v in disp_by.items() if v},
+            "put_s": {f"{keys[a][1]}->{keys[b][1]}": float(np.mean(v))
+                      for (a, b), v in put_by.items() if v},
+            "arity": arity}
+    elif len(hosts) >= 2:
         nk = len(keys)
         rows, y = [], []
         for r in hosts:
@@ -277,8 +318,26 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
         devices.append(fits[n].device(
             name=n, kind=info["kind"], memory_bytes=float(info["memory_bytes"]),
             exclusive_group=groups[n], launch_s=max(block[n] - host[n], 0.0),
-            dispatch_s=dispatch[n], parallel_min_bytes=thresholds[_device_key(info)]))
+            dispatch_s=dispatch[n], parallel_min_bytes=thresholds[_device_key(info)],
+            argument_s=argument))
 
+    # Whole steps measured in context: the scales of dispatch, put, compute and launch
+    # costs that make the simulator predict them (``steps.fit_steps``).
+    step_recs = [r for r in hosts if "assignment" in r and "graph_hash" in r]
+    scales = None
+    if step_recs:
+        from simplace.calibrate.steps import fit_steps, scaled_model, step_graphs
+
+        graphs, graph_notes = step_graphs(step_recs) if step_graphs_of is None else (
+            step_graphs_of, [])
+        unscaled = CostModel(name=name or head["name"], devices=tuple(devices),
+                             latency_s=lat, bandwidth_bytes_per_s=bw, put_s=put)
+        sf = fit_steps(unscaled, step_recs, graphs,
+                       seed=int(head["settings"].get("seed", 0)))
+        scales = sf.scales
+        report["steps"] = dict(sf.report, notes=graph_notes)
+        devices = list(scaled_model(unscaled, scales).devices)
+        put = put * scales["put"]
     phases = [r for r in records if r["kind"] == "phase"]
     report["wall_s"] = float(sum(r.get("wall_s", 0.0) for r in phases))
     report["links_missing"] = [f"{names[i]}->{names[j]}" for i, j in missing]
@@ -297,8 +356,20 @@ def build_cost_model(records: Sequence[dict], name: str | None = None
         "(meta.fit_report).",
         "Links: blocking jax.device_put times over sizes (latency, bandwidth); put_s: host "
         "time of one device_put call, taken out of the latency.",
-    ) + (("Memory of each CPU device: the host's memory divided by its CPU devices "
-          "(virtual devices share it).",) if any(i["kind"] == "cpu" for i in dev_info)
+    ) + ((
+        "dispatch_s, put_s: median host time of a segment call, mean of a device_put call, "
+        "timed inside real steps of placed zoo graphs (in context); argument_s: host time "
+        "per parameter or graph output a call passes (robust fit of call times to their "
+        "arity), charged to the ops that read or return them; a segment's base when "
+        "timed alone: a tiny call's blocking time plus the host time of its other "
+        "arguments.",) if profiled else ()) + ((
+        "Then dispatch, put, argument, compute (every in-segment op cost) and launch "
+        "scaled by "
+        + ", ".join(f"{k} {v:.3g}" for k, v in scales.items())
+        + ", fitted (robust least squares, the simulator as the model) to whole steps of "
+        "placements measured in context (meta.fit_report.steps).",) if scales else ()) + ((
+        "Memory of each CPU device: the host's memory divided by its CPU devices "
+        "(virtual devices share it).",) if any(i["kind"] == "cpu" for i in dev_info)
          else ())
     prov = Provenance(source="measured", host=head["host"], date=head["date"],
                       jax_version=head["jax_version"], jaxlib_version=head["jaxlib_version"],
@@ -318,3 +389,39 @@ def _strip_residuals(report: dict) -> dict:
     out["links"] = {k: {f: v for f, v in r.items() if f != "rel_residuals"}
                     for k, r in report["links"].items()}
     return out
+
+
+def _calls_in_context(profiled: Sequence[dict], names: Sequence[str], key_of: Sequence[int]):
+    """``({device kind: [host s per segment call]}, {(kind, kind): [host s per put]})``
+    over every call of ``profiled`` host records (each call's median over its steps)."""
+    disp: dict[int, list[float]] = {}
+    puts: dict[tuple[int, int], list[float]] = {}
+    for r in profiled:
+        for call, t in zip(r["segment_calls"], r["call_host_s"], strict=True):
+            disp.setdefault(key_of[int(call[0])], []).append(float(t))
+        for (a, b), t in zip(r.get("put_links", []), r.get("put_host_s", []), strict=True):
+            if a < 0:  # a batched put from several devices: no single link
+                continue
+            puts.setdefault((key_of[int(a)], key_of[int(b)]), []).append(float(t))
+    return disp, puts
+
+
+def _arity_fit(profiled: Sequence[dict]) -> dict[str, Any]:
+    """How a segment call's host time grows with its arguments: ``host_s ~ base_s +
+    per_input_s * inputs + per_output_s * outputs`` by robust least squares over every
+    profiled call (the simulator charges one ``dispatch_s`` per segment whatever its
+    arity: this says how much that costs)."""
+    rows, y = [], []
+    for r in profiled:
+        for call, t in zip(r["segment_calls"], r["call_host_s"], strict=True):
+            rows.append([1.0, float(call[3]), float(call[4])])
+            y.append(float(t))
+    if len(y) < 8:
+        return {"calls": len(y)}
+    a, y = np.array(rows), np.array(y)
+    x0 = np.linalg.lstsq(a, y, rcond=None)[0]
+    sol = least_squares(lambda c: (a @ c) / y - 1.0, np.maximum(x0, 1e-9),
+                        bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.1)
+    return {"calls": len(y), "base_s": float(sol.x[0]), "per_input_s": float(sol.x[1]),
+            "per_output_s": float(sol.x[2]),
+            "inputs_max": int(a[:, 1].max()), "outputs_max": int(a[:, 2].max())}

@@ -25,8 +25,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          "--refit/--resume)")
     sp.add_argument("--models", default=None,
                     help="comma-separated zoo names (small sizes) or file.py:factory whose "
-                         "op signatures are timed (default: the whole zoo; --quick: "
-                         "tiny_cnn,mlp)")
+                         "op signatures are timed (default: the zoo but mlp, tiny_cnn and "
+                         "rnnlm, on which bench/fidelity.py validates, and the largest "
+                         "graphs; --quick: alexnet,transformer)")
     sp.add_argument("--devices", default=None,
                     help="comma-separated device names to calibrate, e.g. cpu:0,cpu:1 "
                          "(default: all devices JAX sees)")
@@ -141,6 +142,27 @@ def format_report(model, report: dict) -> str:
     shared = [f"{g}: {', '.join(m)}" for g, m in groups.items() if len(m) > 1]
     lines.append("exclusive groups: " + ("; ".join(shared) if shared else "none (all "
                                           "devices run in parallel)"))
+    hc = report.get("host_calls")
+    if hc:
+        ar = hc["arity"]
+        lines.append(f"host calls in context: {hc['segment_calls']} segment calls, "
+                     f"{hc['puts']} device_puts" + (
+                         f"; a call costs {ar['base_s'] * 1e6:.1f} us + "
+                         f"{ar['per_input_s'] * 1e6:.2f} us per input + "
+                         f"{ar['per_output_s'] * 1e6:.2f} us per output"
+                         if "base_s" in ar else ""))
+    st = report.get("steps")
+    if st:
+        lines.append(
+            f"whole steps in context: {st['steps']} steps of {st['graphs']} graphs; scales "
+            + ", ".join(f"{k} {v:.3g}" for k, v in st["scales"].items())
+            + f"; error before {pct(st['before']['median_rel_error']).strip()}, fitted "
+            f"{pct(st['fitted']['median_rel_error']).strip()}, held out "
+            f"{pct(st['held_out']['median_rel_error']).strip()} (median)")
+        for k, why in st.get("not_pinned", {}).items():
+            lines.append(f"  {k} scale not pinned (kept at 1): {why}.")
+        for note in st.get("notes", []):
+            lines.append(f"  {note}")
     lines.append(f"calibration wall time: {report['wall_s']:.1f} s")
     return "\n".join(lines)
 

@@ -32,13 +32,13 @@ from simplace.cost_model import CostModel
 from simplace.errors import CalibrationError
 from simplace.progress import Progress
 
-# Zoo models calibrated by default (small presets: they run on a laptop). --quick: two.
-# rnnlm is left out on purpose: bench/fidelity.py validates on it, so one of its
-# models is one the calibration never saw.
-DEFAULT_MODELS_QUICK = ("tiny_cnn", "mlp", "alexnet", "transformer")
-# Host-time steps scatter every op: one compile per distinct segment, so only graphs
-# this small are used for them.
-HOST_MAX_OPS = 400
+# Zoo models calibrated by default (small presets: they run on a laptop). The models
+# bench/fidelity.py validates on are left out on purpose, so that its figures are for
+# graphs the calibration never saw (nothing of them is fitted).
+FIDELITY_MODELS = ("mlp", "tiny_cnn", "rnnlm")
+DEFAULT_MODELS_QUICK = ("alexnet", "transformer")
+# The largest zoo graphs take minutes to compile segment by segment: left out by default.
+_DEFAULT_SKIP = FIDELITY_MODELS + ("inception_v3", "resnet50", "nmt_8layer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,8 @@ class Settings:
     def make(cls, *, quick: bool, models: Sequence[str] | None) -> Settings:
         if models is None:
             from simplace import zoo
-            models = DEFAULT_MODELS_QUICK if quick else tuple(zoo.names())
+            models = DEFAULT_MODELS_QUICK if quick else tuple(
+                m for m in zoo.names() if m not in _DEFAULT_SKIP)
         base = cls(quick=quick, models=tuple(models))
         if not quick:
             return base
@@ -184,7 +185,8 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
         model to ``cost_models/NAME.json`` under ``records_dir`` / ``cost_model_dir``,
         by default under the user directory (``$SIMPLACE_HOME``, see ``simplace.paths``).
       models: zoo names (small presets) or ``file.py:factory`` whose op signatures are
-        timed; default: every zoo model (``--quick``: tiny_cnn and mlp).
+        timed; default: the zoo but the models bench/fidelity.py validates on and the
+        largest ones (``--quick``: alexnet and transformer).
       devices: device names (``cpu:0``...) to calibrate; default: all JAX sees.
       quick: fewer sizes and repeats: about a minute on a 2-core machine.
       budget_s: stop measuring model signatures (then links) when this much wall time
@@ -340,26 +342,25 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                     fn, args = load_function(m, small=True, abstract=False, training=True)
                     program = prepare(fn, args, name=m)
                 graph = program.graph
-                # Host time of whole steps that dispatch many segments and puts: the
-                # dispatch and put costs in context.
-                for p in (seg_mod.host_placements(graph.num_ops, len(devs), rng)
-                          if graph.num_ops <= HOST_MAX_OPS else []):
-                    h = seg_mod.time_host(program, args, p, devs, **seg_kw)
-                    out.write({"kind": "host", "model": m, "segments": h["segments"],
-                               "puts": h["puts"], "timing": h["host"].to_dict()})
+                # Whole steps, timed as validation times them, with each call's host
+                # time in context: placements that scatter a window of ops (the host
+                # dispatches a segment and a put or so per op), then random runs of ops
+                # (the first one the whole graph as one segment), whose segments are
+                # also timed alone for the op-cost fit.
+                for p in seg_mod.host_placements(graph.num_ops, len(devs), rng):
+                    out.write(_host_record(m, graph, p, seg_mod.time_host(
+                        program, args, p, devs, **seg_kw)))
                 for p in seg_mod.cut_placements(graph.num_ops, len(devs), rng,
                                                 count=3 if settings.quick else 6):
-                    # A few long segments and many puts: another mix of host calls.
-                    if graph.num_ops <= HOST_MAX_OPS and len(set(p.tolist())) > 1:
-                        h = seg_mod.time_host(program, args, p, devs, **seg_kw)
-                        out.write({"kind": "host", "model": m, "segments": h["segments"],
-                                   "puts": h["puts"], "timing": h["host"].to_dict()})
-                    for dev_i, first, stop, tm in seg_mod.time_segments(
+                    out.write(_host_record(m, graph, p, seg_mod.time_host(
+                        program, args, p, devs, **seg_kw)))
+                    for dev_i, first, stop, tm, call in seg_mod.time_segments(
                             program, args, p, devs, **seg_kw):
                         out.write({"kind": "segment", "device": device_name(devs[dev_i]),
                                    "model": m, "first": first, "stop": stop,
                                    **seg_mod.segment_features(graph, first, stop),
-                                   "timing": tm.to_dict()})
+                                   "call_host_s": call["host_s"], "inputs": call["inputs"],
+                                   "outputs": call["outputs"], "timing": tm.to_dict()})
                 # Single ops last, after the host steps: hundreds of one-op executables
                 # may slow the dispatch of what runs after them in this process.
                 # Each op signature alone, on one device of each kind of hardware: which
@@ -420,6 +421,17 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                    "measured": len(excl_todo), "skipped_for_budget": 0})
     bar.step(0, "done", force=True)
     bar.close()
+
+
+def _host_record(model: str, graph, placement, h: dict) -> dict:
+    """The ``host`` record of a whole step (``segments.time_host``'s ``h``) of
+    ``placement`` of ``model``'s ``graph``: what the step fit simulates again."""
+    return {"kind": "host", "model": model, "graph_hash": graph.hash,
+            "assignment": [int(x) for x in placement], "segments": h["segments"],
+            "puts": h["puts"], "segment_calls": h["segment_calls"],
+            "put_links": h["put_links"], "call_host_s": h["call_host_s"],
+            "put_host_s": h["put_host_s"], "loop_s": h["loop_s"],
+            "timing": h["host"].to_dict()}
 
 
 def _fit_and_save(rec_path: Path, cm_path: Path, name: str):

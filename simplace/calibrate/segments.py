@@ -105,9 +105,13 @@ def segment_features(graph, first: int, stop: int) -> dict:
 
 
 def time_segments(program, args: Sequence, placement: np.ndarray, devices: list,
-                  **harness_kw) -> list[tuple[int, int, int, Timing]]:
-    """``[(device index, first, stop, Timing)]``: each segment of ``placement`` timed alone
-    (blocking) on the inputs it has in a real step."""
+                  **harness_kw) -> list[tuple[int, int, int, Timing, dict]]:
+    """``[(device index, first, stop, Timing, call)]``: each segment of ``placement``
+    timed alone (blocking) on the inputs it has in a real step; ``call`` is
+    ``{"host_s", "inputs", "outputs"}``: the host time of the segment's jitted call
+    alone (``call_host_s``) and its arity. The call's host time grows with its arguments
+    (~1-4 us each on a 2-core VM): it is taken out of the segment's time before op costs
+    are fitted, instead of being spread over its ops."""
     import jax
 
     placed = program.place(placement, devices=devices)
@@ -116,11 +120,26 @@ def time_segments(program, args: Sequence, placement: np.ndarray, devices: list,
     _, vals = placed.run(placed.place_args(*args), _keep=True)
     jax.block_until_ready([v for v in vals if v is not None])
     for seg, k in zip(placed.segments, placed._seg_steps, strict=True):
-        _, fn, ins, _ = placed._steps[k]
+        _, fn, ins, outs = placed._steps[k]
         inputs = [vals[i] for i in ins]
         t = time_fn(lambda *xs, fn=fn: jax.block_until_ready(fn(*xs)), *inputs, **harness_kw)
-        out.append((seg.device, seg.start, seg.stop, t))
+        call = {"host_s": call_host_s(fn, inputs), "inputs": len(ins), "outputs": len(outs)}
+        out.append((seg.device, seg.start, seg.stop, t, call))
     return out
+
+
+def call_host_s(fn, inputs: Sequence, *, calls: int = 15) -> float:
+    """Median host time of one call ``fn(*inputs)`` made on an idle device: each call is
+    timed up to its return (dispatch only), then waited for before the next one."""
+    import jax
+
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        res = fn(*inputs)
+        samples.append(time.perf_counter() - t0)
+        jax.block_until_ready(res)
+    return float(np.median(samples))
 
 
 def model_specs(fn, args) -> list:
@@ -130,28 +149,91 @@ def model_specs(fn, args) -> list:
     return [s for s in specs_of(fn, args, "model").values() if s.does_work]
 
 
+# Host-bound steps scatter at most this many consecutive ops (a random window of the
+# graph) so that a large graph compiles a bounded number of distinct segments.
+HOST_WINDOW_OPS = 160
+
+
 def host_placements(num_ops: int, num_devices: int, rng: np.random.Generator) -> list:
-    """Placements whose steps the host is busy dispatching: every op on a random device
-    (a segment and a put or so per op), and one op in four moved off device 0."""
+    """Placements whose steps the host is busy dispatching: every op of a random window
+    of at most ``HOST_WINDOW_OPS`` ops on a random device (about a segment and a put per
+    op; the ops outside the window stay on device 0), and one op in four of such a
+    window moved off device 0."""
     if num_devices < 2 or num_ops < 2:
         return []
-    scattered = rng.integers(0, num_devices, num_ops).astype(np.int32)
-    sparse = np.where(rng.random(num_ops) < 0.25,
-                      rng.integers(1, num_devices, num_ops), 0).astype(np.int32)
-    return [scattered, sparse]
+    w = min(num_ops, HOST_WINDOW_OPS)
+    out = []
+    for sparse in (False, True):
+        lo = int(rng.integers(0, num_ops - w + 1))
+        p = np.zeros(num_ops, dtype=np.int32)
+        if sparse:
+            p[lo:lo + w] = np.where(rng.random(w) < 0.25, rng.integers(1, num_devices, w), 0)
+        else:
+            p[lo:lo + w] = rng.integers(0, num_devices, w)
+        out.append(p)
+    return out
+
+
+def profile_steps(placed, placed_args, *, steps: int = 7) -> dict:
+    """Host time of every segment call and ``device_put`` call in real steps of
+    ``placed`` (the step loop of ``PlacedFunction.run``, each call timed up to its
+    return; every step waited for at its end, as validation does), on arguments from
+    ``placed.place_args``.
+
+    Returns ``{"call_host_s": [per segment], "put_host_s": [per put], "loop_s",
+    "step_s"}``: each call's median over ``steps`` steps, and the medians of the host
+    loop's time and of the whole step's. These are the dispatch and put costs in
+    context: with the devices' work and the other calls around them, a call costs the
+    host several times what it costs alone on a 2-core VM.
+    """
+    import jax
+
+    n_calls = sum(st[0] == "call" for st in placed._steps)
+    calls = np.zeros((steps, n_calls))
+    puts = np.zeros((steps, len(placed._steps) - n_calls))
+    loops, totals = [], []
+    clock = time.perf_counter
+    for s in range(steps):
+        vals = list(placed_args.slots)
+        kc = kp = 0
+        start = clock()
+        for st in placed._steps:
+            t0 = clock()
+            if st[0] == "call":
+                _, fn, ins, outs = st
+                res = fn(*[vals[i] for i in ins])
+                for k, v in zip(outs, res, strict=True):
+                    vals[k] = v
+                calls[s, kc] = clock() - t0
+                kc += 1
+            else:
+                _, src, dst, dev = st
+                moved = jax.device_put([vals[i] for i in src], dev)
+                for k, v in zip(dst, moved, strict=True):
+                    vals[k] = v
+                puts[s, kp] = clock() - t0
+                kp += 1
+        loops.append(clock() - start)
+        jax.block_until_ready([v for v in vals if v is not None])
+        totals.append(clock() - start)
+    return {"call_host_s": np.median(calls, axis=0).tolist(),
+            "put_host_s": np.median(puts, axis=0).tolist(),
+            "loop_s": float(np.median(loops)), "step_s": float(np.median(totals))}
 
 
 def time_host(program, args: Sequence, placement: np.ndarray, devices: list,
               **harness_kw) -> dict:
-    """Step time of ``placement``, a step the host is busy dispatching, timed as
-    validation times steps (``simplace.validate.executor.measure``), with what it
-    dispatched: ``{"host": Timing, "segments": [per device], "puts": [[per link]]}``.
-    (Timing the calls alone, without waiting, gave per-call costs about twice those of
-    steady repeated steps on a 2-core VM.)"""
+    """Step time of ``placement`` timed as validation times steps
+    (``simplace.validate.executor.measure``), with what it dispatched and what each
+    call cost the host in context (``profile_steps``): ``{"host": Timing, "segments":
+    [per device], "puts": [[per link]], "segment_calls": [[device, first, stop, inputs,
+    outputs] per segment], "put_links": [[src, dst] per put], "call_host_s",
+    "put_host_s", "loop_s"}``."""
     from simplace.validate.executor import measure
 
     placed = program.place(placement, devices=devices)
     step = measure(placed, args, **harness_kw).step
+    prof = profile_steps(placed, placed.place_args(*args))
     d = len(devices)
     segs = [0] * d
     for s in placed.segments:
@@ -159,4 +241,11 @@ def time_host(program, args: Sequence, placement: np.ndarray, devices: list,
     puts = [[0] * d for _ in range(d)]
     for a, b in placed.put_links:
         puts[a][b] += 1
-    return {"host": step, "segments": segs, "puts": puts}
+    calls = []
+    for s, k in zip(placed.segments, placed._seg_steps, strict=True):
+        _, _, ins, outs = placed._steps[k]
+        calls.append([int(s.device), int(s.start), int(s.stop), len(ins), len(outs)])
+    return {"host": step, "segments": segs, "puts": puts, "segment_calls": calls,
+            "put_links": [[int(a), int(b)] for a, b in placed.put_links],
+            "call_host_s": prof["call_host_s"], "put_host_s": prof["put_host_s"],
+            "loop_s": prof["loop_s"]}

@@ -150,7 +150,9 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     ``op_launch_times(graph)`` and ``op_unfused_times(graph)`` (-> float[M, D])
     (missing means zeros), and optionally ``corrections.link_scale`` (float[D, D] multiplying
     transfer times; missing means all ones). The link scale is folded in as
-    ``latency * scale`` and ``bandwidth / scale``.
+    ``latency * scale`` and ``bandwidth / scale``; ``corrected_put_s`` (the put calls'
+    host time with the host drift correction) is read in place of ``put_s`` where the
+    model has it (``CostModel.dispatch_s`` has that correction already).
     """
     if isinstance(cost_model, SimInputs):
         inp = make_sim_inputs(*cost_model)
@@ -163,7 +165,8 @@ def sim_inputs(graph, cost_model) -> SimInputs:
             grp = getattr(cost_model, "exclusive_group_ids", None)
             launch = getattr(cost_model, "launch_s", None)
             dispatch = getattr(cost_model, "dispatch_s", None)
-            put = getattr(cost_model, "put_s", None)
+            # host_scale (drift of the host's calls) is folded in where the model has it
+            put = getattr(cost_model, "corrected_put_s", getattr(cost_model, "put_s", None))
             op_launch = (cost_model.op_launch_times(graph)
                          if hasattr(cost_model, "op_launch_times") else None)
             unfused = (cost_model.op_unfused_times(graph)
