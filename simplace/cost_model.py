@@ -141,7 +141,7 @@ def _graph_arrays(graph) -> tuple[np.ndarray, list[str]]:
     return out
 
 
-def _call_arguments(graph) -> np.ndarray:
+def call_arguments(graph) -> np.ndarray:
     """float64[M]: the call arguments charged to each op: for each parameter it reads,
     1 / (number of ops reading it), plus 1 if it returns an output of the graph."""
     m = graph.num_ops
@@ -808,7 +808,7 @@ class CostModel:
             if corr.compute_scale[k] != 1:
                 t = np.where(works, corr.compute_scale[k] * t, t)
             if dev.argument_s:
-                t = t + dev.argument_s * corr.host_scale * _call_arguments(graph)
+                t = t + dev.argument_s * corr.host_scale * call_arguments(graph)
             out[:, k] = t
         return out
 

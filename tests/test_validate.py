@@ -270,7 +270,7 @@ def test_drift_jacobian_is_the_derivative_of_the_segment_schedule(mlp):
         ps = _placements(rng, graph.num_ops, 3, 9)
         prob = _DriftProblem(cm, _records(graph, cm, ps, np.ones(len(ps))),
                              {graph.hash: graph}, FIT_PARAMS)
-        z = rng.normal(0.0, 0.3, 2 * 3 + 6)
+        z = rng.normal(0.0, 0.3, 2 * 3 + 6 + 1)  # compute, launch, links, host
         steps, jac = prob.evaluate(z)
         corrected = cm.with_corrections(prob.corrections(z))
         np.testing.assert_allclose(steps, [simulate(graph, corrected, p).step_time_s
@@ -316,7 +316,7 @@ def test_drift_jacobian_counts_segment_launches_on_the_path():
         res = simulate(g, cm, p, schedule=True)
         assert res.num_segments == n_seg
         prob = _DriftProblem(cm, _records(g, cm, [p], [1.0]), {g.hash: g}, FIT_PARAMS)
-        steps, jac = prob.evaluate(np.zeros(2 * 2 + 2))
+        steps, jac = prob.evaluate(np.zeros(2 * 2 + 2 + 1))
         assert steps[0] == res.step_time_s
         on_dev0 = sum(p[a] == 0 for a, _ in segments_of(p))
         assert jac[0, 2:4] / _OVERHEAD_UNIT_S == pytest.approx([on_dev0, n_seg - on_dev0])
@@ -328,19 +328,21 @@ def test_drift_jacobian_counts_segment_launches_on_the_path():
             assert jac[0, 4 + k] == pytest.approx(dur)
             assert (dur > 0) == ((i, j) in links)
     # dev:0's launch pushed below 0 is clipped: only dev:1's launch still moves the step
-    z = np.zeros(6)
+    z = np.zeros(7)
     z[2] = -2e-5 / _OVERHEAD_UNIT_S  # 1e-5 - 2e-5 < 0
     _, jac = prob.evaluate(z)
     assert jac[0, 2] == 0 and jac[0, 3] == pytest.approx(_OVERHEAD_UNIT_S)
-    # a slow host: the last segment waits for its dispatch, and the path stops there (host
-    # time is not corrected): only that segment's launch and ops are on it
+    # a slow host: the last segment waits for its dispatch, and the path stops there:
+    # that segment's launch and ops are on it, and the host time before it (every host
+    # call scales with host_scale)
     slow = tiny_machine(dispatch_s=(1e-2, 1e-2), group=("x", "x"))
     prob = _DriftProblem(slow, _records(g, slow, [alt2], [1.0]), {g.hash: g}, FIT_PARAMS)
-    steps, jac = prob.evaluate(np.zeros(6))
+    steps, jac = prob.evaluate(np.zeros(7))
     res = simulate(g, slow, alt2, schedule=True)
     assert res.schedule.segment_start_s[-1] == res.schedule.segment_dispatch_s[-1]
     last = slice(int(res.schedule.segment_first[-1]), m)
-    assert jac[0] == pytest.approx([t[last, 0].sum(), 0, _OVERHEAD_UNIT_S, 0, 0, 0])
+    assert jac[0] == pytest.approx([t[last, 0].sum(), 0, _OVERHEAD_UNIT_S, 0, 0, 0,
+                                    res.schedule.segment_dispatch_s[-1]])
 
 
 def test_drift_fit_ties_devices_that_share_compute(mlp):

@@ -163,7 +163,7 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     from scipy.optimize import least_squares
 
     from simplace.calibrate.harness import Timing
-    from simplace.cost_model import _call_arguments
+    from simplace.cost_model import call_arguments
     from simplace.sim import simulate
     from simplace.sim.inputs import sim_inputs
 
@@ -191,7 +191,7 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     # The op times hold the call-argument costs (host time) besides the ops' own
     # (compute): they are scaled apart.
     arg_s = np.array([dev.argument_s for dev in model.devices])
-    arg_part = {h: np.outer(_call_arguments(graphs[h]), arg_s) for h in base}
+    arg_part = {h: np.outer(call_arguments(graphs[h]), arg_s) for h in base}
 
     def predict(x: np.ndarray, which: np.ndarray) -> np.ndarray:
         s = dict(zip(SCALES, np.exp(x), strict=True))

@@ -2,8 +2,9 @@
 
 ``fit_drift(records, graphs, cost_model, held_out=...)`` fits drift ``Corrections``
 (per-device compute scale of fused op times, per-device extra overhead of each segment
-launch, per-link scale of copy times) by least squares on the log ratio of simulated to
-measured step time, re-simulating every record (the step time is a max-plus function of
+launch, per-link scale of copy times, one scale of the host's calls) by least squares
+on the log ratio of simulated to measured step time, re-simulating every record (the
+step time is a max-plus function of
 the corrections; its exact subgradient comes from the critical path of each simulated
 segment schedule, ``simplace.sim.critical``). Corrections are fitted on the
 *uncorrected* model, so they never compound, and appended to the corrections' history
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from simplace.cost_model import Corrections, CostModel
+from simplace.cost_model import Corrections, CostModel, call_arguments
 from simplace.errors import SimplaceError
 from simplace.graph import OpGraph
 from simplace.placement import check_placement
@@ -34,23 +35,27 @@ __all__ = ["FIT_PARAMS", "DriftFit", "fit_drift", "raw_model"]
 # Extra overheads are fitted in units of this many seconds, so that every fitted
 # variable is of order one (scales are fitted as logs).
 _OVERHEAD_UNIT_S = 1e-5
-FIT_PARAMS = ("compute_scale", "extra_overhead_s", "link_scale")
+FIT_PARAMS = ("compute_scale", "extra_overhead_s", "link_scale", "host_scale")
 
 
 class _DriftProblem:
     """The step times of records as functions of the corrections, with their gradient.
 
     The variables ``z``: log compute scale [D], extra launch overhead in units of
-    ``_OVERHEAD_UNIT_S`` [D], log link scale on the D*(D-1) ordered links. Under them
-    (as ``CostModel`` applies corrections) op times are ``compute_scale[d] * t0``, each
-    segment's launch ``max(launch_s[d] + extra_overhead_s[d], 0)`` and each copy
-    ``link_scale * (latency + bytes / bandwidth)``; dispatch and put calls (host time)
-    are not corrected. A step time is a max-plus function of these, so its derivative is
-    that of its critical path (``simplace.sim.critical.schedule_critical_path``):
-    d step / d log compute_scale[d] is the fused op time of the path's segments on d,
-    d step / d extra_overhead[d] the number of those segments (where the launch is not
-    clipped at 0), d step / d log link_scale[i, j] the duration of the path's copies
-    over that link.
+    ``_OVERHEAD_UNIT_S`` [D], log link scale on the D*(D-1) ordered links, log host
+    scale [1]. Under them (as ``CostModel`` applies corrections) op times are
+    ``compute_scale[d] * t0 + host_scale * a0`` (``a0``: the call-argument part,
+    ``Device.argument_s``), each segment's launch ``max(launch_s[d] +
+    extra_overhead_s[d], 0)``, each copy ``link_scale * (latency + bytes / bandwidth)``
+    and each dispatch and put call ``host_scale`` times its host time. A step time is a
+    max-plus function of these, so its derivative is that of its critical path
+    (``simplace.sim.critical.schedule_critical_path``): d step / d log compute_scale[d]
+    is the fused op time of the path's segments on d, d step / d extra_overhead[d] the
+    number of those segments (where the launch is not clipped at 0), d step / d log
+    link_scale[i, j] the duration of the path's copies over that link, and d step / d
+    log host_scale the host time at which the path starts (the host call that let its
+    first event start: every host call before it scales) plus the argument part of its
+    segments; a step that ends with a host call has the whole step.
     """
 
     def __init__(self, base: CostModel, records: Sequence[dict], graphs: Mapping[str, OpGraph],
@@ -83,8 +88,10 @@ class _DriftProblem:
             g = graphs[h]
             if h not in self.per_graph:
                 # Uncorrected inputs: op times scale linearly with compute_scale (ops that
-                # do no work cost 0 either way), so t0 is all a correction needs.
-                self.per_graph[h] = (g, sim_inputs(g, base))
+                # do no work cost 0 either way), so t0 is all a correction needs, apart
+                # from the call-argument part, which host_scale scales.
+                arg = np.outer(call_arguments(g), [dev.argument_s for dev in base.devices])
+                self.per_graph[h] = (g, sim_inputs(g, base), arg)
             a = check_placement(r["assignment"], g.num_ops, d)
             self.items.append((h, a, float(r["measured_step_time_s"])))
         self.off = np.argwhere(~np.eye(d, dtype=bool))
@@ -97,6 +104,9 @@ class _DriftProblem:
             free += list(range(d, 2 * d))
         if "link_scale" in params:
             free += list(range(2 * d, 2 * d + len(self.off)))
+        self.host_index = 2 * d + len(self.off)
+        if "host_scale" in params:
+            free.append(self.host_index)
         self.free = np.asarray(free, dtype=np.int64)
         self.tie_map, self.num_vars = self.variables(tie)
         self._cache: tuple | None = None
@@ -111,8 +121,8 @@ class _DriftProblem:
         tie_map = []
         for f in self.free.tolist():
             kind = "compute_scale" if f < d else "extra_overhead_s" if f < 2 * d \
-                else "link_scale"
-            if coarse:
+                else "link_scale" if f < self.host_index else "host_scale"
+            if coarse or kind == "host_scale":
                 key: tuple = (kind,)
             elif kind in tie:
                 key = (kind, None if kind == "link_scale" else
@@ -125,26 +135,30 @@ class _DriftProblem:
     def full(self, corr: Corrections) -> np.ndarray:
         return np.concatenate([np.log(corr.compute_scale),
                                corr.extra_overhead_s / _OVERHEAD_UNIT_S,
-                               np.log(corr.link_scale[self.off[:, 0], self.off[:, 1]])])
+                               np.log(corr.link_scale[self.off[:, 0], self.off[:, 1]]),
+                               [math.log(corr.host_scale)]])
 
     def corrections(self, z: np.ndarray, history=()) -> Corrections:
         d = self.d
         ls = np.ones((d, d))
-        ls[self.off[:, 0], self.off[:, 1]] = np.exp(z[2 * d:])
-        return Corrections(np.exp(z[:d]), z[d:2 * d] * _OVERHEAD_UNIT_S, ls, tuple(history))
+        ls[self.off[:, 0], self.off[:, 1]] = np.exp(z[2 * d:self.host_index])
+        return Corrections(np.exp(z[:d]), z[d:2 * d] * _OVERHEAD_UNIT_S, ls, tuple(history),
+                           float(np.exp(z[self.host_index])))
 
     def inputs(self, h: str, z: np.ndarray):
         """(SimInputs of graph ``h`` under ``z``, bool[D]: launch not clipped at 0).
         Only what corrections scale changes; every other input (host costs...) is the
         uncorrected model's."""
         d = self.d
-        _g, inp = self.per_graph[h]
+        _g, inp, arg = self.per_graph[h]
         cs, eo = np.exp(z[:d]), z[d:2 * d] * _OVERHEAD_UNIT_S
+        hs = float(np.exp(z[self.host_index]))
         ls = self.corrections(z).link_scale
         launch = inp.launch_s + eo
-        return inp._replace(op_time_s=inp.op_time_s * cs[None, :],
+        return inp._replace(op_time_s=(inp.op_time_s - arg) * cs[None, :] + arg * hs,
                             latency_s=inp.latency_s * ls,
                             bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / ls,
+                            dispatch_s=inp.dispatch_s * hs, put_s=inp.put_s * hs,
                             launch_s=np.maximum(launch, 0.0)), launch >= 0
 
     def evaluate(self, z: np.ndarray, *, grad: bool = True):
@@ -157,8 +171,9 @@ class _DriftProblem:
         steps = np.empty(len(self.items))
         jac = np.zeros((len(self.items), len(z)))
         inputs = {h: self.inputs(h, z) for h in self.per_graph}
+        hs, hi_ = float(np.exp(z[self.host_index])), self.host_index
         for r, (h, a, _) in enumerate(self.items):
-            g = self.per_graph[h][0]
+            g, _, arg = self.per_graph[h]
             inp, live = inputs[h]
             res = simulate(g, inp, a, schedule=grad)
             steps[r] = res.step_time_s
@@ -167,10 +182,17 @@ class _DriftProblem:
             sch = res.schedule
             segs, trs = schedule_critical_path(g, inp.exclusive_group, a, sch, res.step_time_s,
                                        inp.latency_s)
+            # The host chain before the path: the path's first event started when its
+            # host call was made, and every host call before that scales with host_scale.
+            starts = ([float(sch.segment_start_s[s]) for s in segs]
+                      + [float(sch.transfer_start_s[t]) for t, _ in trs])
+            jac[r, hi_] += min(starts) if starts else res.step_time_s
             for s in segs:
                 k = int(sch.segment_device[s])
                 lo, hi = int(sch.segment_first[s]), int(sch.segment_stop[s])
-                jac[r, k] += float(inp.op_time_s[lo:hi, k].sum())
+                a_part = hs * float(arg[lo:hi, k].sum())
+                jac[r, k] += float(inp.op_time_s[lo:hi, k].sum()) - a_part
+                jac[r, hi_] += a_part
                 if live[k]:
                     jac[r, d + k] += _OVERHEAD_UNIT_S
             for t, whole in trs:
@@ -216,6 +238,7 @@ class DriftFit:
         off = c.link_scale[~np.eye(c.num_devices, dtype=bool)]
         lines.append(f"link_scale min {off.min():.3f} median {np.median(off):.3f} "
                      f"max {off.max():.3f}" if off.size else "link_scale (one device)")
+        lines.append(f"host_scale (dispatch, device_put, call arguments) {c.host_scale:.3f}")
         return "\n".join(lines)
 
 
@@ -263,13 +286,15 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
 
     Minimises ``sum_r log(sim_r / measured_r)^2 + regularization * |z|^2`` over
     ``z`` = (log compute_scale per device, extra_overhead_s (added to each segment's
-    launch) per device in units of 10 us, log link_scale per ordered link) with
+    launch) per device in units of 10 us, log link_scale per ordered link, log
+    host_scale of every host call) with
     ``scipy.optimize.least_squares`` (trust region, exact subgradients from each
     record's critical path through its segment schedule). The step time is piecewise
     linear in the corrections, so the fit has local minima: it is solved from the
     current corrections, from identity and from a coarse fit (one value per kind), and
-    again with runaway scales reset, and the best solution is kept. Host time (dispatch
-    and put calls) is not corrected: the path of a step stops at a host call. The
+    again with runaway scales reset, and the best solution is kept. Host time (dispatch,
+    put calls and call arguments) is corrected by one ``host_scale``: one host thread
+    makes every call, and a host-bound step moves with nothing else. The
     regulariser pulls
     corrections that the records cannot see (a link no record uses) to identity.
     Corrections are fitted on the uncorrected model (``cost_model`` with identity
@@ -282,7 +307,8 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
       held_out: records NOT fitted on; the raw and corrected errors are reported on them.
       params: which kinds of correction to fit (others keep their current values).
       tie: kinds fitted as one shared value: ``link_scale`` (one scale for every link),
-        ``compute_scale``/``extra_overhead_s`` (one per exclusive group). ``"auto"``:
+        ``compute_scale``/``extra_overhead_s`` (one per exclusive group); ``host_scale``
+        is always one value. ``"auto"``:
         compute scale and overhead tied within exclusive groups (devices sharing compute
         drift together), link scales tied unless there are 5 records per ordered link
         (fewer cannot pin them one by one, and would overfit).
