@@ -39,6 +39,9 @@ not writable).
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+
 import numba
 import numpy as np
 
@@ -49,6 +52,9 @@ from simplace.sim.inputs import SimInputs, check_placements
 # two of placements (at least 64). The kernel's memory does not grow with the batch
 # (scratch is per thread block); chunks bound the int32 copy of the placements.
 _MAX_CELLS = 1 << 23
+# Placements per block, at least: a block allocates its scratch arrays (a few MB on big
+# graphs), and each block handed to a thread costs tens of microseconds.
+_MIN_BLOCK = 8
 
 
 def _njit(**kw):
@@ -66,14 +72,53 @@ def _njit(**kw):
 
 # ---------------------------------------------------------------------------- kernel
 @_njit(fastmath=False)
+def _merge_argsort(x, perm, tmp):
+    """perm[:n] = the indices of x (float64[n]) in ascending order: a bottom-up merge
+    sort (O(n log n) in any case; numba's np.argsort costs seconds more to compile)."""
+    n = x.shape[0]
+    for i in range(n):
+        perm[i] = i
+    width = 1
+    src, dst = perm, tmp
+    in_tmp = False
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid = min(lo + width, n)
+            hi = min(lo + 2 * width, n)
+            i, j, w = lo, mid, lo
+            while i < mid and j < hi:
+                if x[src[j]] < x[src[i]]:
+                    dst[w] = src[j]
+                    j += 1
+                else:
+                    dst[w] = src[i]
+                    i += 1
+                w += 1
+            while i < mid:
+                dst[w] = src[i]
+                i += 1
+                w += 1
+            while j < hi:
+                dst[w] = src[j]
+                j += 1
+                w += 1
+        src, dst = dst, src
+        in_tmp = not in_tmp
+        width *= 2
+    if in_tmp:
+        for i in range(n):
+            perm[i] = src[i]
+
+
+@_njit(fastmath=False)
 def _argsort_into(x, perm, cnt, bucket):
-    """perm[:n] = the indices of x (float64[n], finite) in ascending order.
+    """perm[:n] = the indices of x (float64[n], finite, >= 0) in ascending order.
 
     A bucket sort by value, then an insertion sort that puts equal-bucket values in
     order: event times spread over the step, so buckets hold a few values each and this
     costs a few ns per value. Where they do not (times spanning many binades, or
-    clustered), numpy's argsort takes over once the insertion sort has done 16 moves
-    per value."""
+    clustered), a merge sort takes over once the insertion sort has done 16 moves per
+    value (``cnt`` is its scratch then)."""
     n = x.shape[0]
     if n == 0:
         return
@@ -86,13 +131,12 @@ def _argsort_into(x, perm, cnt, bucket):
             hi = x[i]
     scale = (n - 1) / (hi - lo) if hi > lo else 0.0
     if not (scale < np.inf):  # hi - lo is subnormal
-        perm[:n] = np.argsort(x)
+        _merge_argsort(x, perm, cnt)
         return
     for k in range(n + 1):
         cnt[k] = 0
     for i in range(n):
-        k = int((x[i] - lo) * scale)
-        k = min(max(k, 0), n - 1)
+        k = min(max(int((x[i] - lo) * scale), 0), n - 1)
         bucket[i] = k
         cnt[k + 1] += 1
     for k in range(n):
@@ -112,7 +156,7 @@ def _argsort_into(x, perm, cnt, bucket):
         perm[j + 1] = v
         budget -= i - 1 - j
         if budget < 0:
-            perm[:n] = np.argsort(x)
+            _merge_argsort(x, perm, cnt)
             return
 
 
@@ -388,40 +432,37 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     return step, moved, nseg, nxfer, host, oom
 
 
-@_njit(fastmath=False, parallel=True)
-def _simulate_batch(placements, mode, n_blocks, g_int, g_float, m_int, m_float, sizes,
+@_njit(fastmath=False, nogil=True)
+def _simulate_block(placements, r0, r1, mode, g_int, g_float, m_int, m_float, sizes,
                     out_step, out_busy, out_peak, out_moved, out_nseg, out_nxfer,
                     out_host, out_oom):
-    """Simulate every row of ``placements`` int32[B, M] in ``n_blocks`` parallel blocks."""
-    bsz = placements.shape[0]
+    """Simulate rows ``r0..r1-1`` of ``placements`` int32[B, M] into the outputs' rows
+    (one thread; without the GIL, so that threads run blocks side by side)."""
     m = placements.shape[1]
     d = out_busy.shape[1]
     n_groups, n_params, n_tx = sizes
-    for blk in numba.prange(n_blocks):
-        r0 = blk * bsz // n_blocks
-        r1 = (blk + 1) * bsz // n_blocks
-        # Scratch of this block: stamps start at 0, placements stamp with row + 1.
-        n_ev = m + n_tx
-        i32, i64 = np.int32, np.int64
-        scratch = (np.empty(m, i32), np.zeros(m * d, i32), np.empty(n_tx, i64),
-                   np.empty(n_tx, i64), np.empty(n_tx, i64), np.empty(d, i64),
-                   np.empty(d, i64), np.zeros(d, i64), np.empty(d, i64), np.empty(d, i64),
-                   np.zeros(n_params * d, np.uint8), np.empty(n_ev, i64),
-                   np.empty(n_ev, i64), np.empty(n_ev + 1, i64), np.empty(n_ev, i64))
-        f_scratch = (np.empty(m), np.empty(m), np.empty(m * d), np.empty(m * d),
-                     np.empty(m * d), np.empty(m), np.empty(max(n_groups, 1)),
-                     np.empty(d * d), np.empty(d), np.empty(n_ev), np.empty(n_ev),
-                     np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(n_ev),
-                     np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(m))
-        for r in range(r0, r1):
-            res = _simulate_one(placements[r], r + 1, mode, g_int, g_float, m_int, m_float,
-                                scratch, f_scratch, out_busy[r], out_peak[r])
-            out_step[r] = res[0]
-            out_moved[r] = res[1]
-            out_nseg[r] = res[2]
-            out_nxfer[r] = res[3]
-            out_host[r] = res[4]
-            out_oom[r] = res[5]
+    # Scratch of this block: stamps start at 0, placements stamp with row + 1.
+    n_ev = m + n_tx
+    i32, i64 = np.int32, np.int64
+    scratch = (np.empty(m, i32), np.zeros(m * d, i32), np.empty(n_tx, i64),
+               np.empty(n_tx, i64), np.empty(n_tx, i64), np.empty(d, i64),
+               np.empty(d, i64), np.zeros(d, i64), np.empty(d, i64), np.empty(d, i64),
+               np.zeros(n_params * d, np.uint8), np.empty(n_ev, i64),
+               np.empty(n_ev, i64), np.empty(n_ev + 1, i64), np.empty(n_ev, i64))
+    f_scratch = (np.empty(m), np.empty(m), np.empty(m * d), np.empty(m * d),
+                 np.empty(m * d), np.empty(m), np.empty(max(n_groups, 1)),
+                 np.empty(d * d), np.empty(d), np.empty(n_ev), np.empty(n_ev),
+                 np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(n_ev),
+                 np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(m))
+    for r in range(r0, r1):
+        res = _simulate_one(placements[r], r + 1, mode, g_int, g_float, m_int, m_float,
+                            scratch, f_scratch, out_busy[r], out_peak[r])
+        out_step[r] = res[0]
+        out_moved[r] = res[1]
+        out_nseg[r] = res[2]
+        out_nxfer[r] = res[3]
+        out_host[r] = res[4]
+        out_oom[r] = res[5]
 
 
 # ----------------------------------------------------------------------- the class
@@ -460,10 +501,8 @@ class NativeSimulator:
         # Per link (from, to): put, latency, bandwidth, side by side.
         link = np.stack([inputs.put_s, inputs.latency_s, inputs.bandwidth_bytes_per_s],
                         axis=2)
-        self._m_float = (np.ascontiguousarray(inputs.launch_s, f64),
-                         np.ascontiguousarray(inputs.dispatch_s, f64),
-                         np.ascontiguousarray(link, f64).reshape(-1),
-                         np.ascontiguousarray(inputs.memory_bytes, f64))
+        self._m_float = (_own(inputs.launch_s, f64), _own(inputs.dispatch_s, f64),
+                         _own(link, f64), _own(inputs.memory_bytes, f64))
 
     def __call__(self, placements) -> BatchResult:
         p = check_placements(placements, self.num_ops, self.num_devices)
@@ -476,19 +515,57 @@ class NativeSimulator:
         out = BatchResult(np.empty(b), np.empty((b, d)), np.empty(b, dtype=bool),
                           np.empty((b, d)), np.empty(b), np.empty(b, np.int32),
                           np.empty(b, np.int32), np.empty(b))
-        threads = numba.get_num_threads()
-        for r0 in range(0, b, self.max_batch):
-            r1 = min(b, r0 + self.max_batch)
-            chunk = np.ascontiguousarray(p[r0:r1], dtype=np.int32)
-            # Several blocks per thread even out the placements' uneven costs.
-            n_blocks = min(r1 - r0, 4 * threads)
-            _simulate_batch(chunk, self._mode, n_blocks, self._g_int, self._g_float,
-                            self._m_int, self._m_float, self._sizes,
-                            out.step_time_s[r0:r1], out.busy_s[r0:r1],
-                            out.peak_memory_bytes[r0:r1], out.bytes_moved[r0:r1],
-                            out.num_segments[r0:r1], out.num_transfers[r0:r1],
-                            out.host_s[r0:r1], out.oom[r0:r1])
+        for c0 in range(0, b, self.max_batch):
+            c1 = min(b, c0 + self.max_batch)
+            chunk = np.ascontiguousarray(p[c0:c1], dtype=np.int32)
+            outs = tuple(x[c0:c1] for x in (
+                out.step_time_s, out.busy_s, out.peak_memory_bytes, out.bytes_moved,
+                out.num_segments, out.num_transfers, out.host_s, out.oom))
+
+            def block(rows, chunk=chunk, outs=outs):
+                _simulate_block(chunk, rows[0], rows[1], self._mode, self._g_int,
+                                self._g_float, self._m_int, self._m_float, self._sizes,
+                                *outs)
+
+            n = c1 - c0
+            threads = min(_threads(), n // _MIN_BLOCK)
+            if threads <= 1:
+                block((0, n))
+            else:
+                # Blocks smaller than a thread's share even out uneven placements and
+                # threads that the machine's other work holds up.
+                k = min(n // _MIN_BLOCK, 4 * threads)
+                rows = [(i * n // k, (i + 1) * n // k) for i in range(k)]
+                list(_pool(threads).map(block, rows))
         return out
+
+
+def _threads() -> int:
+    """Threads to run blocks of placements on: numba's thread count (the cores this
+    process may use, or NUMBA_NUM_THREADS)."""
+    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
+_POOL: list = [None]
+_POOL_LOCK = threading.Lock()
+
+
+def _pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
+    """A process-wide pool of worker threads, grown when more are asked for."""
+    with _POOL_LOCK:
+        pool = _POOL[0]
+        if pool is None or pool._max_workers < threads:
+            if pool is not None:
+                pool.shutdown(wait=False)
+            pool = _POOL[0] = concurrent.futures.ThreadPoolExecutor(
+                threads, thread_name_prefix="simplace-native")
+        return pool
+
+
+def _own(x, dtype) -> np.ndarray:
+    """A writable, contiguous, flat copy: numba compiles read-only and writable arrays
+    apart, so every argument is one kind (one compile for every graph)."""
+    return np.array(x, dtype=dtype, copy=True).reshape(-1)
 
 
 def _graph_arrays(graph, inp: SimInputs):
@@ -521,12 +598,12 @@ def _graph_arrays(graph, inp: SimInputs):
     single[one] = t_bytes[t_ptr[one]]
     single[np.diff(t_ptr) > 1] = -1.0  # several tensors: summed per put
     n_tx = min(len(src), m * (d - 1))  # copies, at most: one per (producer, device)
-    g_int = (in_ptr, np.ascontiguousarray(src[in_order]), t_ptr, tc_ptr, t_cons,
-             np.asarray(inp.exclusive_group, i64), np.asarray(graph.param_op, i64),
-             np.asarray(graph.param_index, i64), np.asarray(graph.is_output, np.uint8))
+    g_int = tuple(_own(x, i64) for x in (
+        in_ptr, src[in_order], t_ptr, tc_ptr, t_cons, inp.exclusive_group, graph.param_op,
+        graph.param_index)) + (_own(graph.is_output, np.uint8),)
     # Per op and device: fused time, op launch, unfused extra, side by side.
     opc = np.stack([inp.op_time_s, inp.op_launch_s, inp.op_unfused_s], axis=2)
-    g_float = tuple(np.ascontiguousarray(x, f64).reshape(-1) for x in (
-        opc, single, t_bytes, graph.out_bytes, graph.param_sizes))
+    g_float = tuple(_own(x, f64) for x in (opc, single, t_bytes, graph.out_bytes,
+                                           graph.param_sizes))
     sizes = (i64(inp.num_groups), i64(len(graph.param_sizes)), i64(n_tx))
     return g_int, g_float, sizes
