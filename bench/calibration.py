@@ -77,9 +77,34 @@ def table(report: dict) -> tuple[str, dict]:
         rows.append(f"host steps (dispatch and put split), error:  median "
                     f"{_pct(host['median_rel_error'])}, p90 {_pct(host['p90_rel_error'])} "
                     f"over {host['steps']} steps")
+    calls = report.get("host_calls")
+    if calls:
+        ar = calls["arity"]
+        rows.append(f"host calls in context: {calls['segment_calls']} segment calls, "
+                    f"{calls['puts']} device_puts; dispatch "
+                    + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in calls["dispatch_s"].items())
+                    + "; put " + ", ".join(f"{k} {v * 1e6:.1f} us"
+                                          for k, v in calls["put_s"].items())
+                    + (f"; a call: {ar['base_s'] * 1e6:.1f} us + {ar['per_input_s'] * 1e6:.2f} "
+                       f"us/input + {ar['per_output_s'] * 1e6:.2f} us/output"
+                       if "base_s" in ar else ""))
+    steps = report.get("steps")
+    if steps:
+        rows.append(f"whole steps in context ({steps['steps']} steps, {steps['graphs']} "
+                    "graphs), step-time error: before the step fit median "
+                    f"{_pct(steps['before']['median_rel_error'])}, p90 "
+                    f"{_pct(steps['before']['p90_rel_error'])}; fitted median "
+                    f"{_pct(steps['fitted']['median_rel_error'])}, p90 "
+                    f"{_pct(steps['fitted']['p90_rel_error'])}; held out "
+                    f"(n={steps['held_out']['n']}) median "
+                    f"{_pct(steps['held_out']['median_rel_error'])}, p90 "
+                    f"{_pct(steps['held_out']['p90_rel_error'])}")
+        rows.append("  scales: " + ", ".join(f"{k} {v:.3g}" for k, v in steps["scales"].items())
+                    + "".join(f"; {k} not pinned" for k in steps.get("not_pinned", {})))
     rows.append(f"calibration wall time: {report['wall_s']:.1f} s")
     summary.update(op_median_rel_error=op_err, op_p90_rel_error=op_p90,
-                   link_median_rel_error=link_err, host=host, wall_s=report["wall_s"])
+                   link_median_rel_error=link_err, host=host, wall_s=report["wall_s"],
+                   host_calls=calls, steps=steps)
     return "\n".join(rows), summary
 
 
@@ -91,6 +116,9 @@ def main(argv=None) -> int:
     p.add_argument("--cpu-devices", type=int, default=4)
     p.add_argument("--models", default=None)
     p.add_argument("--budget-s", type=float, default=None)
+    p.add_argument("--records-dir", default=None,
+                   help="refit the records of this calibration/ folder (default: the user "
+                        "directory's, else the checkout's)")
     p.add_argument("--no-save", action="store_true")
     args = p.parse_args(argv)
 
@@ -111,8 +139,8 @@ def main(argv=None) -> int:
     else:
         tmp = Path(tempfile.mkdtemp(prefix="simplace_bench_refit_"))
         # The records are found as `calibrate --refit` finds them (user dir, checkout).
-        model, report = refit(args.name, cost_model_dir=tmp)
-        source = f"refit of {find_records(args.name)}"
+        model, report = refit(args.name, records_dir=args.records_dir, cost_model_dir=tmp)
+        source = f"refit of {find_records(args.name, 'records.jsonl', args.records_dir)}"
     text, summary = table(report)
     head = (f"calibration bench: {args.name} ({source})\n"
             f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
