@@ -522,6 +522,11 @@ def _check_image_format(path: str, option: str) -> None:
                             f"matplotlib writes: .png, .svg, .pdf ... ({', '.join(formats)}).")
 
 
+# Commands that compile XLA programs (simulators, policies, the executor): they use the
+# persistent compilation cache (``simplace.compile_cache``; $SIMPLACE_COMPILE_CACHE=off).
+_COMPILING_COMMANDS = ("simulate", "optimize", "calibrate", "validate", "parallelize")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (see ``EXIT_CODES``)."""
     try:
@@ -531,6 +536,10 @@ def main(argv: list[str] | None = None) -> int:
     restore = _sigterm_as_interrupt()
     try:
         check_outputs(args)
+        if args.command in _COMPILING_COMMANDS:
+            from simplace import compile_cache
+
+            compile_cache.enable()  # a second run loads what the first compiled
         return args.func(args)
     except SimplaceError as err:
         print(f"simplace {args.command}: error: {err}", file=sys.stderr)

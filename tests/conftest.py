@@ -7,6 +7,10 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The CLI turns JAX's persistent compilation cache on (simplace.compile_cache): tests run
+# it in process, so it would change JAX's configuration for every later test. Off here;
+# tests/test_compile_cache.py checks it in subprocesses.
+os.environ["SIMPLACE_COMPILE_CACHE"] = "off"
 
 import pytest  # noqa: E402
 
