@@ -2,12 +2,15 @@
 
     python bench/simulator.py [--models resnet50,nmt_4layer | --graph g.json |
                                --synthetic-ops N] [--cost-model cpu_h100x4_nvlink]
-                              [--batches 1,64,256,1024] [--out results.json]
+                              [--batches 1,64,256,1024] [--backend jax|numba|both]
+                              [--out results.json]
 
-For each graph: the reference simulator's placements/s, then per batch size and memory
+For each graph: the reference simulator's placements/s, then per backend (the JAX scan,
+the native numba loop; both by default where numba is installed), batch size and memory
 mode (exact peak memory (memory=True), the exact OOM flag only (memory="oom": peaks only
 for placements that might not fit) and no memory (memory=False)) the batched
-simulator's compile time (first call less a steady call), steady call time,
+simulator's compile time (first call less a steady call; for numba, loading its cached
+machine code unless the cache was cold), steady call time,
 placements/s, ratio to the reference and memory use (peak resident set size during the
 row, above what the process held before it, and in all). Placements are uniformly
 random. Prints a table and writes JSON (``--out``, by default
@@ -23,6 +26,7 @@ import json
 import os
 import pathlib
 import platform
+import subprocess
 import sys
 import threading
 import time
@@ -127,6 +131,29 @@ def _load() -> list[float]:
         return []
 
 
+def _numba_version() -> str | None:
+    try:
+        import numba
+    except ImportError:
+        return None
+    return numba.__version__
+
+
+def _backends(args) -> list[str]:
+    if args.backend == "both":
+        return ["jax", "numba"] if _numba_version() else ["jax"]
+    return [args.backend]
+
+
+def _uptime() -> str:
+    """``uptime``'s line (the load averages, as quoted with figures)."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def bench_graph(graph, args, rng):
     from simplace.sim import batched_simulator, lower_bound, sim_inputs, simulate
 
@@ -143,13 +170,15 @@ def bench_graph(graph, args, rng):
 
     rows = []
     print(f"reference: {ref_rate:.2f} placements/s (load {_load()})")
-    print(f"{'B':>6} {'memory':>7} {'compile s':>10} {'call s':>9} {'placements/s':>13} "
-          f"{'x reference':>12} {'chunk':>6} {'mem MB':>8} {'RSS MB':>8}", flush=True)
-    for memory in ((True,) if args.no_memory else (True, "oom", False)):
+    print(f"{'backend':>7} {'B':>6} {'memory':>7} {'compile s':>10} {'call s':>9} "
+          f"{'placements/s':>13} {'x reference':>12} {'chunk':>6} {'mem MB':>8} "
+          f"{'RSS MB':>8}", flush=True)
+    modes = (True,) if args.no_memory else (True, "oom", False)
+    for backend, memory in ((k, mem) for k in _backends(args) for mem in modes):
         for b in (int(x) for x in args.batches.split(",")):
             p = rng.integers(0, d, (b, graph.num_ops)).astype(np.int32)
             with _PeakRss() as rss:
-                f = batched_simulator(graph, inp, memory=memory)
+                f = batched_simulator(graph, inp, memory=memory, backend=backend)
                 t = time.perf_counter()
                 f(p)
                 first = time.perf_counter() - t
@@ -160,12 +189,15 @@ def bench_graph(graph, args, rng):
                     f(p)
                     times.append(time.perf_counter() - t)
             best = min(times)
-            row = dict(batch=b, memory=memory, compile_s=max(0.0, first - best),
+            row = dict(backend=backend, batch=b, memory=memory,
+                       compile_s=max(0.0, first - best),
                        first_call_s=first, call_s=best, placements_per_s=b / best,
                        speedup_vs_reference=b / best / ref_rate, max_batch=f.max_batch,
-                       memory_bytes=rss.peak - rss.start, peak_rss_bytes=rss.peak)
+                       memory_bytes=rss.peak - rss.start, peak_rss_bytes=rss.peak,
+                       load_average=_load())
             rows.append(row)
-            print(f"{b:>6} {str(memory):>7} {row['compile_s']:>10.2f} {best:>9.4f} "
+            print(f"{backend:>7} {b:>6} {str(memory):>7} {row['compile_s']:>10.2f} "
+                  f"{best:>9.4f} "
                   f"{b / best:>13.1f} {row['speedup_vs_reference']:>12.1f} "
                   f"{min(b, f.max_batch):>6} {row['memory_bytes'] / 2**20:>8.0f} "
                   f"{rss.peak / 2**20:>8.0f}", flush=True)
@@ -187,6 +219,9 @@ def main(argv=None):
     ap.add_argument("--batches", default="1,64,256,1024")
     ap.add_argument("--reference-runs", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--backend", choices=("jax", "numba", "both"), default="both",
+                    help="simulator backend(s): the JAX scan, the native numba loop, or "
+                         "both (default; numba only where installed)")
     ap.add_argument("--no-memory", action="store_true",
                     help="only the memory=True rows (skip the 'oom' and memory-off rows)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random placements")
@@ -198,16 +233,19 @@ def main(argv=None):
 
     import jax
 
-    load0 = _load()
-    print(f"load average {load0}; {os.cpu_count()} cores; jax {jax.__version__} on "
-          f"{jax.default_backend()}")
+    if args.backend == "numba" and not _numba_version():
+        sys.exit("--backend numba needs numba: pip install 'simplace[fast]'")
+    load0, uptime0 = _load(), _uptime()
+    print(f"{uptime0}\nload average {load0}; {os.cpu_count()} cores; jax {jax.__version__}"
+          f" on {jax.default_backend()}; numba {_numba_version()}")
     rng = np.random.default_rng(args.seed)
     results = [bench_graph(g, args, rng) for g in load_graphs(args)]
     out = args.out or str(pathlib.Path(__file__).parent / "results" / (
         f"simulator_{datetime.date.today().isoformat()}_{platform.node()}.json"))
     doc = dict(graphs=results, host=platform.node(), cpu_count=os.cpu_count(),
-               jax=jax.__version__, platform=jax.default_backend(),
+               jax=jax.__version__, numba=_numba_version(), platform=jax.default_backend(),
                load_average_start=load0, load_average_end=_load(),
+               uptime_start=uptime0, uptime_end=_uptime(),
                command=" ".join(sys.argv))
     pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as fh:
