@@ -19,10 +19,16 @@ distinct tensor); function inputs and literals make no edges.
 Each op carries its operands' and outputs' shapes and dtypes (``OpGraph.in_avals``,
 ``out_avals``) and its primitive's parameters (``attrs``) as data; its ``signature``
 prints the same for the cost model's op-time tables and is never parsed back.
+
+For simplace's own modules, not in ``__all__``: ``walk`` (the walk ``trace`` makes,
+returned as a ``Walk`` whose ``graph`` is ``trace``'s result), ``Builder`` and ``Value``
+(what a walk records, extended by ``simplace.validate.executor`` so that op i of a
+placed program is op i of the graph), and ``aval_nbytes``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import math
@@ -92,7 +98,9 @@ def _make_aval(aval) -> Aval:
     return Aval(dims, _dtype_name(dtype), _dtype_bytes(dtype))
 
 
-def _nbytes(aval) -> int:
+def aval_nbytes(aval) -> int:
+    """Bytes of an abstract value (shape x itemsize); 0 for tokens, refs and other
+    non-array values."""
     shape = getattr(aval, "shape", None)
     dtype = getattr(aval, "dtype", None)
     if shape is None or dtype is None:
@@ -268,8 +276,11 @@ def _join_path(path: str, extra: tuple[str, ...]) -> str:
 
 
 # --------------------------------------------------------------------------- the walk
-class _Val:
-    """What a jaxpr variable holds: an op's output, a parameter, or a plain input."""
+class Value:
+    """What a jaxpr variable holds during the walk: output ``out`` of op ``op`` (-1: no
+    op), parameter leaf ``param`` (-1: none), its ``nbytes``, and a scalar ``literal``'s
+    value (None otherwise). Subclasses may add slots (the executor records where an
+    input or constant comes from)."""
 
     __slots__ = ("op", "out", "param", "nbytes", "literal")
 
@@ -310,7 +321,13 @@ def _inline_target(eqn):
     return jaxpr, consts
 
 
-class _Builder:
+class Builder:
+    """The walk of a jaxpr into per-op lists (``op``, ``flops``, ``src``/``dst``...) that
+    ``Walk.graph`` turns into an OpGraph. ``walk`` makes one; a subclass can record more
+    through three hooks, each calling ``super()`` where it overrides: ``input_val`` (a
+    function input), ``const_val`` (a closed-over constant) and ``emit`` (one op, with
+    the ``env`` of variable values before its outputs are bound)."""
+
     def __init__(self, unknown: dict[str, int], loose_whiles: list[str],
                  keep_specs: bool = False):
         self.unknown = unknown  # primitive -> count, shared with nested loop bodies
@@ -327,7 +344,7 @@ class _Builder:
         self.in_avals: list[tuple[Aval, ...]] = []
         self.out_avals: list[tuple[Aval, ...]] = []
         self.attrs: list[dict] = []
-        self.param_avals: list[Aval] = []  # set by _run
+        self.param_avals: list[Aval] = []  # set by walk()
         self.src: list[int] = []
         self.dst: list[int] = []
         self.edge_bytes: list[float] = []
@@ -345,19 +362,19 @@ class _Builder:
     # -- variables
     # Hooks for what a function input or a closed-over constant holds; the executor
     # (simplace.validate.executor) overrides them to remember where each value comes from.
-    def input_val(self, leaf: int, var, param: int) -> _Val:
-        return _Val(param=param, nbytes=_nbytes(var.aval))
+    def input_val(self, leaf: int, var, param: int) -> Value:
+        return Value(param=param, nbytes=aval_nbytes(var.aval))
 
-    def const_val(self, var, value) -> _Val:
-        return _Val(nbytes=_nbytes(var.aval))
+    def const_val(self, var, value) -> Value:
+        return Value(nbytes=aval_nbytes(var.aval))
 
     @staticmethod
-    def read(env: dict, v) -> _Val:
+    def read(env: dict, v) -> Value:
         if isinstance(v, jcore.Literal):
             val = v.val  # keep scalar values: while-loop bounds are often literals
             lit = val.item() if np.ndim(val) == 0 and hasattr(val, "item") else (
                 val if isinstance(val, (int, float, bool)) else None)
-            return _Val(nbytes=_nbytes(v.aval), literal=lit)
+            return Value(nbytes=aval_nbytes(v.aval), literal=lit)
         return env[v]
 
     def _path(self, stack) -> str:
@@ -439,7 +456,7 @@ class _Builder:
                 self.unknown[name] = self.unknown.get(name, 0) + 1
                 flops = costs.generic_flops(out_avals)
             nbytes = None
-        out_nbytes = [_nbytes(a) for a in out_avals]
+        out_nbytes = [aval_nbytes(a) for a in out_avals]
         if nbytes is None:
             if costs.is_view(name):
                 nbytes = 0.0
@@ -486,23 +503,23 @@ class _Builder:
                 self.param_index.append(val.param)
         for k, (v, b) in enumerate(zip(eqn.outvars, out_nbytes, strict=True)):
             if not isinstance(v, jcore.DropVar):
-                env[v] = _Val(op=i, out=k, nbytes=b)
+                env[v] = Value(op=i, out=k, nbytes=b)
 
     # -- loops and conditionals
     def _body_cost(self, closed):
         """(flops, bytes, digest) of one run of a sub-jaxpr, nested loops included."""
         jaxpr, _ = _sub_jaxpr(closed)
-        sub = _Builder(self.unknown, self.loose_whiles)
-        env = {cv: _Val(nbytes=_nbytes(cv.aval)) for cv in jaxpr.constvars}
+        sub = Builder(self.unknown, self.loose_whiles)
+        env = {cv: Value(nbytes=aval_nbytes(cv.aval)) for cv in jaxpr.constvars}
         for v in jaxpr.invars:
-            env[v] = _Val(nbytes=_nbytes(v.aval))
+            env[v] = Value(nbytes=aval_nbytes(v.aval))
         sub.walk(jaxpr, env, None)
         self.loops += sub.loops
         digest = hashlib.sha1("\n".join(sub.signature).encode()).hexdigest()[:12]
         self._body_paths.extend(sub.name_path)
         return float(sum(sub.flops)), float(sum(sub.bytes)), digest
 
-    def _control_flow_cost(self, eqn, ins: list[_Val]) -> tuple[float, float, str]:
+    def _control_flow_cost(self, eqn, ins: list[Value]) -> tuple[float, float, str]:
         name, p = eqn.primitive.name, eqn.params
         if name == "scan":
             f, b, d = self._body_cost(p["jaxpr"])
@@ -534,7 +551,7 @@ def _position(var, seq) -> int | None:
     return None
 
 
-def _while_trip_count(eqn, ins: list[_Val]) -> int | None:
+def _while_trip_count(eqn, ins: list[Value]) -> int | None:
     """Trip count of a ``fori_loop``-shaped while loop with known bounds, else None.
 
     The pattern: the condition is ``lt(carry[i], carry[j] or a literal)`` and the body
@@ -637,11 +654,13 @@ def _make_jaxpr(fn, args):
         ) from err
 
 
-def _run(fn, args, param_argnums, keep_specs=False, builder: type[_Builder] | None = None):
-    """Walk ``fn``'s jaxpr with a ``builder`` (default ``_Builder``). Returns the builder
-    (with ``outputs``: the values of the jaxpr's outputs; ``out_shape``/``out_tree``: the
-    ShapeDtypeStructs and pytree structure of ``fn``'s result), the pre-DCE is_output
-    mask, parameter names and sizes, and the primitives without a cost rule."""
+def walk(fn, args: Sequence, param_argnums: int | Sequence[int] = (0,), *,
+         keep_specs: bool = False, builder: type[Builder] | None = None) -> Walk:
+    """Walk ``fn(*args)``'s jaxpr with a ``builder`` (default ``Builder``), as ``trace``
+    does; ``Walk.graph`` assembles the OpGraph. The builder keeps, besides the ops,
+    ``outputs`` (the ``Value`` of each jaxpr output), ``out_shape`` and ``out_tree`` (the
+    ShapeDtypeStructs and pytree structure of ``fn``'s result). ``keep_specs``: also
+    keep each op's primitive, parameters and input shapes (``op_specs``)."""
     argnums = _normalize_argnums(param_argnums, len(args))
     closed, out_shape = _make_jaxpr(fn, args)
     jaxpr = closed.jaxpr
@@ -654,7 +673,7 @@ def _run(fn, args, param_argnums, keep_specs=False, builder: type[_Builder] | No
         )
     unknown: dict[str, int] = {}
     loose_whiles: list[str] = []
-    b = (builder or _Builder)(unknown, loose_whiles, keep_specs)
+    b = (builder or Builder)(unknown, loose_whiles, keep_specs)
     b.param_avals = param_avals
     env: dict = {cv: b.const_val(cv, c)
                  for cv, c in zip(jaxpr.constvars, closed.consts, strict=True)}
@@ -662,14 +681,14 @@ def _run(fn, args, param_argnums, keep_specs=False, builder: type[_Builder] | No
         env[v] = b.input_val(k, v, pidx)
     b.walk(jaxpr, env, None)
     is_output = np.zeros(len(b.op), dtype=bool)
-    b.outputs = [_Builder.read(env, v) for v in jaxpr.outvars]
+    b.outputs = [Builder.read(env, v) for v in jaxpr.outvars]
     b.out_shape = out_shape
     b.out_tree = jax.tree_util.tree_structure(out_shape)
     for val in b.outputs:
         if val.op >= 0:
             is_output[val.op] = True
     _warn(unknown, loose_whiles)
-    return b, is_output, names, sizes, unknown
+    return Walk(b, is_output, names, sizes, unknown)
 
 
 def _warn(unknown: dict[str, int], loose_whiles: list[str]) -> None:
@@ -698,60 +717,80 @@ def trace(fn, *args, param_argnums: int | Sequence[int] = (0,), name: str = "",
     With ``dce`` (default) ops whose results are never used are dropped, as XLA would.
     """
     t0 = time.perf_counter()
-    b, is_output, names, sizes, unknown = _run(fn, args, param_argnums)
-    return _assemble(b, is_output, names, sizes, unknown,
-                     name=name or getattr(fn, "__name__", ""), dce=dce, t0=t0)
+    return walk(fn, args, param_argnums).graph(name=name or getattr(fn, "__name__", ""),
+                                               dce=dce, t0=t0)
 
 
-def _assemble(b: _Builder, is_output: np.ndarray, names, sizes, unknown, *, name: str,
-              dce: bool, t0: float) -> OpGraph:
-    """The OpGraph of a walked builder (see ``_run``); ``t0``: when tracing began."""
-    live = _live_ops(b, is_output) if dce else np.ones(len(b.op), dtype=bool)
-    new_index = np.cumsum(live) - 1
-    src, dst = np.asarray(b.src, dtype=np.int64), np.asarray(b.dst, dtype=np.int64)
-    keep_edge = live[dst] if len(dst) else np.zeros(0, dtype=bool)
-    param_op = np.asarray(b.param_op, dtype=np.int64)
-    keep_use = live[param_op] if len(param_op) else np.zeros(0, dtype=bool)
+@dataclasses.dataclass(eq=False)
+class Walk:
+    """One walk of a function's jaxpr (``walk``), before dead code is dropped.
 
-    def per_op(values, dtype):
-        return np.asarray(values, dtype=dtype)[live]
+    builder: the ``Builder`` (or subclass) that walked it: per op, in jaxpr order.
+    is_output: bool[ops], the ops whose results are the function's outputs.
+    param_names, param_sizes: one per parameter leaf.
+    unknown: primitives without a cost rule, and how many ops each.
+    """
 
-    def rows(values):
-        return tuple(v for v, keep in zip(values, live.tolist(), strict=True) if keep)
+    builder: Builder
+    is_output: np.ndarray
+    param_names: tuple
+    param_sizes: tuple
+    unknown: dict[str, int]
 
-    meta = {
-        "jax_version": jax.__version__,
-        "trace_s": time.perf_counter() - t0,
-        "unknown_primitives": sorted(unknown),
-        "loops": b.loops,
-        "dead_ops_removed": int((~live).sum()),
-    }
-    return OpGraph(
-        op=per_op(b.op, object), name_path=per_op(b.name_path, object),
-        flops=per_op(b.flops, np.float64), bytes_accessed=per_op(b.bytes, np.float64),
-        out_bytes=per_op(b.out_bytes, np.float64), signature=per_op(b.signature, object),
-        src=new_index[src[keep_edge]], dst=new_index[dst[keep_edge]],
-        edge_bytes=np.asarray(b.edge_bytes, dtype=np.float64)[keep_edge],
-        edge_output=np.asarray(b.edge_output, dtype=np.int64)[keep_edge],
-        is_output=is_output[live], param_names=names, param_sizes=sizes,
-        param_op=new_index[param_op[keep_use]],
-        param_index=np.asarray(b.param_index, dtype=np.int64)[keep_use],
-        in_avals=rows(b.in_avals), out_avals=rows(b.out_avals), attrs=rows(b.attrs),
-        param_avals=b.param_avals, name=name, meta=meta,
-    )
+    def live_ops(self) -> np.ndarray:
+        """bool[ops]: ops whose result reaches an output (or that have side effects).
+        jaxprs keep dead code (a loss value under ``jax.grad``, zero cotangents...) that
+        XLA never runs; ``graph(dce=True)`` drops the rest."""
+        b, is_output = self.builder, self.is_output
+        live = is_output | np.asarray(b.effectful, dtype=bool)
+        succ: list[list[int]] = [[] for _ in range(len(b.op))]
+        for s, d in zip(b.src, b.dst, strict=True):
+            succ[s].append(d)
+        for i in range(len(b.op) - 1, -1, -1):  # consumers come after producers
+            if not live[i]:
+                live[i] = any(live[d] for d in succ[i])
+        return live
 
+    def graph(self, *, name: str, dce: bool = True, t0: float | None = None) -> OpGraph:
+        """The OpGraph of this walk (``trace``'s result); ``dce``: drop dead ops; ``t0``:
+        when tracing began (``time.perf_counter()``), for ``meta["trace_s"]``."""
+        b, is_output = self.builder, self.is_output
+        names, sizes, unknown = self.param_names, self.param_sizes, self.unknown
+        if t0 is None:
+            t0 = time.perf_counter()
+        live = self.live_ops() if dce else np.ones(len(b.op), dtype=bool)
+        new_index = np.cumsum(live) - 1
+        src, dst = np.asarray(b.src, dtype=np.int64), np.asarray(b.dst, dtype=np.int64)
+        keep_edge = live[dst] if len(dst) else np.zeros(0, dtype=bool)
+        param_op = np.asarray(b.param_op, dtype=np.int64)
+        keep_use = live[param_op] if len(param_op) else np.zeros(0, dtype=bool)
 
-def _live_ops(b: _Builder, is_output: np.ndarray) -> np.ndarray:
-    """Ops whose result reaches an output (or that have side effects). jaxprs keep dead
-    code (a loss value under ``jax.grad``, zero cotangents...) that XLA never runs."""
-    live = is_output | np.asarray(b.effectful, dtype=bool)
-    succ: list[list[int]] = [[] for _ in range(len(b.op))]
-    for s, d in zip(b.src, b.dst, strict=True):
-        succ[s].append(d)
-    for i in range(len(b.op) - 1, -1, -1):  # consumers come after producers
-        if not live[i]:
-            live[i] = any(live[d] for d in succ[i])
-    return live
+        def per_op(values, dtype):
+            return np.asarray(values, dtype=dtype)[live]
+
+        def rows(values):
+            return tuple(v for v, keep in zip(values, live.tolist(), strict=True) if keep)
+
+        meta = {
+            "jax_version": jax.__version__,
+            "trace_s": time.perf_counter() - t0,
+            "unknown_primitives": sorted(unknown),
+            "loops": b.loops,
+            "dead_ops_removed": int((~live).sum()),
+        }
+        return OpGraph(
+            op=per_op(b.op, object), name_path=per_op(b.name_path, object),
+            flops=per_op(b.flops, np.float64), bytes_accessed=per_op(b.bytes, np.float64),
+            out_bytes=per_op(b.out_bytes, np.float64), signature=per_op(b.signature, object),
+            src=new_index[src[keep_edge]], dst=new_index[dst[keep_edge]],
+            edge_bytes=np.asarray(b.edge_bytes, dtype=np.float64)[keep_edge],
+            edge_output=np.asarray(b.edge_output, dtype=np.int64)[keep_edge],
+            is_output=is_output[live], param_names=names, param_sizes=sizes,
+            param_op=new_index[param_op[keep_use]],
+            param_index=np.asarray(b.param_index, dtype=np.int64)[keep_use],
+            in_avals=rows(b.in_avals), out_avals=rows(b.out_avals), attrs=rows(b.attrs),
+            param_avals=b.param_avals, name=name, meta=meta,
+        )
 
 
 def op_specs(fn, *args, param_argnums: int | Sequence[int] = (0,),
@@ -760,8 +799,9 @@ def op_specs(fn, *args, param_argnums: int | Sequence[int] = (0,),
     ``trace(fn, *args)``: enough to rebuild and time any op alone with
     ``primitive.bind(*inputs, **params)`` (``primitive`` is the JAX Primitive object;
     loop ops keep their body jaxprs in ``params``). Traces ``fn`` again."""
-    b, is_output, *_ = _run(fn, args, param_argnums, keep_specs=True)
-    live = _live_ops(b, is_output) if dce else np.ones(len(b.op), dtype=bool)
+    w = walk(fn, args, param_argnums, keep_specs=True)
+    b = w.builder
+    live = w.live_ops() if dce else np.ones(len(b.op), dtype=bool)
     specs: dict[str, tuple] = {}
     for sig, spec, keep in zip(b.signature, b.specs, live.tolist(), strict=True):
         if keep:

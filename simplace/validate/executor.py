@@ -43,7 +43,7 @@ from jax.extend import core as jcore
 from simplace.errors import PlacementError, SimplaceError
 from simplace.graph import OpGraph
 from simplace.placement import Placement, check_placement
-from simplace.trace import _assemble, _Builder, _live_ops, _nbytes, _run, _Val
+from simplace.trace import Builder, Value, aval_nbytes, walk
 
 __all__ = ["PlacedFunction", "Program", "Segment", "Measurement", "apply", "measure",
            "prepare", "resolve_devices"]
@@ -56,8 +56,8 @@ __all__ = ["PlacedFunction", "Program", "Segment", "Measurement", "apply", "meas
 Ref = tuple
 
 
-class _Src(_Val):
-    """A ``_Val`` that also remembers which input leaf or constant it is."""
+class _Src(Value):
+    """A ``Value`` that also remembers which input leaf or constant it is."""
 
     __slots__ = ("src",)
 
@@ -66,7 +66,7 @@ class _Src(_Val):
         self.src = src
 
 
-class _ExecBuilder(_Builder):
+class _ExecBuilder(Builder):
     """The tracer's walk, also recording per op its equation and where its inputs come
     from, so that the ops can be evaluated again outside the jaxpr."""
 
@@ -77,11 +77,11 @@ class _ExecBuilder(_Builder):
         self.consts: list[Any] = []
 
     def input_val(self, leaf, var, param):
-        return _Src(("in", leaf), param=param, nbytes=_nbytes(var.aval))
+        return _Src(("in", leaf), param=param, nbytes=aval_nbytes(var.aval))
 
     def const_val(self, var, value):
         self.consts.append(value)
-        return _Src(("const", len(self.consts) - 1), nbytes=_nbytes(var.aval))
+        return _Src(("const", len(self.consts) - 1), nbytes=aval_nbytes(var.aval))
 
     def ref(self, val, aval) -> Ref:
         if val.op >= 0:
@@ -125,12 +125,11 @@ class Program:
 
     def __init__(self, fn, args: tuple, *, param_argnums=(0,), name: str = ""):
         t0 = time.perf_counter()
-        b, is_output, names, sizes, unknown = _run(fn, args, param_argnums,
-                                                   builder=_ExecBuilder)
-        self.graph: OpGraph = _assemble(
-            b, is_output, names, sizes, unknown, name=name or getattr(fn, "__name__", ""),
-            dce=True, t0=t0)
-        live = _live_ops(b, is_output)
+        w = walk(fn, args, param_argnums, builder=_ExecBuilder)
+        b = w.builder
+        self.graph: OpGraph = w.graph(name=name or getattr(fn, "__name__", ""), dce=True,
+                                      t0=t0)
+        live = w.live_ops()
         new_index = np.cumsum(live) - 1
 
         def remap(r):
@@ -475,12 +474,12 @@ class PlacedFunction:
                                       tuple(slot_of(x, dev) for x in refs), devices[dev]))
                         self.put_links.append((src_dev, dev))
                         for x in refs:
-                            moved_bytes += _nbytes(ops[j].eqn.outvars[x[2]].aval)
+                            moved_bytes += aval_nbytes(ops[j].eqn.outvars[x[2]].aval)
                             n_moved += 1
                     elif (r, dev) not in slot:  # transfers == "segment": batched below
                         recv_src.append(slot[(r, int(assignment[j]))])
                         recv_dst.append(slot_of(r, dev))
-                        moved_bytes += _nbytes(ops[j].eqn.outvars[r[2]].aval)
+                        moved_bytes += aval_nbytes(ops[j].eqn.outvars[r[2]].aval)
                         n_moved += 1
                     in_slots.append(slot[(r, dev)])
                     continue
