@@ -53,10 +53,9 @@ def _steps(graph, model, seed=0):
 
 def test_scaled_model_scales_each_kind_of_cost(mlp_graph):
     m = _machine()
-    s = scaled_model(m, {"dispatch": 2.0, "put": 3.0, "argument": 5.0, "compute": 7.0,
-                         "launch": 11.0})
+    s = scaled_model(m, {"host": 2.0, "argument": 5.0, "compute": 7.0, "launch": 11.0})
     assert s.dispatch_s == pytest.approx(2 * m.dispatch_s)
-    assert s.put_s == pytest.approx(3 * m.put_s)
+    assert s.put_s == pytest.approx(2 * m.put_s)
     assert s.launch_s == pytest.approx(11 * m.launch_s)
     # op times: the argument part (per parameter read / output returned) and the ops'
     # own part scale apart
@@ -69,11 +68,11 @@ def test_scaled_model_scales_each_kind_of_cost(mlp_graph):
 
 
 def test_fit_steps_recovers_the_scales_of_a_known_machine(mlp_graph):
-    truth = {"dispatch": 1.6, "put": 0.7, "argument": 1.4, "compute": 1.3, "launch": 1.0}
+    truth = {"host": 1.6, "argument": 1.4, "compute": 1.3, "launch": 1.0}
     base = _machine()
     recs = _steps(mlp_graph, scaled_model(base, truth))
     fit = fit_steps(base, recs, {mlp_graph.hash: mlp_graph}, held_out_fraction=0.0)
-    for k in ("dispatch", "put", "compute"):
+    for k in ("host", "compute"):
         assert k in fit.pinned
         assert fit.scales[k] == pytest.approx(truth[k], rel=0.1), k
     rep = fit.report
@@ -91,14 +90,15 @@ def test_fit_steps_recovers_the_scales_of_a_known_machine(mlp_graph):
 
 
 def test_fit_steps_leaves_a_scale_no_step_sees(mlp_graph):
-    """Only whole-graph steps: no put is ever made, so put stays at 1 and says why."""
+    """Only whole-graph steps: one call, no put: host stays at 1 and says why."""
     base = _machine()
     truth = scaled_model(base, {"compute": 1.5})
     recs = [r for r in _steps(mlp_graph, truth) if len(set(r["assignment"])) == 1]
     recs = recs + copy.deepcopy(recs) * 3
     fit = fit_steps(base, recs, {mlp_graph.hash: mlp_graph}, held_out_fraction=0.0)
-    assert "put" not in fit.pinned and fit.scales["put"] == 1.0
-    assert "scatter ops" in fit.report["not_pinned"]["put"]
+    assert "host" not in fit.pinned and fit.scales["host"] == 1.0
+    assert "scatter ops" in fit.report["not_pinned"]["host"]
+    assert fit.scales["compute"] == pytest.approx(1.5, rel=0.1)
 
 
 def test_fit_steps_refuses_an_absurd_fit(mlp_graph):

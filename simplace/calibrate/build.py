@@ -130,7 +130,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
     the call) and the call's host time; exclusive groups come from the pair overlaps.
     Where the records hold whole steps with their placements (``host`` records of a
     schema-2 calibration since issue 13), dispatch and put costs are the calls' host
-    times in context and four scales (dispatch, put, compute, launch) are then fitted
+    times in context and four scales (host, argument, compute, launch) are then fitted
     to the steps with the simulator (``simplace.calibrate.steps``); the steps' graphs
     are traced again from their model names unless ``step_graphs_of`` (``{hash:
     OpGraph}``) gives them. Deterministic: the same records give the same model.
@@ -341,7 +341,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             dispatch_s=dispatch[n], parallel_min_bytes=thresholds[_device_key(info)],
             argument_s=argument))
 
-    # Whole steps measured in context: the scales of dispatch, put, compute and launch
+    # Whole steps measured in context: the scales of host, argument, compute and launch
     # costs that make the simulator predict them (``steps.fit_steps``).
     step_recs = [r for r in hosts if "assignment" in r and "graph_hash" in r]
     scales = None
@@ -357,7 +357,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         scales = sf.scales
         report["steps"] = dict(sf.report, notes=graph_notes)
         devices = list(scaled_model(unscaled, scales).devices)
-        put = put * scales["put"]
+        put = put * scales["host"]
     phases = [r for r in records if r["kind"] == "phase"]
     report["wall_s"] = float(sum(r.get("wall_s", 0.0) for r in phases))
     report["links_missing"] = [f"{names[i]}->{names[j]}" for i, j in missing]
@@ -383,8 +383,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         "arity), charged to the ops that read or return them; a segment's base when "
         "timed alone: a tiny call's blocking time plus the host time of its other "
         "arguments.",) if profiled else ()) + ((
-        "Then dispatch, put, argument, compute (every in-segment op cost) and launch "
-        "scaled by "
+        "Then host (dispatch and put), argument, compute (every in-segment op cost) and "
+        "launch scaled by "
         + ", ".join(f"{k} {v:.3g}" for k, v in scales.items())
         + ", fitted (robust least squares, the simulator as the model) to whole steps of "
         "placements measured in context (meta.fit_report.steps).",) if scales else ()) + ((

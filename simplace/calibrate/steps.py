@@ -5,11 +5,12 @@ host the devices' work competes with the host thread for the same cores, a call'
 time depends on what ran just before it, and XLA:CPU runs a whole-graph computation
 faster than the sum of its pieces. ``calibrate`` therefore also times whole steps of
 placements of its models (``host`` records: scattered windows of ops, random runs, the
-whole graph on one device), and ``fit_steps`` fits five scales of the model built from
+whole graph on one device), and ``fit_steps`` fits four scales of the model built from
 the pieces to them, with the simulator itself as the model of a step:
 
-* ``dispatch``: the host time of each segment call (``Device.dispatch_s``),
-* ``put``: the host time of each ``jax.device_put`` call (``CostModel.put_s``),
+* ``host``: the host time of each segment call and ``jax.device_put`` call
+  (``Device.dispatch_s``, ``CostModel.put_s``; their ratio is what the calls timed in
+  context say: in steps they are nearly collinear, one call of each per scattered op),
 * ``argument``: the host time of each parameter and graph output a call passes
   (``Device.argument_s``),
 * ``compute``: every in-segment op cost (rates, per-op and unfused costs),
@@ -34,25 +35,25 @@ import numpy as np
 
 from simplace.errors import CalibrationError
 
-SCALES = ("dispatch", "put", "argument", "compute", "launch")
+SCALES = ("host", "argument", "compute", "launch")
 # A fitted scale beyond this factor either way means the pieces and the steps disagree
 # about the machine: the fit is refused rather than written.
 MAX_SCALE = 10.0
 # A scale is pinned when, on at least one measured step, the simulated step time
 # moves by this fraction of the scale's own change (d log step / d log scale).
 MIN_SENSITIVITY = 0.15
-# Weight of the pull of each log scale towards 0, against the log residuals.
-PRIOR_WEIGHT = 0.003
+# Weight of the pull of each log scale towards 0 (the pieces' own figures), against
+# the soft-L1 cost of the log residuals: a factor 2 costs about what one step 20% off
+# does, so a few noisy steps cannot drag a scale far from what the pieces measured.
+PRIOR_WEIGHT = 0.02
 # Scale of the robust loss on log ratios: beyond ~10% residuals count linearly.
 F_SCALE = 0.1
 
 # What to measure again when a scale is not pinned.
 _REMEDY = {
-    "dispatch": "no measured step spends its time dispatching segments: time host steps "
-                "of placements that scatter ops (calibrate --models with a model of 100+ "
-                "ops)",
-    "put": "no measured step spends its time in device_put calls: time host steps of "
-           "placements that scatter ops over two devices or more",
+    "host": "no measured step spends its time dispatching segments and device_puts: "
+            "time host steps of placements that scatter ops over two devices or more "
+            "(calibrate --models with a model of 100+ ops)",
     "compute": "no measured step spends its time in op costs: time host steps that put "
                "a whole model on one device (calibrate --models with a larger model)",
     "launch": "no measured step spends its time in segment launches",
@@ -62,8 +63,8 @@ _REMEDY = {
 
 
 def scaled_model(model, scales: Mapping[str, float]):
-    """``model`` (a ``CostModel``) with its dispatch, put, argument, compute and launch
-    costs multiplied by ``scales`` (missing: 1). Compute scales every in-segment op cost by
+    """``model`` (a ``CostModel``) with its host (dispatch and put), argument, compute
+    and launch costs multiplied by ``scales`` (missing: 1). Compute scales every in-segment op cost by
     dividing the roofline rates and multiplying the per-op costs."""
     from simplace.cost_model import CostModel
 
@@ -72,7 +73,7 @@ def scaled_model(model, scales: Mapping[str, float]):
     for dev in model.devices:
         c = s["compute"]
         devs.append(dataclasses.replace(
-            dev, dispatch_s=dev.dispatch_s * s["dispatch"],
+            dev, dispatch_s=dev.dispatch_s * s["host"],
             argument_s=dev.argument_s * s["argument"],
             launch_s=dev.launch_s * s["launch"],
             parallel_launch_s=dev.parallel_launch_s * s["launch"],
@@ -85,7 +86,7 @@ def scaled_model(model, scales: Mapping[str, float]):
     return CostModel(name=model.name, devices=tuple(devs), latency_s=model.latency_s,
                      bandwidth_bytes_per_s=model.bandwidth_bytes_per_s,
                      corrections=model.corrections, provenance=model.provenance,
-                     put_s=model.put_s * s["put"])
+                     put_s=model.put_s * s["host"])
 
 
 def step_graphs(records: Sequence[Mapping]) -> tuple[dict[str, Any], list[str]]:
@@ -124,7 +125,7 @@ def step_graphs(records: Sequence[Mapping]) -> tuple[dict[str, Any], list[str]]:
 class StepFit:
     """The result of ``fit_steps``.
 
-    scales: ``{dispatch, put, argument, compute, launch}``, each a factor on the
+    scales: ``{host, argument, compute, launch}``, each a factor on the
       model's figure.
     pinned: the scales some measured step is sensitive to (the others stay at 1).
     report: ``{"fitted", "held_out", "before"}`` errors (``n``, median and p90 of
@@ -147,7 +148,7 @@ def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
 
 def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
               held_out_fraction: float = 0.25, seed: int = 0) -> StepFit:
-    """Fit the five scales of ``SCALES`` so that the simulator (``simplace.sim``) on
+    """Fit the four scales of ``SCALES`` so that the simulator (``simplace.sim``) on
     ``scaled_model(model, scales)`` predicts the measured whole steps.
 
     Args:
@@ -196,8 +197,8 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     def predict(x: np.ndarray, which: np.ndarray) -> np.ndarray:
         s = dict(zip(SCALES, np.exp(x), strict=True))
         out = np.empty(int(which.sum()))
-        ins = {h: inp._replace(dispatch_s=inp.dispatch_s * s["dispatch"],
-                               put_s=inp.put_s * s["put"],
+        ins = {h: inp._replace(dispatch_s=inp.dispatch_s * s["host"],
+                               put_s=inp.put_s * s["host"],
                                op_time_s=(inp.op_time_s - arg_part[h]) * s["compute"]
                                + arg_part[h] * s["argument"],
                                op_unfused_s=inp.op_unfused_s * s["compute"],
