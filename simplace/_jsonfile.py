@@ -222,7 +222,7 @@ def _is_json_type(value: Any, types: tuple[type, ...]) -> bool:
 def check_fields(obj: Any, fields: Mapping[str, type | tuple[type, ...]],
                  error: type[Exception], where: str, *, what: str = "the object",
                  optional: Mapping[str, type | tuple[type, ...]] | None = None,
-                 closed: bool = False) -> dict:
+                 closed: bool = False, hints: Mapping[str, str] | None = None) -> dict:
     """``obj`` checked as a JSON object with ``fields``; ``error`` otherwise.
 
     Args:
@@ -235,6 +235,8 @@ def check_fields(obj: Any, fields: Mapping[str, type | tuple[type, ...]],
       what: what ``obj`` is, for the messages (``"a validation record"``).
       optional: fields that may be absent, and their types when present.
       closed: a field in neither ``fields`` nor ``optional`` is an error.
+      hints: what a field must be, said in full in place of its JSON type(s) when it
+        has the wrong type (``{"assignment": "a list of device indices, one per op"}``).
 
     Returns ``obj``. The message names the field, what it must be and what it is.
     """
@@ -243,7 +245,7 @@ def check_fields(obj: Any, fields: Mapping[str, type | tuple[type, ...]],
         raise error(f"{where}: {what} must be a JSON object, got {_json_type_name(obj)}.")
     for name in fields:
         if name not in obj:
-            raise error(f"{where}: {what} is missing field {name!r} (it needs "
+            raise error(f"{where}: field {name!r} is missing ({what} needs "
                         f"{', '.join(fields)}).")
     for name, types in (*fields.items(), *optional.items()):
         if name not in obj:
@@ -252,8 +254,9 @@ def check_fields(obj: Any, fields: Mapping[str, type | tuple[type, ...]],
         if not _is_json_type(obj[name], types):
             want = [_JSON_TYPE_NAMES.get(t, t.__name__) for t in types
                     if not (t is int and float in types)]
-            raise error(f"{where}: field {name!r} of {what} must be {' or '.join(want)}, "
-                        f"got {_short(obj[name])}.")
+            want_text = (hints or {}).get(name) or " or ".join(want)
+            raise error(f"{where}: field {name!r} of {what} must be {want_text}, got "
+                        f"{_short(obj[name])}.")
     if closed:
         unknown = sorted(set(obj) - set(fields) - set(optional))
         if unknown:

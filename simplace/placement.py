@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from simplace._jsonfile import read_json, write_json
+from simplace._jsonfile import check_fields, read_json, write_json
 from simplace.errors import PlacementError
 
 SCHEMA = "simplace.placement"
@@ -165,9 +165,6 @@ class Placement:
             raise PlacementError(f"{source} has placement schema_version "
                                  f"{d.get('schema_version')!r}; this simplace reads "
                                  f"{SCHEMA_VERSION}.")
-        for f in ("graph_hash", "cost_model", "device_names", "assignment"):
-            if f not in d:
-                raise PlacementError(f"{source}: field '{f}' is missing.")
         _check_fields(d, source)
         try:
             return cls(assignment=np.asarray(d["assignment"], dtype=np.int64),
@@ -189,6 +186,15 @@ class Placement:
                              source=str(path))
 
 
+# Fields of a placement file and their JSON types (float: any number).
+_FIELDS = {"graph_hash": str, "cost_model": str, "device_names": list, "assignment": list}
+_OPTIONAL_FIELDS = {"method": (str, type(None)), "predicted_step_time_s": (float, type(None)),
+                    "meta": (dict, type(None)), "oom": bool}
+_HINTS = {"assignment": "a list of device indices (integers), one per op",
+          "device_names": "a list of device names, one per device index",
+          "predicted_step_time_s": "a number of seconds or null"}
+
+
 def _check_fields(d: dict, source: str) -> None:
     """Strict JSON types: JSON has no integer type of its own, and numpy would turn 2.7
     into 2 and ``true`` into device 1, so each field is checked before conversion."""
@@ -196,9 +202,9 @@ def _check_fields(d: dict, source: str) -> None:
         return PlacementError(f"{source}: field '{field}' must be {want}, got "
                               f"{json.dumps(value)[:60]}.")
 
+    check_fields(d, _FIELDS, PlacementError, source, what="a placement",
+                 optional=_OPTIONAL_FIELDS, hints=_HINTS)
     a = d["assignment"]
-    if not isinstance(a, list):
-        raise bad("assignment", "a list of device indices (integers), one per op", a)
     for i, x in enumerate(a):
         if type(x) is not int:
             raise PlacementError(
@@ -208,18 +214,11 @@ def _check_fields(d: dict, source: str) -> None:
             raise PlacementError(f"{source}: field 'assignment' entry {i} is {str(x)[:40]}, "
                                  "not a device index.")
     names = d["device_names"]
-    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+    if not all(isinstance(n, str) and n for n in names):
         raise bad("device_names", "a list of device names (non-empty strings)", names)
     for f in ("graph_hash", "cost_model"):
-        if not isinstance(d[f], str) or not d[f]:
+        if not d[f]:
             raise bad(f, "a non-empty string", d[f])
-    if not isinstance(d.get("method", ""), str | None):
-        raise bad("method", "a string", d["method"])
     t = d.get("predicted_step_time_s")
-    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float)
-                          or not math.isfinite(t) or t < 0):
+    if t is not None and (not math.isfinite(t) or t < 0):
         raise bad("predicted_step_time_s", "a finite number of seconds >= 0 or null", t)
-    if not isinstance(d.get("meta") or {}, dict):
-        raise bad("meta", "an object", d["meta"])
-    if not isinstance(d.get("oom", False), bool):
-        raise bad("oom", "true or false", d["oom"])

@@ -160,8 +160,8 @@ def test_record_field_errors_name_file_line_and_field(tmp_path):
                                             r"of a validation record must be a number, got "
                                             r'"fast"'):
         read_validation(path)
-    with pytest.raises(SimplaceError, match=r"record 0: a validation record is missing field "
-                                            r"'method'"):
+    with pytest.raises(SimplaceError, match=r"record 0: field 'method' is missing \(a "
+                                            r"validation record needs"):
         append_records(path, [{k: v for k, v in _validation_record().items()
                                if k != "method"}])
 
@@ -169,7 +169,7 @@ def test_record_field_errors_name_file_line_and_field(tmp_path):
 # ----------------------------------------------------------------------------- check_fields
 @pytest.mark.parametrize("obj, match", [
     ([1], r"^here: the thing must be a JSON object, got a list\.$"),
-    ({"n": 1}, r"^here: the thing is missing field 's' \(it needs s, n\)\.$"),
+    ({"n": 1}, r"^here: field 's' is missing \(the thing needs s, n\)\.$"),
     ({"s": 1, "n": 1}, r"^here: field 's' of the thing must be a string, got 1\.$"),
     ({"s": "x", "n": True}, r"field 'n' of the thing must be a number, got true\.$"),
     ({"s": "x", "n": "1"}, r"field 'n' of the thing must be a number, got \"1\"\.$"),
@@ -191,3 +191,10 @@ def test_check_fields_accepts_json_types():
     assert check_fields({"b": False}, {"b": bool}, SimplaceError, "w") == {"b": False}
     with pytest.raises(SimplaceError, match="must be true or false, got 0"):
         check_fields({"b": 0}, {"b": bool}, SimplaceError, "w")
+
+
+def test_check_fields_hints_say_what_a_field_must_be():
+    with pytest.raises(SimplaceError, match=r"field 'a' of a placement must be a list of "
+                                            r"device indices, got 3\.$"):
+        check_fields({"a": 3}, {"a": list}, SimplaceError, "p.json", what="a placement",
+                     hints={"a": "a list of device indices"})

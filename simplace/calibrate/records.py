@@ -86,7 +86,8 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
     if kind not in FIELDS:
         raise CalibrationError(f"{where}: 'kind' must be one of {', '.join(FIELDS)}, got "
                                f"{kind!r}.")
-    check_fields(rec, FIELDS[kind], CalibrationError, where, what=f"a {kind} record")
+    check_fields(rec, FIELDS[kind], CalibrationError, where,
+                 what=f"{'an' if kind[0] in 'aeio' else 'a'} {kind} record")
     for field in _TIMING_FIELDS.get(kind, ()):
         try:
             Timing.from_dict(rec[field])
