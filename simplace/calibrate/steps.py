@@ -64,8 +64,9 @@ _REMEDY = {
 
 def scaled_model(model, scales: Mapping[str, float]):
     """``model`` (a ``CostModel``) with its host (dispatch and put), argument, compute
-    and launch costs multiplied by ``scales`` (missing: 1). Compute scales every in-segment op cost by
-    dividing the roofline rates and multiplying the per-op costs."""
+    and launch costs multiplied by ``scales`` (missing: 1). Compute scales every
+    in-segment op cost by dividing the roofline rates and multiplying the per-op
+    costs."""
     from simplace.cost_model import CostModel
 
     s = {k: float(scales.get(k, 1.0)) for k in SCALES}
