@@ -23,11 +23,14 @@ Precision: float64 in the reference's operation order (``launch + max op launch`
 so times equal the reference's bit for bit on the same inputs: ties between one
 segment's end and another's start are common, and they decide orders.
 
-Peak memory (``memory=True``) is the reference's sweep, per placement and device: the
-live intervals (each activation from its segment's start to its last use, copy
+Peak memory (``memory=True``) is the reference's sweep, per placement and device, over
+the live intervals (each activation from its segment's start to its last use, copy
 arrival or the step end; each received copy from its arrival to its last reader's
-end) are gathered per device, their allocation and free times sorted, and merged with
-frees first at equal times. ``memory="oom"`` first bounds each device's peak by
+end), frees first at equal times. Sorting every event costs more than the simulation
+itself, so the sweep goes by time buckets first: the live bytes at bucket boundaries
+(sums of the bytes allocated and freed in each bucket, no sort) bound the peak from
+below, and only the few buckets whose live bytes could exceed that bound have their
+events sorted and swept. ``memory="oom"`` first bounds each device's peak by
 everything it ever holds (activations, received copies, parameters per reading op),
 and sweeps only placements whose bound exceeds a capacity (the same screen as the JAX
 simulator's): the others report NaN peaks and cannot be OOM.
@@ -171,10 +174,10 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     (opc, single_bytes, t_bytes, out_bytes, param_sizes) = g_float
     (n_groups,) = m_int
     (launch, dispatch, link, cap) = m_float
-    (seg_of, stamp, xfer, xfer_op, xfer_to, ops_on, ncopy, ev_off, ev_n, ev_cap, pflag, perm_a,
-     perm_f, cnt, bucket) = scratch
-    (seg_start, op_end, arrival, sbytes, cp_end, lu, group_free, link_free, bound, e_at,
-     e_ft, e_s, b_al, b_fr, ca_t, ca_s, cf_t, cf_s, cbuf) = f_scratch
+    (seg_of, last_op, cp_op, stamp, xfer, xfer_op, xfer_to, ops_on, ncopy, ev_off, ev_n,
+     ev_cap, pflag, perm_a, perm_f, cnt, bucket, e_ab, e_fb, cflag) = scratch
+    (seg_start, op_end, arrival, sbytes, lu, group_free, link_free, bound, e_at,
+     e_ft, e_s, b_al, b_fr, ca_t, ca_s, cf_t, cf_s, cbuf, scl) = f_scratch
     m = p.shape[0]
     d = out_busy.shape[0]
 
@@ -195,6 +198,8 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
 
     # One pass over the ops; a segment closes where the next op is elsewhere.
     i = 0
+    prev_a = 0
+    prev_end = 0.0
     while i < m:
         a = i
         dev = p[a]
@@ -211,11 +216,14 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                 j = in_src[e]
                 if j >= a:  # produced inside this segment: fused, no wait
                     fused = True
+                    last_op[j] = i
                     continue
                 frm = p[j]
                 if frm == dev:  # an earlier segment of this device: done before this one
+                    last_op[j] = i
                     continue
                 k = j * d + dev
+                cp_op[k] = i
                 if stamp[k] != cur:  # the first reader on dev sends the copy
                     lk = (frm * d + dev) * 3
                     host += link[lk]
@@ -229,7 +237,8 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                                     nb += t_bytes[t]
                                     break
                     t0 = host
-                    se = op_end[j]
+                    # (The previous segment's end is at hand: no wait on the store.)
+                    se = prev_end if j >= prev_a else op_end[j]
                     if se > t0:
                         t0 = se
                     lf = link_free[frm * d + dev]
@@ -250,13 +259,16 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                     ncopy[dev] += 1
                     if arr > step:
                         step = arr
-                if arrival[k] > ready:
+                    if arr > ready:
+                        ready = arr
+                elif arrival[k] > ready:
                     ready = arrival[k]
             if not fused:
                 c = c + opc[base + 2]
             cbuf[n] = c
             n += 1
             seg_of[i] = nseg
+            last_op[i] = i
             i += 1
             if i >= m or p[i] != dev:
                 break
@@ -269,6 +281,8 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
         end = start + work
         for k in range(a, i):
             op_end[k] = end
+        prev_a = a
+        prev_end = end
         seg_start[nseg] = start
         group_free[group[dev]] = end
         out_busy[dev] += end - start
@@ -315,33 +329,27 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                 pflag[j * d + q] = 0
                 out_peak[q] += param_sizes[j]
 
-    # Last uses. lu[j]: the end of the last segment on j's device that reads j (its own
-    # at least), then its activation's free time; cp_end[k]: the end of the last segment
-    # on k's device that reads k's copy. Segment ends on one device grow in graph order,
-    # so reads in graph order overwrite.
+    # Last uses (the main loop noted the last reader of each activation on its device,
+    # last_op, and of each copy, cp_op: segment ends on a device grow in graph order).
+    # lu[j]: the end of the last segment on j's device that reads j (its own at least),
+    # then, with its copies' arrivals, the activation's free time.
     for i in range(m):
-        lu[i] = op_end[i]
-    for i in range(m):
-        dev = p[i]
-        e_i = op_end[i]
-        for e in range(in_ptr[i], in_ptr[i + 1]):
-            j = in_src[e]
-            if p[j] == dev:
-                lu[j] = e_i
-            else:
-                cp_end[j * d + dev] = e_i
+        lu[i] = op_end[last_op[i]]
     # Live intervals per device q, at ev_off[q] + 0..ev_n[q]-1: allocation time e_at,
-    # free time e_ft, bytes e_s. The sweep's order puts every event of a time bucket
-    # (ev_cap[q] equal slices of [0, step]: every event lies there) before the next
-    # bucket's, so the live bytes after each bucket are states of the sweep: their
-    # maximum is a lower bound of the peak. Inside a bucket, the live bytes never exceed
-    # those before it plus the bucket's allocations: only buckets where that exceeds
-    # the lower bound can hold the peak, and only their events are sorted and swept.
+    # free time e_ft, bytes e_s, and the times' buckets e_ab, e_fb. The sweep's order puts
+    # every event of a time bucket (ev_cap[q] equal slices of [0, step]: every event lies
+    # there) before the next bucket's, so the live bytes after each bucket are states of
+    # the sweep: their maximum is a lower bound of the peak. Inside a bucket, the live
+    # bytes never exceed those before it plus the bucket's allocations: only buckets where
+    # that exceeds the lower bound can hold the peak, and only their events are sorted
+    # and swept.
     for q in range(d):
         ev_n[q] = 0
         ev_cap[q] = ops_on[q] + ncopy[q]
         if q:
             ev_off[q] = ev_off[q - 1] + ev_cap[q - 1]
+        sc = ev_cap[q] / step if step > 0 else 0.0
+        scl[q] = sc if sc < np.inf else 0.0
         for k in range(ev_off[q], ev_off[q] + ev_cap[q]):
             b_al[k] = 0.0
             b_fr[k] = 0.0
@@ -352,36 +360,47 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
         av = arrival[k]
         if av > lu[j]:
             lu[j] = av
-        fr = cp_end[k]
-        if fr > av and sbytes[k] > 0:  # the received copy
-            w = ev_off[q] + ev_n[q]
+        fr = op_end[cp_op[k]]
+        size = sbytes[k]
+        if fr > av and size > 0:  # the received copy
+            o = ev_off[q]
+            w = o + ev_n[q]
+            ev_n[q] += 1
+            top = ev_cap[q] - 1
+            ka = min(int(av * scl[q]), top)
+            kf = min(int(fr * scl[q]), top)
             e_at[w] = av
             e_ft[w] = fr
-            e_s[w] = sbytes[k]
-            ev_n[q] += 1
+            e_s[w] = size
+            e_ab[w] = ka
+            e_fb[w] = kf
+            b_al[o + ka] += size
+            b_fr[o + kf] += size
     for i in range(m):
         dev = p[i]
         fr = step if is_output[i] else lu[i]
         st = seg_start[seg_of[i]]
-        if fr > st and out_bytes[i] > 0:  # the activation
-            w = ev_off[dev] + ev_n[dev]
+        size = out_bytes[i]
+        if fr > st and size > 0:  # the activation
+            o = ev_off[dev]
+            w = o + ev_n[dev]
+            ev_n[dev] += 1
+            top = ev_cap[dev] - 1
+            ka = min(int(st * scl[dev]), top)
+            kf = min(int(fr * scl[dev]), top)
             e_at[w] = st
             e_ft[w] = fr
-            e_s[w] = out_bytes[i]
-            ev_n[dev] += 1
+            e_s[w] = size
+            e_ab[w] = ka
+            e_fb[w] = kf
+            b_al[o + ka] += size
+            b_fr[o + kf] += size
     for q in range(d):
         o = ev_off[q]
         n = ev_n[q]
         best = 0.0
         if n:
             nbq = ev_cap[q]
-            scale = nbq / step if step > 0 else 0.0
-            if not (scale < np.inf):
-                scale = 0.0
-            for w in range(o, o + n):
-                size = e_s[w]
-                b_al[o + min(int(e_at[w] * scale), nbq - 1)] += size
-                b_fr[o + min(int(e_ft[w] * scale), nbq - 1)] += size
             # The lower bound; b_fr becomes each bucket's live bytes before it.
             live = 0.0
             for k in range(o, o + nbq):
@@ -391,34 +410,38 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                     best = live
                 b_fr[k] = before
             # Candidates: buckets whose live bytes could exceed the bound.
-            na = 0
-            nf = 0
-            for w in range(o, o + n):
-                ka = min(int(e_at[w] * scale), nbq - 1)
-                if b_fr[o + ka] + b_al[o + ka] > best:
-                    ca_t[na] = e_at[w]
-                    ca_s[na] = e_s[w]
-                    na += 1
-                kf = min(int(e_ft[w] * scale), nbq - 1)
-                if b_fr[o + kf] + b_al[o + kf] > best:
-                    cf_t[nf] = e_ft[w]
-                    cf_s[nf] = e_s[w]
-                    nf += 1
-            if na:
+            any_c = False
+            for k in range(o, o + nbq):
+                c = b_fr[k] + b_al[k] > best
+                cflag[k] = c
+                any_c = any_c or c
+            if any_c:
+                na = 0
+                nf = 0
+                for w in range(o, o + n):
+                    if cflag[o + e_ab[w]]:
+                        ca_t[na] = e_at[w]
+                        ca_s[na] = e_s[w]
+                        na += 1
+                    if cflag[o + e_fb[w]]:
+                        cf_t[nf] = e_ft[w]
+                        cf_s[nf] = e_s[w]
+                        nf += 1
                 _argsort_into(ca_t[:na], perm_a, cnt, bucket)
                 _argsort_into(cf_t[:nf], perm_f, cnt, bucket)
                 # Sweep each candidate bucket from its live bytes before it; frees come
                 # before allocations at equal times.
+                sc = scl[q]
                 cur_b = -1
                 fi = 0
                 live = 0.0
                 for r in range(na):
                     t = ca_t[perm_a[r]]
-                    kb = min(int(t * scale), nbq - 1)
+                    kb = min(int(t * sc), nbq - 1)
                     if kb != cur_b:
                         cur_b = kb
                         live = b_fr[o + kb]
-                        while fi < nf and min(int(cf_t[perm_f[fi]] * scale), nbq - 1) < kb:
+                        while fi < nf and min(int(cf_t[perm_f[fi]] * sc), nbq - 1) < kb:
                             fi += 1
                     while fi < nf and cf_t[perm_f[fi]] <= t:
                         live -= cf_s[perm_f[fi]]
@@ -441,19 +464,30 @@ def _simulate_block(placements, r0, r1, mode, g_int, g_float, m_int, m_float, si
     m = placements.shape[1]
     d = out_busy.shape[1]
     n_groups, n_params, n_tx = sizes
-    # Scratch of this block: stamps start at 0, placements stamp with row + 1.
-    n_ev = m + n_tx
-    i32, i64 = np.int32, np.int64
-    scratch = (np.empty(m, i32), np.zeros(m * d, i32), np.empty(n_tx, i64),
-               np.empty(n_tx, i64), np.empty(n_tx, i64), np.empty(d, i64),
-               np.empty(d, i64), np.zeros(d, i64), np.empty(d, i64), np.empty(d, i64),
-               np.zeros(n_params * d, np.uint8), np.empty(n_ev, i64),
-               np.empty(n_ev, i64), np.empty(n_ev + 1, i64), np.empty(n_ev, i64))
-    f_scratch = (np.empty(m), np.empty(m), np.empty(m * d), np.empty(m * d),
-                 np.empty(m * d), np.empty(m), np.empty(max(n_groups, 1)),
-                 np.empty(d * d), np.empty(d), np.empty(n_ev), np.empty(n_ev),
-                 np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(n_ev),
-                 np.empty(n_ev), np.empty(n_ev), np.empty(n_ev), np.empty(m))
+    # Scratch of this block (see _simulate_one for the names). Stamps start at 0;
+    # placements stamp with row + 1, so nothing needs clearing between them.
+    n_ev = m + n_tx  # live intervals, at most: activations and copies
+    i32, i64, f64 = np.int32, np.int64, np.float64
+    scratch = (
+        np.empty(m, i32), np.empty(m, i64), np.empty(m * d, i64),  # seg_of, last/cp_op
+        np.zeros(m * d, i32),  # stamp
+        np.empty(n_tx, i64), np.empty(n_tx, i64), np.empty(n_tx, i64),  # xfer, _op, _to
+        np.empty(d, i64), np.empty(d, i64),  # ops_on, ncopy
+        np.zeros(d, i64), np.empty(d, i64), np.empty(d, i64),  # ev_off, ev_n, ev_cap
+        np.zeros(n_params * d, np.uint8),  # pflag
+        np.empty(n_ev, i64), np.empty(n_ev, i64),  # perm_a, perm_f
+        np.empty(n_ev + 1, i64), np.empty(n_ev, i64),  # the sort's cnt, bucket
+        np.empty(n_ev, i32), np.empty(n_ev, i32), np.empty(n_ev, np.bool_))  # e_ab, e_fb,
+    # cflag
+    f_scratch = (
+        np.empty(m, f64), np.empty(m, f64),  # seg_start, op_end
+        np.empty(m * d, f64), np.empty(m * d, f64), np.empty(m, f64),  # arrival, sbytes, lu
+        np.empty(max(n_groups, 1), f64), np.empty(d * d, f64), np.empty(d, f64),
+        # group_free, link_free, bound; then e_at, e_ft, e_s, b_al, b_fr, ca_t, ca_s,
+        # cf_t, cf_s; cbuf, scl
+        np.empty(n_ev, f64), np.empty(n_ev, f64), np.empty(n_ev, f64), np.empty(n_ev, f64),
+        np.empty(n_ev, f64), np.empty(n_ev, f64), np.empty(n_ev, f64), np.empty(n_ev, f64),
+        np.empty(n_ev, f64), np.empty(m, f64), np.empty(d, f64))
     for r in range(r0, r1):
         res = _simulate_one(placements[r], r + 1, mode, g_int, g_float, m_int, m_float,
                             scratch, f_scratch, out_busy[r], out_peak[r])
