@@ -128,6 +128,32 @@ def scores(records, graphs, models: dict) -> dict:
     return out
 
 
+def noise_floor(validations, graphs, cost_model) -> dict:
+    """How far validations of the same placements differ: the mean over ordered pairs of
+    validations of their MAPE (one taken as the truth, the other as the prediction),
+    the per-placement spread (max / min measured), the raw model's MAPE against each,
+    and the spread of other estimators of a step time from the same samples (25th
+    percentile, minimum)."""
+    meas = np.array([[r["measured_step_time_s"] for r in v] for v in validations])
+    k = len(meas)
+    pairs = [mape(meas[i], meas[j]) for i in range(k) for j in range(k) if i != j]
+    pred = predictions(validations[0], graphs, cost_model)
+
+    def spread(x):
+        return x.max(axis=0) / x.min(axis=0)
+
+    q25 = np.array([[np.percentile(r["timing"]["samples_s"], 25) for r in v]
+                    for v in validations])
+    mins = np.array([[min(r["timing"]["samples_s"]) for r in v] for v in validations])
+    return {"placements": int(meas.shape[1]), "validations": k,
+            "mape_between": float(np.mean(pairs)), "mape_between_max": float(np.max(pairs)),
+            "spread_median": float(np.median(spread(meas))),
+            "spread_max": float(np.max(spread(meas))),
+            "spread_median_q25": float(np.median(spread(q25))),
+            "spread_median_min": float(np.median(spread(mins))),
+            "mape_raw_each": [float(mape(pred, m)) for m in meas]}
+
+
 def _pct(x) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
 
@@ -149,6 +175,12 @@ def main():
     ap.add_argument("--timing-budget-s", type=float, default=1.0)
     ap.add_argument("--transfers", default="producer", choices=("segment", "producer"),
                     help="how the executor moves tensors (see Program.place)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved timing rounds over a model's placements (default 3)")
+    ap.add_argument("--noise-repeats", type=int, default=0,
+                    help="validate each model's placements this many more times and report "
+                         "how far the measurements of the same placements differ (the MAPE "
+                         "that noise alone makes; default 0: off)")
     ap.add_argument("--note", default="", help="a remark for the table (machine load...)")
     ap.add_argument("--out-dir", default="bench/results")
     args = ap.parse_args()
@@ -168,6 +200,8 @@ def main():
     timing = {"warmup": 2, "min_repeats": args.repeats, "max_repeats": 50,
               "budget_s": args.timing_budget_s}
     records, graphs, per_model_reps = [], {}, {}
+    repeats: dict[str, list[list[dict]]] = {}  # model -> validations of the same placements
+    load_start = os.getloadavg()
     for name in args.models.split(","):
         log(f"== {name}")
         fn, fargs = zoo.get(name, small=True, abstract=False, training=True)
@@ -179,11 +213,18 @@ def main():
         # validated against the loaded model: the table shows raw and its corrections
         rep = validate(g, cm, [c[2] for c in cands], program=program, args=fargs,
                        labels=[c[0] for c in cands], methods=[c[1] for c in cands],
-                       timing=timing, transfers=args.transfers,
+                       timing=timing, transfers=args.transfers, rounds=args.rounds,
                        progress=lambda s: log("    " + s))
         print(rep.table(), flush=True)
         records += rep.records
         per_model_reps[name] = (rep, same_as)
+        for k in range(args.noise_repeats):
+            log(f"    noise: validating the same placements again ({k + 1}/"
+                f"{args.noise_repeats})")
+            again = validate(g, cm, [c[2] for c in cands], program=program, args=fargs,
+                             labels=[c[0] for c in cands], methods=[c[1] for c in cands],
+                             timing=timing, transfers=args.transfers, rounds=args.rounds)
+            repeats.setdefault(name, [rep.records]).append(again.records)
     fit, held = split_records(records, 0.5, seed=args.seed)
     t = time.perf_counter()
     # fitted on the raw model, from identity: the loaded corrections play no part
@@ -210,13 +251,18 @@ def main():
                           for r in rep.records)}
     overall = {"fitted": res.fit, "held_out": res.held_out,
                "held_out_all_models": scores(held, graphs, models)}
+    noise = {name: noise_floor(reps, graphs, cm_raw) for name, reps in repeats.items()}
+    load_end = os.getloadavg()
 
     host = platform.node()
     import jax
 
     lines = [f"fidelity on {host} ({platform.processor() or platform.machine()}, "
              f"{os.cpu_count()} cores), cost model {args.cost_model}, JAX {jax.__version__}, "
-             f"{args.per_model}+ placements per model, transfers={args.transfers}"
+             f"{args.per_model}+ placements per model, transfers={args.transfers}, "
+             f"{args.rounds} timing rounds; load average (1, 5, 15 min) at the start "
+             + " ".join(f"{x:.2f}" for x in load_start) + ", at the end "
+             + " ".join(f"{x:.2f}" for x in load_end)
              + (f"; {args.note}" if args.note else ""),
              "raw: the cost model without drift corrections; corrected: drift corrections "
              "fitted on half of the records (all models); errors on the held-out half"
@@ -246,6 +292,15 @@ def main():
                         "; the simulator's segment/transfer counts differ from the executor's"
                         " on some placements"))
     lines.append("fit: " + res.summary().replace("\n", "\n     "))
+    for name, nz in noise.items():
+        lines.append(
+            f"noise, {name}: the same {nz['placements']} placements validated "
+            f"{nz['validations']} times: MAPE between validations {_pct(nz['mape_between'])} "
+            f"(max {_pct(nz['mape_between_max'])}), median spread (max/min) "
+            f"{nz['spread_median']:.2f}, max {nz['spread_max']:.2f}; raw MAPE against each "
+            "validation " + ", ".join(_pct(x) for x in nz["mape_raw_each"])
+            + "; spread of other estimators: q25 "
+            f"{nz['spread_median_q25']:.2f}, min {nz['spread_median_min']:.2f}")
     lines.append(f"drift fit {fit_s:.1f} s; whole benchmark {time.perf_counter() - t_start:.0f} s")
     text = "\n".join(lines)
     print(text)
@@ -256,7 +311,9 @@ def main():
         json.dump({"host": host, "cost_model": args.cost_model, "args": vars(args),
                    "loaded_corrections": cm.corrections.to_dict() if loaded_corrected
                    else None,
-                   "per_model": rows, "overall": overall,
+                   "per_model": rows, "overall": overall, "noise": noise,
+                   "load_average_start": load_start, "load_average_end": load_end,
+                   "noise_records": repeats,
                    "corrections": res.corrections.to_dict(), "records": records},
                   f, indent=1, default=float)
     with open(stem + ".txt", "w") as f:
