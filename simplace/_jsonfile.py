@@ -219,6 +219,29 @@ def _is_json_type(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
+def check_schema(obj: Any, schema: str, version: int, error: type[Exception], where: str,
+                 what: str, *, older: Mapping[int, str] | None = None) -> dict:
+    """``obj`` checked as a JSON object whose ``schema`` field is ``schema`` and whose
+    ``schema_version`` is ``version``; ``error`` naming ``where`` otherwise.
+
+    what: the kind of document (``"placement file"``, ``"validation record"``).
+    older: per older version, what to do about a document of that version (how to
+    make it again), said after the version error.
+    """
+    if not isinstance(obj, dict) or obj.get("schema") != schema:
+        got = obj.get("schema") if isinstance(obj, dict) else None
+        its = (f"its 'schema' is {_short(got)}, not {_short(schema)}" if got is not None
+               else f"it has no 'schema' field {_short(schema)}" if isinstance(obj, dict)
+               else f"it is {_json_type_name(obj)}, not an object")
+        raise error(f"{where}: not a simplace {what} ({its}).")
+    got = obj.get("schema_version")
+    if got != version:
+        hint = (older or {}).get(got) if type(got) is int else None
+        raise error(f"{where}: {what} schema_version {_short(got)} is not supported; this "
+                    f"simplace reads {version}" + (f": {hint}" if hint else "."))
+    return obj
+
+
 def check_fields(obj: Any, fields: Mapping[str, type | tuple[type, ...]],
                  error: type[Exception], where: str, *, what: str = "the object",
                  optional: Mapping[str, type | tuple[type, ...]] | None = None,

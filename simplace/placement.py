@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from simplace._jsonfile import check_fields, read_json, write_json
+from simplace._jsonfile import check_fields, check_schema, read_json, write_json
 from simplace.errors import PlacementError
 
 SCHEMA = "simplace.placement"
@@ -158,13 +158,7 @@ class Placement:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "<dict>") -> Placement:
-        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            raise PlacementError(f"{source} is not a simplace placement file (its 'schema' "
-                                 f"is not '{SCHEMA}').")
-        if d.get("schema_version") != SCHEMA_VERSION:
-            raise PlacementError(f"{source} has placement schema_version "
-                                 f"{d.get('schema_version')!r}; this simplace reads "
-                                 f"{SCHEMA_VERSION}.")
+        check_schema(d, SCHEMA, SCHEMA_VERSION, PlacementError, source, "placement file")
         _check_fields(d, source)
         try:
             return cls(assignment=np.asarray(d["assignment"], dtype=np.int64),

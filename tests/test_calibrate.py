@@ -379,8 +379,9 @@ def test_schema_1_records_are_refused(tmp_path):
     recs[0]["schema_version"] = 1
     path = _bad_file(tmp_path, recs[:1], lambda lines: lines)
     with pytest.raises(CalibrationError,
-                       match=rf"line 1: schema_version 1 is not supported; this simplace "
-                             rf"reads {SCHEMA_VERSION}") as err:
+                       match=rf"line 1: calibration records file schema_version 1 is not "
+                             rf"supported; this simplace reads {SCHEMA_VERSION}: version 1 "
+                             "timed single ops") as err:
         read_records(path)
     assert str(path) in str(err.value)
     assert SCHEMA_VERSION == 2
@@ -388,8 +389,9 @@ def test_schema_1_records_are_refused(tmp_path):
 
 @pytest.mark.parametrize("mutate, match", [
     (lambda r: r[2].update(kind="opp"), r"line 3: 'kind' must be one of"),
-    (lambda r: r[0].update(schema="other"), r"line 1: schema must be"),
-    (lambda r: r[0].update(schema_version=99), r"line 1: schema_version 99"),
+    (lambda r: r[0].update(schema="other"), r"line 1: not a simplace calibration records file "
+                                            r"\(its 'schema' is \"other\", not"),
+    (lambda r: r[0].update(schema_version=99), r"line 1: .* schema_version 99 is not supp"),
     (lambda r: r[0]["devices"][1].pop("memory_bytes"), r"line 1: devices\[1\] must be"),
     (lambda r: r.insert(4, dict(r[0])), r"line 5: a second header"),
     (lambda r: r.pop(0), r"line 1: the first record must be the header"),

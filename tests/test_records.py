@@ -6,7 +6,7 @@ import json
 import pytest
 
 from simplace import _jsonl
-from simplace._jsonfile import check_fields
+from simplace._jsonfile import check_fields, check_schema
 from simplace.calibrate.records import RecordWriter
 from simplace.calibrate.records import read_records as read_calibration
 from simplace.errors import CalibrationError, SimplaceError
@@ -198,3 +198,20 @@ def test_check_fields_hints_say_what_a_field_must_be():
                                             r"device indices, got 3\.$"):
         check_fields({"a": 3}, {"a": list}, SimplaceError, "p.json", what="a placement",
                      hints={"a": "a list of device indices"})
+
+
+@pytest.mark.parametrize("obj, match", [
+    ({"schema": "other", "schema_version": 1}, r"^f: not a simplace thing \(its 'schema' is "
+                                               r"\"other\", not \"s\"\)\.$"),
+    ({"schema_version": 1}, r"^f: not a simplace thing \(it has no 'schema' field \"s\"\)"),
+    ([1], r"^f: not a simplace thing \(it is a list, not an object\)\.$"),
+    ({"schema": "s", "schema_version": 3}, r"^f: thing schema_version 3 is not supported; "
+                                           r"this simplace reads 2\.$"),
+    ({"schema": "s", "schema_version": 1}, r"reads 2: make it again\.$"),
+    ({"schema": "s"}, r"thing schema_version null is not supported"),
+])
+def test_check_schema_messages(obj, match):
+    with pytest.raises(SimplaceError, match=match):
+        check_schema(obj, "s", 2, SimplaceError, "f", "thing", older={1: "make it again."})
+    assert check_schema({"schema": "s", "schema_version": 2}, "s", 2, SimplaceError, "f",
+                        "thing") == {"schema": "s", "schema_version": 2}

@@ -42,12 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from simplace import _jsonl
-from simplace._jsonfile import check_fields
+from simplace._jsonfile import check_fields, check_schema
 from simplace.calibrate.harness import Timing
 from simplace.errors import CalibrationError
 
 SCHEMA = "simplace.calibration_records"
 SCHEMA_VERSION = 2  # 1: single-op timings (dispatch and launch in every op)
+_VERSION_1 = ("version 1 timed single ops, which this simplace no longer fits: measure the "
+              "machine again with `simplace calibrate --name NAME --overwrite`.")
 
 # Fields every record of a kind must carry (besides "kind"), and their JSON types.
 _NUM = (float,)  # any JSON number (check_fields: true/false never count)
@@ -94,16 +96,8 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
         except CalibrationError as err:
             raise CalibrationError(f"{where}: field {field!r}: {err}") from None
     if kind == "header":
-        if rec["schema"] != SCHEMA:
-            raise CalibrationError(f"{where}: schema must be {SCHEMA!r}, got "
-                                   f"{rec['schema']!r}: not a simplace records file.")
-        if rec["schema_version"] != SCHEMA_VERSION:
-            raise CalibrationError(
-                f"{where}: schema_version {rec['schema_version']} is not supported; this "
-                f"simplace reads {SCHEMA_VERSION}" + (
-                    " (version 1 timed single ops, which this simplace no longer fits): "
-                    "measure the machine again with `simplace calibrate --name NAME "
-                    "--overwrite`." if rec["schema_version"] == 1 else "."))
+        check_schema(rec, SCHEMA, SCHEMA_VERSION, CalibrationError, where,
+                     "calibration records file", older={1: _VERSION_1})
         for k, dev in enumerate(rec["devices"]):
             if not isinstance(dev, dict) or any(f not in dev for f in DEVICE_FIELDS):
                 raise CalibrationError(f"{where}: devices[{k}] must be an object with "
@@ -138,31 +132,19 @@ def read_records(path: str | os.PathLike) -> list[dict]:
     return out
 
 
-class RecordWriter:
+class RecordWriter(_jsonl.Appender):
     """Appends records to a JSON Lines file, one flushed line per record, so that an
     interrupted run loses at most the record being written (``simplace._jsonl``: a line
-    an earlier run left cut short is dropped first)."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._out = _jsonl.Appender(self.path)
+    an earlier run left cut short is dropped first). Each record is checked first."""
 
     def write(self, rec: Mapping[str, Any]) -> None:
         """Validate and append one record."""
-        self._out.write(check_record(dict(rec), f"record for {self.path}"))
+        super().write(check_record(dict(rec), f"record for {self.path}"))
 
     def write_all(self, recs: Iterable[Mapping[str, Any]]) -> None:
+        """Validate and append each record in turn."""
         for r in recs:
             self.write(r)
-
-    def close(self) -> None:
-        self._out.close()
-
-    def __enter__(self) -> RecordWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def write_records(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> None:

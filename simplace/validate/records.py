@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from simplace import _jsonl
-from simplace._jsonfile import check_fields
+from simplace._jsonfile import check_fields, check_schema
 from simplace.errors import SimplaceError
 
 __all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_VERSION", "append_records", "calibration_dir",
@@ -53,13 +53,8 @@ _RECORD_FIELDS = {"cost_model": str, "graph_hash": str, "graph_name": str,
 def check_record(rec: Any, where: str) -> dict:
     """``rec`` checked as a validation record; ``SimplaceError`` naming ``where`` and
     what is wrong otherwise."""
-    if not isinstance(rec, dict) or rec.get("schema") != RECORD_SCHEMA:
-        raise SimplaceError(f"{where}: not a simplace validation record (its 'schema' is not "
-                            f"'{RECORD_SCHEMA}').")
-    if rec.get("schema_version") != RECORD_SCHEMA_VERSION:
-        raise SimplaceError(f"{where}: validation record schema_version "
-                            f"{rec.get('schema_version')!r}; this simplace reads "
-                            f"{RECORD_SCHEMA_VERSION}.")
+    check_schema(rec, RECORD_SCHEMA, RECORD_SCHEMA_VERSION, SimplaceError, where,
+                 "validation record")
     check_fields(rec, _RECORD_FIELDS, SimplaceError, where, what="a validation record")
     if not rec["measured_step_time_s"] > 0:
         raise SimplaceError(f"{where}: measured_step_time_s must be > 0.")
