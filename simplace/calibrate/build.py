@@ -358,6 +358,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         report["steps"] = dict(sf.report, notes=graph_notes)
         devices = list(scaled_model(unscaled, scales).devices)
         put = put * scales["host"]
+    report["load_average"] = head.get("load_average")
+    report["cpu_count"] = head.get("cpu_count")
     phases = [r for r in records if r["kind"] == "phase"]
     report["wall_s"] = float(sum(r.get("wall_s", 0.0) for r in phases))
     report["links_missing"] = [f"{names[i]}->{names[j]}" for i, j in missing]

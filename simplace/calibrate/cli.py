@@ -163,6 +163,13 @@ def format_report(model, report: dict) -> str:
             lines.append(f"  {k} scale not pinned (kept at 1): {why}.")
         for note in st.get("notes", []):
             lines.append(f"  {note}")
+    load = report.get("load_average")
+    if load:
+        cores = report.get("cpu_count") or 1
+        lines.append(f"load average at the start: {load[0]:.2f} (1 min), {load[1]:.2f} (5 min)"
+                     + (f": other work shared the {cores} cores, and host times inflate under "
+                        "load; calibrate again on an idle machine (--overwrite) for figures "
+                        "of an idle one" if load[0] > 0.5 * cores else ""))
     lines.append(f"calibration wall time: {report['wall_s']:.1f} s")
     return "\n".join(lines)
 

@@ -146,6 +146,9 @@ def _header(name: str, devices: list, settings: Settings) -> dict[str, Any]:
         "jax_version": jax.__version__, "jaxlib_version": jaxlib.__version__,
         "python": sys.version.split()[0], "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
+        # Host times inflate on a busy machine (other jobs take the cores): the fit
+        # reports the load the calibration started under.
+        "load_average": list(os.getloadavg()),
         "devices": [{"name": device_name(d), "kind": d.platform, "id": int(d.id),
                      "device_kind": str(d.device_kind),
                      "memory_bytes": _memory_bytes(d, n_cpu)} for d in devices],
