@@ -50,7 +50,7 @@ HEAVY = {
     "tests/test_rl.py::test_policy_reaches_oracle_optimum_and_learns[seq2seq]",
     "tests/test_rl.py::test_policy_reaches_oracle_optimum_and_learns[hierarchical]",
     # OOM handling: bound stays
-    "tests/test_rl.py::test_oom_samples_never_become_best[exact]",
+    "tests/test_rl.py::test_oom_samples_never_become_best[exact-jax]",
     # small models trace and run: one model per family stays (resnet50-infer, nmt_2layer,
     # transformer-train, bert_base, alexnet, rnnlm, mlp, tiny_cnn)
     "tests/test_zoo.py::test_small_model_traces_and_runs[inception_v3-train]",

@@ -85,15 +85,20 @@ def test_gradients_finite_and_update_moves_params(policy):
     assert np.all(np.isfinite(np.asarray(s.logp))) and np.all(np.asarray(s.logp) <= 0)
 
 
-@pytest.mark.parametrize("oom", ["bound", "exact"])
-def test_oom_samples_never_become_best(oom):
+@pytest.mark.parametrize("oom,simulator", [("bound", "jax"), ("exact", "jax"),
+                                           ("bound", "numba")])
+def test_oom_samples_never_become_best(oom, simulator):
+    if simulator == "numba":
+        pytest.importorskip("numba")
     g, cm = oom_case()  # one device cannot hold all parameters; half and half fits
     ex = optimize(g, cm, method="exact")
     res = optimize(g, cm, method="rl-gnn", seed=0, episodes=512, samples=32, units="ops",
-                   oom=oom)
+                   oom=oom, simulator=simulator)
     check_result(g, cm, res, expect_fit=True)
     assert res.info["fits"] and res.info["score"] < OOM_PENALTY
-    assert res.info["oom_mode"] == oom
+    assert res.info["simulator"] == simulator
+    # The native simulator's OOM flags are exact whatever the option says.
+    assert res.info["oom_mode"] == (oom if simulator == "jax" else "exact")
     assert any(r["oom_fraction"] > 0 for r in res.history)  # OOM samples were drawn
     assert all(r["best_step_time_s"] < OOM_PENALTY for r in res.history)
     assert res.step_time_s >= ex.step_time_s * (1 - 1e-12)
@@ -102,7 +107,7 @@ def test_oom_samples_never_become_best(oom):
 def test_auto_oom_mode_picks_exact_when_memory_is_tight():
     g, cm = oom_case()
     res = optimize(g, cm, method="rl-seq2seq", seed=0, episodes=64, samples=32,
-                   units="ops")
+                   units="ops", simulator="jax")
     assert res.info["oom_mode"] == "exact" and not res.oom
 
 

@@ -69,6 +69,7 @@ from simplace.search import OOM_PENALTY, SearchSession, penalised
 REWARDS = ("neg", "sqrt", "log")
 BASELINES = ("mean", "ema")
 OOM_MODES = ("auto", "bound", "exact")
+SIMULATORS = ("auto", "numba", "jax")
 # With oom="exact": placements flagged by the memory bound that are checked exactly per
 # batch at most (see ``Trainer._simulate``), one at a time: the batch size ``train``
 # verifies a kept placement with, so the exact simulator compiles once.
@@ -101,6 +102,11 @@ class RLConfig:
       placement is refined by greedy block moves (``simplace.rl.refine``), at most
       ``refine_batches`` batches of K placements scored; the refined placement becomes
       the target of self-imitation.
+    simulator: "auto" (the native simulator where numba is installed, else JAX),
+      "numba" or "jax" (``simplace.sim.batched_simulator``'s backends). The native one
+      scores each batch between the jitted policy and learning steps with exact OOM
+      flags (``oom`` then does not matter) and compiles nothing per problem; the JAX
+      one compiles the simulator once per problem.
     """
 
     samples: int = 64
@@ -121,6 +127,7 @@ class RLConfig:
     self_imitation: float = 0.5
     refine_every: int = 10
     refine_batches: int = 4
+    simulator: str = "auto"
 
     def __post_init__(self):
         if int(self.samples) < 1:
@@ -139,6 +146,9 @@ class RLConfig:
         if int(self.refine_every) < 0 or int(self.refine_batches) < 0:
             raise SimplaceError("refine_every and refine_batches must be >= 0 (0: no "
                                 "refinement).")
+        if self.simulator not in SIMULATORS:
+            raise SimplaceError(f"simulator must be one of {', '.join(SIMULATORS)}, got "
+                                f"{self.simulator!r}.")
         if not self.self_imitation >= 0:
             raise SimplaceError(f"self_imitation must be >= 0 (0: off), got "
                                 f"{self.self_imitation}.")
@@ -175,6 +185,17 @@ class _State(NamedTuple):
     baseline: Any  # float32 scalar; NaN until the first update ("ema")
 
 
+def _resolve_backend(simulator: str) -> str:
+    """``RLConfig.simulator`` resolved: "numba" where it imports (for "auto"), else "jax"."""
+    if simulator != "auto":
+        return simulator
+    try:
+        import simplace.sim.native  # noqa: F401
+    except ImportError:
+        return "jax"
+    return "numba"
+
+
 def _schedule(cfg: RLConfig, update: int, frac: float) -> tuple[float, float]:
     warm = min(1.0, (update + 1) / max(1, cfg.warmup_updates))
     cos = 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
@@ -202,6 +223,8 @@ class Trainer:
         self.capacity = np.asarray(inputs.memory_bytes, np.float64)
         self.tx = optax.chain(optax.clip_by_global_norm(config.clip_norm),
                               optax.scale_by_adam())
+        # The simulator backend in use, "numba" or "jax" (RLConfig.simulator).
+        self.backend = _resolve_backend(config.simulator)
         self._sims: dict = {}
         self._sims_jit: dict = {}
         self._steps: dict = {}
@@ -221,10 +244,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ simulation
     def simulator(self, memory):
-        from simplace.sim.batched import BatchedSimulator
+        from simplace.sim.batched import batched_simulator
 
         if memory not in self._sims:
-            self._sims[memory] = BatchedSimulator(self.graph, self.inputs, memory=memory)
+            self._sims[memory] = batched_simulator(self.graph, self.inputs, memory=memory,
+                                                   backend=self.backend)
         return self._sims[memory]
 
     def _bound_sim(self):
@@ -232,6 +256,16 @@ class Trainer:
         the cheap memory bound (a placement whose bound exceeds a capacity counts as OOM;
         the same margin as the simulator's own screen). Compiled once, shared by
         ``probe`` and every update (one compilation of the simulator per problem)."""
+        if "bound" not in self._sims_jit and self.backend == "numba":
+            # Exact OOM flags at the bound's cost: the native "oom" mode sweeps only the
+            # placements its bound flags.
+            native = self.simulator("oom")
+
+            def run_native(p):
+                res = native(np.asarray(p))
+                return jnp.asarray(res.step_time_s), jnp.asarray(res.oom)
+
+            self._sims_jit["bound"] = run_native
         if "bound" not in self._sims_jit:
             fn, consts = self.simulator("oom").traceable()
             cap = jnp.asarray(self.capacity)
@@ -255,7 +289,7 @@ class Trainer:
         placement."""
         step_t, suspect = self._bound_sim()(placements)
         none = jnp.zeros(suspect.shape, bool)
-        if mode == "bound":
+        if mode == "bound" or self.backend == "numba":  # native flags are exact
             return step_t, suspect, none
         step_np, sus = np.asarray(step_t), np.asarray(suspect)
         idx = np.flatnonzero(sus)
@@ -617,7 +651,10 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             state, n, lik = trainer.imitate(state, target, cfg.lr)
             info.update(imitation_steps=n, imitation_likelihood=lik)
         mode = cfg.oom
-        if mode == "auto":
+        info["simulator"] = trainer.backend
+        if trainer.backend == "numba":
+            mode = "exact"  # the native simulator's OOM flags are exact, at no extra cost
+        elif mode == "auto":
             _, _, suspect = trainer.probe()
             mode = "exact" if suspect.mean() >= 0.1 else "bound"
             info["probe_suspect_fraction"] = float(suspect.mean())
