@@ -43,6 +43,7 @@ from jax.extend import core as jcore
 from simplace.errors import PlacementError, SimplaceError
 from simplace.graph import OpGraph
 from simplace.placement import Placement, check_placement
+from simplace.sim.reference import segments_of
 from simplace.trace import Builder, Value, aval_nbytes, walk
 
 __all__ = ["PlacedFunction", "Program", "Segment", "Measurement", "apply", "measure",
@@ -412,9 +413,8 @@ class PlacedFunction:
         self.devices = devices
         ops = program._ops
         m = len(ops)
-        # Segments: maximal runs of one device in graph order.
-        bounds = [0] + (np.flatnonzero(np.diff(assignment)) + 1).tolist() + [m] if m else [0]
-        runs = [(bounds[s], bounds[s + 1]) for s in range(len(bounds) - 1)]
+        # Segments: maximal runs of one device in graph order, as the simulator cuts them.
+        runs = segments_of(assignment)
         seg_of_op = np.zeros(m, dtype=np.int64)
         for s, (a, b) in enumerate(runs):
             seg_of_op[a:b] = s
