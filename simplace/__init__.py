@@ -4,6 +4,7 @@ Importing simplace starts no JAX backend and probes no hardware; that happens on
 when a function that needs it is called.
 """
 
+from simplace import validate  # the package; called, the function validate()
 from simplace.cost_model import Corrections, CostModel, Device, Provenance
 from simplace.errors import (
     CalibrationError,
@@ -22,7 +23,6 @@ from simplace.placement import Placement
 from simplace.placers import compare, optimize
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
-from simplace.validate import validate
 from simplace.validate.executor import apply
 
 __version__ = "0.1.0"

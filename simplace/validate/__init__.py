@@ -17,9 +17,16 @@ One module per concept:
 * ``cli``: ``simplace validate`` and ``optimize --validate-every``.
 
 The public names of these modules are importable from ``simplace.validate``
-(``from simplace.validate import fit_drift``); ``simplace.validate`` itself, as an
-attribute of the ``simplace`` package, is the function ``validate``.
+(``from simplace.validate import fit_drift``). Called, ``simplace.validate`` is the
+function ``validate`` (``simplace.validate(graph, cost_model, placements, fn=fn,
+args=args)``): the package is a callable module, so that ``simplace.validate`` can be
+both the package (``simplace.validate.executor``) and the function, and neither hides
+the other.
 """
+
+import inspect
+import sys
+import types
 
 from simplace.validate.drift import FIT_PARAMS, DriftFit, fit_drift, raw_model
 from simplace.validate.hardware import ValidationReport, ValidationRow, validate
@@ -40,3 +47,14 @@ __all__ = ["FIT_PARAMS", "RECORD_SCHEMA", "RECORD_SCHEMA_VERSION", "DriftFit",
            "append_records", "calibration_dir", "fit_drift", "kendall_tau",
            "make_validation_callback", "mape", "raw_model", "read_records", "split_records",
            "validate", "validation_path"]
+
+
+class _CallableModule(types.ModuleType):
+    """The type of the ``simplace.validate`` package: calling it calls ``validate``."""
+
+    def __call__(self, *args, **kwargs) -> ValidationReport:
+        return validate(*args, **kwargs)
+
+
+__signature__ = inspect.signature(validate)  # what inspect and help() show for a call
+sys.modules[__name__].__class__ = _CallableModule
