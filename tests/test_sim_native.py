@@ -207,3 +207,24 @@ def test_backend_choice(monkeypatch):
     assert isinstance(sim.batched_simulator(g, inp), BatchedSimulator)
     with pytest.raises(ImportError, match="simplace\\[fast\\]"):
         sim.batched_simulator(g, inp, backend="numba")
+
+
+@pytest.mark.slow
+def test_works_where_numba_cannot_cache(tmp_path):
+    # With no place for numba's cache (a read-only install), the kernel compiles in
+    # the process instead of failing at import. (A subprocess: it compiles cold.)
+    import subprocess
+
+    code = (
+        "import numba.core.caching as c\n"
+        "c.CacheImpl._locator_classes = []\n"
+        "import numpy as np\n"
+        "import simplace.sim.native as nat\n"
+        "from simplace.sim import simulate\n"
+        "from tests.sim_cases import make_graph, simple_inputs\n"
+        "g, inp = make_graph([0], [1], m=2), simple_inputs(2, 2)\n"
+        "assert type(nat._simulate_one._cache).__name__ == 'NullCache'\n"
+        "got = nat.NativeSimulator(g, inp)(np.array([[0, 1]])).step_time_s[0]\n"
+        "assert got == simulate(g, inp, [0, 1]).step_time_s == 12.5, got\n")
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=300)

@@ -62,13 +62,15 @@ _MIN_BLOCK = 8
 
 def _njit(**kw):
     """``numba.njit(cache=True, ...)``, or without the on-disk cache where numba finds no
-    writable place for it (a read-only install): then each process compiles once."""
+    writable place for it (a read-only install): then each process compiles once.
+    ``error_model="numpy"``: no zero-divisor checks (every divisor here is > 0, so
+    results do not change; the checks cost a few percent of the loop)."""
 
     def wrap(fn):
         try:
-            return numba.njit(cache=True, **kw)(fn)
+            return numba.njit(cache=True, error_model="numpy", **kw)(fn)
         except RuntimeError:  # "cannot cache function ...: no locator available"
-            return numba.njit(cache=False, **kw)(fn)
+            return numba.njit(cache=False, error_model="numpy", **kw)(fn)
 
     return wrap
 
@@ -196,7 +198,9 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
         ncopy[q] = 0
         bound[q] = 0.0
 
-    # One pass over the ops; a segment closes where the next op is elsewhere.
+    # One pass over the ops; a segment closes where the next op is elsewhere. (With
+    # mem, it notes what the memory pass needs.)
+    mem = mode != 0
     i = 0
     prev_a = 0
     prev_end = 0.0
@@ -216,14 +220,17 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                 j = in_src[e]
                 if j >= a:  # produced inside this segment: fused, no wait
                     fused = True
-                    last_op[j] = i
+                    if mem:
+                        last_op[j] = i
                     continue
                 frm = p[j]
                 if frm == dev:  # an earlier segment of this device: done before this one
-                    last_op[j] = i
+                    if mem:
+                        last_op[j] = i
                     continue
                 k = j * d + dev
-                cp_op[k] = i
+                if mem:
+                    cp_op[k] = i
                 if stamp[k] != cur:  # the first reader on dev sends the copy
                     lk = (frm * d + dev) * 3
                     host += link[lk]
@@ -267,8 +274,9 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                 c = c + opc[base + 2]
             cbuf[n] = c
             n += 1
-            seg_of[i] = nseg
-            last_op[i] = i
+            if mem:
+                seg_of[i] = nseg
+                last_op[i] = i
             i += 1
             if i >= m or p[i] != dev:
                 break
