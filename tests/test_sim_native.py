@@ -153,8 +153,11 @@ def test_bad_placements_raise_the_jax_simulators_errors():
     g = make_graph([0], [1], m=2)
     inp = simple_inputs(2, 3)
     ours, theirs = NativeSimulator(g, inp), BatchedSimulator(g, inp)
+    # (int32[B, M] placements are checked in the kernel, others by numpy first.)
     for bad in (np.array([[0, 1], [7, 0]]), np.zeros((2, 3), int), np.zeros(2, int),
-                np.array([[0.5, 1.0]]), np.array([[-1, 0]])):
+                np.array([[0.5, 1.0]]), np.array([[-1, 0]]),
+                np.array([[0, 1], [0, 1], [1, 3]], np.int32), np.array([[-1, 0]], np.int32),
+                np.zeros((1, 3), np.int32), np.array([[2**33, 0]])):
         with pytest.raises(PlacementError) as want:
             theirs(bad)
         with pytest.raises(PlacementError, match="^" + _escape(str(want.value)) + "$"):

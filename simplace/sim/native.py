@@ -497,7 +497,18 @@ def _simulate_block(placements, r0, r1, mode, g_int, g_float, m_int, m_float, si
         np.empty(n_ev, f64), np.empty(n_ev, f64), np.empty(n_ev, f64), np.empty(n_ev, f64),
         np.empty(n_ev, f64), np.empty(m, f64), np.empty(d, f64))
     for r in range(r0, r1):
-        res = _simulate_one(placements[r], r + 1, mode, g_int, g_float, m_int, m_float,
+        # A device index out of range would read outside the tables: such a row is
+        # skipped and marked (-1 segments) for the caller to raise on.
+        row = placements[r]
+        lo = row[0]
+        hi = row[0]
+        for i in range(m):
+            lo = min(lo, row[i])
+            hi = max(hi, row[i])
+        if lo < 0 or hi >= d:
+            out_nseg[r] = -1
+            continue
+        res = _simulate_one(row, r + 1, mode, g_int, g_float, m_int, m_float,
                             scratch, f_scratch, out_busy[r], out_peak[r])
         out_step[r] = res[0]
         out_moved[r] = res[1]
@@ -547,7 +558,12 @@ class NativeSimulator:
                          _own(link, f64), _own(inputs.memory_bytes, f64))
 
     def __call__(self, placements) -> BatchResult:
-        p = check_placements(placements, self.num_ops, self.num_devices)
+        p = placements
+        if not (isinstance(p, np.ndarray) and p.dtype == np.int32 and p.ndim == 2
+                and p.shape[1] == self.num_ops):
+            p = check_placements(p, self.num_ops, self.num_devices)
+        # (int32[B, M] as given: the kernel checks the device indices, a tenth of the
+        # cost of checking them with numpy first, and a bad one raises below.)
         b, d = p.shape[0], self.num_devices
         if b == 0 or self.num_ops == 0:
             # Nothing runs: memory holds no parameters either (no op reads them).
@@ -579,6 +595,9 @@ class NativeSimulator:
                 k = min(n // _MIN_BLOCK, 4 * threads)
                 rows = [(i * n // k, (i + 1) * n // k) for i in range(k)]
                 list(_pool(threads).map(block, rows))
+        if np.any(out.num_segments < 0):
+            check_placements(p, self.num_ops, self.num_devices)  # raises PlacementError
+            raise AssertionError("a placement was rejected but passes check_placements")
         return out
 
 
