@@ -147,21 +147,21 @@ def test_each_tensor_moves_once_per_destination_device(mlp):
     assert placed.bytes_transferred == pytest.approx(sim.bytes_moved)
     # default: one device_put per producing op and destination, as the simulator sends
     producers = {(s, dev) for s, _, dev in want}
-    assert sum(step[0] == "put" for step in placed._steps) == len(producers)
+    assert sum(step[0] == "put" for step in placed.steps) == len(producers)
     assert sim.num_transfers == len(producers) and sim.num_segments == len(placed.segments)
     # ... over the same links in the same order, each just before the segment call that
     # first needs it (the simulator's serial host: puts, then the segment's dispatch).
     sched = sim.schedule
     assert placed.put_links == list(zip(sched.transfer_from.tolist(),
                                         sched.transfer_to.tolist(), strict=True))
-    kinds = [step[0] for step in placed._steps]
+    kinds = [step[0] for step in placed.steps]
     puts_before_call = [kinds[:k].count("put") for k, x in enumerate(kinds) if x == "call"]
     assert puts_before_call == np.searchsorted(sched.transfer_issue_s,
                                                sched.segment_dispatch_s).tolist()
     assert [seg.device for seg in placed.segments] == sched.segment_device.tolist()
     # "segment": one device_put per receiving segment, same results
     batched = program.place(p, transfers="segment")
-    assert sum(step[0] == "put" for step in batched._steps) == sum(
+    assert sum(step[0] == "put" for step in batched.steps) == sum(
         seg.num_received > 0 for seg in batched.segments)
     _assert_close(batched(*mlp[1]), placed(*mlp[1]))
     with pytest.raises(SimplaceError, match="transfers"):
@@ -175,7 +175,7 @@ def test_equal_segments_share_one_compiled_function(mlp):
     n = program.num_compiled_segments
     b = program.place(np.ones(m, np.int32))  # same ops, another device: same function
     assert program.num_compiled_segments == n
-    assert a._steps[0][1] is b._steps[0][1]
+    assert a.steps[0][1] is b.steps[0][1]
 
 
 def test_placement_for_another_graph_is_refused(mlp):

@@ -117,10 +117,10 @@ def time_segments(program, args: Sequence, placement: np.ndarray, devices: list,
     placed = program.place(placement, devices=devices)
     out = []
     # One real step compiles every segment and leaves each one's inputs in ``vals``.
-    _, vals = placed.run(placed.place_args(*args), _keep=True)
+    _, vals = placed.run(placed.place_args(*args), keep_values=True)
     jax.block_until_ready([v for v in vals if v is not None])
-    for seg, k in zip(placed.segments, placed._seg_steps, strict=True):
-        _, fn, ins, outs = placed._steps[k]
+    for seg, k in zip(placed.segments, placed.segment_steps, strict=True):
+        _, fn, ins, outs = placed.steps[k]
         inputs = [vals[i] for i in ins]
         t = time_fn(lambda *xs, fn=fn: jax.block_until_ready(fn(*xs)), *inputs, **harness_kw)
         call = {"host_s": call_host_s(fn, inputs), "inputs": len(ins), "outputs": len(outs)}
@@ -188,16 +188,16 @@ def profile_steps(placed, placed_args, *, steps: int = 7) -> dict:
     """
     import jax
 
-    n_calls = sum(st[0] == "call" for st in placed._steps)
+    n_calls = sum(st[0] == "call" for st in placed.steps)
     calls = np.zeros((steps, n_calls))
-    puts = np.zeros((steps, len(placed._steps) - n_calls))
+    puts = np.zeros((steps, len(placed.steps) - n_calls))
     loops, totals = [], []
     clock = time.perf_counter
     for s in range(steps):
         vals = list(placed_args.slots)
         kc = kp = 0
         start = clock()
-        for st in placed._steps:
+        for st in placed.steps:
             t0 = clock()
             if st[0] == "call":
                 _, fn, ins, outs = st
@@ -242,8 +242,8 @@ def time_host(program, args: Sequence, placement: np.ndarray, devices: list,
     for a, b in placed.put_links:
         puts[a][b] += 1
     calls = []
-    for s, k in zip(placed.segments, placed._seg_steps, strict=True):
-        _, _, ins, outs = placed._steps[k]
+    for s, k in zip(placed.segments, placed.segment_steps, strict=True):
+        _, _, ins, outs = placed.steps[k]
         calls.append([int(s.device), int(s.start), int(s.stop), len(ins), len(outs)])
     return {"host": step, "segments": segs, "puts": puts, "segment_calls": calls,
             "put_links": [[int(a), int(b)] for a, b in placed.put_links],

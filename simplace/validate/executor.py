@@ -399,6 +399,11 @@ class PlacedFunction:
         their bytes (each tensor once per destination device, as the simulator sends it).
       put_links: ``(from, to)`` device indices of each ``jax.device_put`` call of a step,
         in order (``from`` is -1 for a ``transfers="segment"`` call gathering several).
+      steps: the host calls of one step, in order, over numbered value slots (what
+        ``run`` does; calibration times each one): ``("call", fn, input slots, output
+        slots)`` for a segment's jitted function, ``("put", source slots, destination
+        slots, device)`` for a ``jax.device_put``.
+      segment_steps: the index in ``steps`` of each segment's call.
     """
 
     def __init__(self, program: Program, assignment: np.ndarray, devices: list, *,
@@ -444,7 +449,7 @@ class PlacedFunction:
         steps: list[tuple] = []
         self.segments: list[Segment] = []
         self.put_links: list[tuple[int, int]] = []  # (from, to) of each put, in order
-        self._seg_steps: list[int] = []
+        self.segment_steps: list[int] = []
         leaf_puts: dict[int, list[tuple[int, int]]] = {}  # device -> [(leaf, slot)]
         const_puts: dict[int, list[tuple[int, int]]] = {}
         moved_bytes = 0.0
@@ -501,11 +506,11 @@ class PlacedFunction:
                         out_refs.append(r)
             out_slots = tuple(slot_of(r, dev) for r in out_refs)
             fn = program._segment_fn(a, b, seg_inputs[s], out_refs)
-            self._seg_steps.append(len(steps))
+            self.segment_steps.append(len(steps))
             steps.append(("call", fn, tuple(in_slots), out_slots))
             self.segments.append(Segment(dev, a, b, len(in_slots), len(out_slots),
                                          n_moved - moved_before))
-        self._steps = steps
+        self.steps = steps
         self._num_slots = len(slot)
         self._leaf_puts = leaf_puts
         self._const_vals: list[tuple[int, Any]] = []
@@ -568,12 +573,14 @@ class PlacedFunction:
                 slots[k] = v
         return PlacedArgs(tuple(slots), tuple(leaves))
 
-    def run(self, placed: PlacedArgs, *, _keep: bool = False):
+    def run(self, placed: PlacedArgs, *, keep_values: bool = False):
         """One step on arguments from ``place_args``; returns ``fn``'s outputs (arrays on
         the devices that computed them). Dispatch is asynchronous, as for any JAX call:
-        block on the result (``jax.block_until_ready``) to wait for it."""
+        block on the result (``jax.block_until_ready``) to wait for it. ``keep_values``:
+        return ``(outputs, values)``, ``values`` being every slot of ``steps`` (each
+        segment's inputs, to run it again alone)."""
         vals = list(placed.slots)
-        for step in self._steps:
+        for step in self.steps:
             if step[0] == "call":
                 _, fn, ins, outs = step
                 res = fn(*[vals[i] for i in ins])
@@ -593,7 +600,7 @@ class PlacedFunction:
             else:
                 flat.append(self.program._consts[o[1]])
         out = jax.tree_util.tree_unflatten(self.program._out_tree, flat)
-        return (out, vals) if _keep else out
+        return (out, vals) if keep_values else out
 
     def __call__(self, *args):
         return self.run(self.place_args(*args))
@@ -692,11 +699,11 @@ def measure(placed: PlacedFunction, args: Sequence, *, per_segment: bool = False
     step_t = time_fn(placed.run, placed_args, **timing)
     seg_s = None
     if per_segment:
-        _, vals = placed.run(placed_args, _keep=True)
+        _, vals = placed.run(placed_args, keep_values=True)
         jax.block_until_ready([v for v in vals if v is not None])
         seg_s = np.empty(len(placed.segments))
-        for s, k in enumerate(placed._seg_steps):
-            _, fn, ins, _ = placed._steps[k]
+        for s, k in enumerate(placed.segment_steps):
+            _, fn, ins, _ = placed.steps[k]
             inputs = [vals[i] for i in ins]
             seg_s[s] = time_fn(lambda *xs, fn=fn: jax.block_until_ready(fn(*xs)), *inputs,
                                **timing).median_s
