@@ -231,3 +231,23 @@ def test_works_where_numba_cannot_cache(tmp_path):
         "assert got == simulate(g, inp, [0, 1]).step_time_s == 12.5, got\n")
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True, timeout=300)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_simulates():
+    # The worker threads do not survive a fork: the child starts its own (a stale pool
+    # would wait forever for threads that are not there).
+    import os
+
+    rng = np.random.default_rng(16)
+    g = sim_cases.random_graph(rng, "random", 30)
+    inp = sim_cases.random_inputs(rng, 30, 3)
+    f = NativeSimulator(g, inp)
+    p = sim_cases.random_placements(rng, 64, 30, 3)
+    want = f(p).step_time_s  # the parent's pool runs
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        ok = np.array_equal(f(p).step_time_s, want)
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

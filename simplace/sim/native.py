@@ -43,6 +43,7 @@ not writable).
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 
 import numba
@@ -609,6 +610,8 @@ def _threads() -> int:
 
 _POOL: list = [None]
 _POOL_LOCK = threading.Lock()
+# A forked child has none of the parent's worker threads: it starts its own pool.
+os.register_at_fork(after_in_child=lambda: _POOL.__setitem__(0, None))
 
 
 def _pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
