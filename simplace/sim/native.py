@@ -258,10 +258,11 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                     link_free[frm * d + dev] = t0 + tb
                     stamp[k] = cur
                     arrival[k] = arr
-                    sbytes[k] = nb
-                    xfer[nxfer] = k
-                    xfer_op[nxfer] = j
-                    xfer_to[nxfer] = dev
+                    if mem:
+                        sbytes[k] = nb
+                        xfer[nxfer] = k
+                        xfer_op[nxfer] = j
+                        xfer_to[nxfer] = dev
                     moved += nb
                     nxfer += 1
                     ncopy[dev] += 1
