@@ -234,6 +234,7 @@ def test_works_where_numba_cannot_cache(tmp_path):
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # JAX's; the child uses none
 def test_a_forked_child_simulates():
     # The worker threads do not survive a fork: the child starts its own (a stale pool
     # would wait forever for threads that are not there).

@@ -77,13 +77,19 @@ def _njit(**kw):
 
 
 # ---------------------------------------------------------------------------- kernel
+# Every index is cast to unsigned (``_u(i)``): numba wraps negative signed indices
+# around, three instructions and a load per access that LLVM cannot drop where the
+# index was loaded from an array; unsigned ones have no such path (20% of the loop).
+# No index here is negative.
+_u = np.uint64
+
 @_njit(fastmath=False)
 def _merge_argsort(x, perm, tmp):
     """perm[:n] = the indices of x (float64[n]) in ascending order: a bottom-up merge
     sort (O(n log n) in any case; numba's np.argsort costs seconds more to compile)."""
     n = x.shape[0]
     for i in range(n):
-        perm[i] = i
+        perm[_u(i)] = i
     width = 1
     src, dst = perm, tmp
     in_tmp = False
@@ -93,19 +99,19 @@ def _merge_argsort(x, perm, tmp):
             hi = min(lo + 2 * width, n)
             i, j, w = lo, mid, lo
             while i < mid and j < hi:
-                if x[src[j]] < x[src[i]]:
-                    dst[w] = src[j]
+                if x[_u(src[_u(j)])] < x[_u(src[_u(i)])]:
+                    dst[_u(w)] = src[_u(j)]
                     j += 1
                 else:
-                    dst[w] = src[i]
+                    dst[_u(w)] = src[_u(i)]
                     i += 1
                 w += 1
             while i < mid:
-                dst[w] = src[i]
+                dst[_u(w)] = src[_u(i)]
                 i += 1
                 w += 1
             while j < hi:
-                dst[w] = src[j]
+                dst[_u(w)] = src[_u(j)]
                 j += 1
                 w += 1
         src, dst = dst, src
@@ -113,7 +119,7 @@ def _merge_argsort(x, perm, tmp):
         width *= 2
     if in_tmp:
         for i in range(n):
-            perm[i] = src[i]
+            perm[_u(i)] = src[_u(i)]
 
 
 @_njit(fastmath=False)
@@ -131,35 +137,35 @@ def _argsort_into(x, perm, cnt, bucket):
     lo = x[0]
     hi = x[0]
     for i in range(n):
-        if x[i] < lo:
-            lo = x[i]
-        if x[i] > hi:
-            hi = x[i]
+        if x[_u(i)] < lo:
+            lo = x[_u(i)]
+        if x[_u(i)] > hi:
+            hi = x[_u(i)]
     scale = (n - 1) / (hi - lo) if hi > lo else 0.0
     if not (scale < np.inf):  # hi - lo is subnormal
         _merge_argsort(x, perm, cnt)
         return
     for k in range(n + 1):
-        cnt[k] = 0
+        cnt[_u(k)] = 0
     for i in range(n):
-        k = min(max(int((x[i] - lo) * scale), 0), n - 1)
-        bucket[i] = k
-        cnt[k + 1] += 1
+        k = min(max(int((x[_u(i)] - lo) * scale), 0), n - 1)
+        bucket[_u(i)] = k
+        cnt[_u(k + 1)] += 1
     for k in range(n):
-        cnt[k + 1] += cnt[k]
+        cnt[_u(k + 1)] += cnt[_u(k)]
     for i in range(n):
-        k = bucket[i]
-        perm[cnt[k]] = i
-        cnt[k] += 1
+        k = bucket[_u(i)]
+        perm[_u(cnt[_u(k)])] = i
+        cnt[_u(k)] += 1
     budget = 16 * n + 64
     for i in range(1, n):
-        v = perm[i]
-        xv = x[v]
+        v = perm[_u(i)]
+        xv = x[_u(v)]
         j = i - 1
-        while j >= 0 and x[perm[j]] > xv:
-            perm[j + 1] = perm[j]
+        while j >= 0 and x[_u(perm[_u(j)])] > xv:
+            perm[_u(j + 1)] = perm[_u(j)]
             j -= 1
-        perm[j + 1] = v
+        perm[_u(j + 1)] = v
         budget -= i - 1 - j
         if budget < 0:
             _merge_argsort(x, perm, cnt)
@@ -190,14 +196,14 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     nseg = 0
     nxfer = 0
     for g in range(n_groups):
-        group_free[g] = 0.0
+        group_free[_u(g)] = 0.0
     for k in range(d * d):
-        link_free[k] = 0.0
+        link_free[_u(k)] = 0.0
     for q in range(d):
-        out_busy[q] = 0.0
-        ops_on[q] = 0
-        ncopy[q] = 0
-        bound[q] = 0.0
+        out_busy[_u(q)] = 0.0
+        ops_on[_u(q)] = 0
+        ncopy[_u(q)] = 0
+        bound[_u(q)] = 0.0
 
     # One pass over the ops; a segment closes where the next op is elsewhere. (With
     # mem, it notes what the memory pass needs.)
@@ -207,98 +213,98 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     prev_end = 0.0
     while i < m:
         a = i
-        dev = p[a]
-        ready = group_free[group[dev]]
-        mx = opc[(a * d + dev) * 3 + 1]
+        dev = p[_u(a)]
+        ready = group_free[_u(group[_u(dev)])]
+        mx = opc[_u((a * d + dev) * 3 + 1)]
         n = 0
         while True:
             base = (i * d + dev) * 3
-            c = opc[base]
-            if opc[base + 1] > mx:
-                mx = opc[base + 1]
+            c = opc[_u(base)]
+            if opc[_u(base + 1)] > mx:
+                mx = opc[_u(base + 1)]
             fused = False
-            for e in range(in_ptr[i], in_ptr[i + 1]):
-                j = in_src[e]
+            for e in range(in_ptr[_u(i)], in_ptr[_u(i + 1)]):
+                j = in_src[_u(e)]
                 if j >= a:  # produced inside this segment: fused, no wait
                     fused = True
                     if mem:
-                        last_op[j] = i
+                        last_op[_u(j)] = i
                     continue
-                frm = p[j]
+                frm = p[_u(j)]
                 if frm == dev:  # an earlier segment of this device: done before this one
                     if mem:
-                        last_op[j] = i
+                        last_op[_u(j)] = i
                     continue
                 k = j * d + dev
                 if mem:
-                    cp_op[k] = i
-                if stamp[k] != cur:  # the first reader on dev sends the copy
+                    cp_op[_u(k)] = i
+                if stamp[_u(k)] != cur:  # the first reader on dev sends the copy
                     lk = (frm * d + dev) * 3
-                    host += link[lk]
+                    host += link[_u(lk)]
                     # Bytes of the put: j's distinct tensors read on dev, in output order.
-                    nb = single_bytes[j]
+                    nb = single_bytes[_u(j)]
                     if nb < 0:  # several tensors
                         nb = 0.0
-                        for t in range(t_ptr[j], t_ptr[j + 1]):
-                            for q in range(tc_ptr[t], tc_ptr[t + 1]):
-                                if p[t_cons[q]] == dev:
-                                    nb += t_bytes[t]
+                        for t in range(t_ptr[_u(j)], t_ptr[_u(j + 1)]):
+                            for q in range(tc_ptr[_u(t)], tc_ptr[_u(t + 1)]):
+                                if p[_u(t_cons[_u(q)])] == dev:
+                                    nb += t_bytes[_u(t)]
                                     break
                     t0 = host
                     # (The previous segment's end is at hand: no wait on the store.)
-                    se = prev_end if j >= prev_a else op_end[j]
+                    se = prev_end if j >= prev_a else op_end[_u(j)]
                     if se > t0:
                         t0 = se
-                    lf = link_free[frm * d + dev]
+                    lf = link_free[_u(frm * d + dev)]
                     if lf > t0:
                         t0 = lf
-                    tb = nb / link[lk + 2]
-                    arr = t0 + link[lk + 1] + tb
+                    tb = nb / link[_u(lk + 2)]
+                    arr = t0 + link[_u(lk + 1)] + tb
                     # The link is busy for the bytes; latency overlaps the next copy.
-                    link_free[frm * d + dev] = t0 + tb
-                    stamp[k] = cur
-                    arrival[k] = arr
+                    link_free[_u(frm * d + dev)] = t0 + tb
+                    stamp[_u(k)] = cur
+                    arrival[_u(k)] = arr
                     if mem:
-                        sbytes[k] = nb
-                        xfer[nxfer] = k
-                        xfer_op[nxfer] = j
-                        xfer_to[nxfer] = dev
+                        sbytes[_u(k)] = nb
+                        xfer[_u(nxfer)] = k
+                        xfer_op[_u(nxfer)] = j
+                        xfer_to[_u(nxfer)] = dev
                     moved += nb
                     nxfer += 1
-                    ncopy[dev] += 1
+                    ncopy[_u(dev)] += 1
                     if arr > step:
                         step = arr
                     if arr > ready:
                         ready = arr
-                elif arrival[k] > ready:
-                    ready = arrival[k]
+                elif arrival[_u(k)] > ready:
+                    ready = arrival[_u(k)]
             if not fused:
-                c = c + opc[base + 2]
-            cbuf[n] = c
+                c = c + opc[_u(base + 2)]
+            cbuf[_u(n)] = c
             n += 1
             if mem:
-                seg_of[i] = nseg
-                last_op[i] = i
+                seg_of[_u(i)] = nseg
+                last_op[_u(i)] = i
             i += 1
-            if i >= m or p[i] != dev:
+            if i >= m or p[_u(i)] != dev:
                 break
         # The segment's work: launch and the largest op launch, then its ops in order.
-        work = launch[dev] + mx
+        work = launch[_u(dev)] + mx
         for k in range(n):
-            work = work + cbuf[k]
-        host += dispatch[dev]
+            work = work + cbuf[_u(k)]
+        host += dispatch[_u(dev)]
         start = ready if ready > host else host
         end = start + work
         for k in range(a, i):
-            op_end[k] = end
+            op_end[_u(k)] = end
         prev_a = a
         prev_end = end
-        seg_start[nseg] = start
-        group_free[group[dev]] = end
-        out_busy[dev] += end - start
+        seg_start[_u(nseg)] = start
+        group_free[_u(group[_u(dev)])] = end
+        out_busy[_u(dev)] += end - start
         if end > step:
             step = end
-        ops_on[dev] += n
+        ops_on[_u(dev)] += n
         nseg += 1
     if host > step:
         step = host
@@ -306,45 +312,45 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     oom = False
     if mode == 0:
         for q in range(d):
-            out_peak[q] = np.nan
+            out_peak[_u(q)] = np.nan
         return step, moved, nseg, nxfer, host, oom
 
     # ---- memory
     if mode == 2:
         # The screen: everything a device ever holds, held all step, bounds its peak.
         for i in range(m):
-            bound[p[i]] += out_bytes[i]
+            bound[_u(p[_u(i)])] += out_bytes[_u(i)]
         for x in range(nxfer):
-            bound[xfer_to[x]] += sbytes[xfer[x]]
+            bound[_u(xfer_to[_u(x)])] += sbytes[_u(xfer[_u(x)])]
         for u in range(use_op.shape[0]):
-            bound[p[use_op[u]]] += param_sizes[use_idx[u]]
+            bound[_u(p[_u(use_op[_u(u)])])] += param_sizes[_u(use_idx[_u(u)])]
         tight = False
         for q in range(d):
-            if bound[q] * (1 + 1e-9) > cap[q]:
+            if bound[_u(q)] * (1 + 1e-9) > cap[_u(q)]:
                 tight = True
         if not tight:
             for q in range(d):
-                out_peak[q] = np.nan
+                out_peak[_u(q)] = np.nan
             return step, moved, nseg, nxfer, host, oom
 
     # Parameters: resident on every device running an op that reads them, once per
     # device (summed in parameter order, as the reference does).
     for u in range(use_op.shape[0]):
-        pflag[use_idx[u] * d + p[use_op[u]]] = 1
+        pflag[_u(use_idx[_u(u)] * d + p[_u(use_op[_u(u)])])] = 1
     for q in range(d):
-        out_peak[q] = 0.0
+        out_peak[_u(q)] = 0.0
     for j in range(param_sizes.shape[0]):
         for q in range(d):
-            if pflag[j * d + q]:
-                pflag[j * d + q] = 0
-                out_peak[q] += param_sizes[j]
+            if pflag[_u(j * d + q)]:
+                pflag[_u(j * d + q)] = 0
+                out_peak[_u(q)] += param_sizes[_u(j)]
 
     # Last uses (the main loop noted the last reader of each activation on its device,
     # last_op, and of each copy, cp_op: segment ends on a device grow in graph order).
     # lu[j]: the end of the last segment on j's device that reads j (its own at least),
     # then, with its copies' arrivals, the activation's free time.
     for i in range(m):
-        lu[i] = op_end[last_op[i]]
+        lu[_u(i)] = op_end[_u(last_op[_u(i)])]
     # Live intervals per device q, at ev_off[q] + 0..ev_n[q]-1: allocation time e_at,
     # free time e_ft, bytes e_s, and the times' buckets e_ab, e_fb. The sweep's order puts
     # every event of a time bucket (ev_cap[q] equal slices of [0, step]: every event lies
@@ -354,113 +360,113 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     # that exceeds the lower bound can hold the peak, and only their events are sorted
     # and swept.
     for q in range(d):
-        ev_n[q] = 0
-        ev_cap[q] = ops_on[q] + ncopy[q]
+        ev_n[_u(q)] = 0
+        ev_cap[_u(q)] = ops_on[_u(q)] + ncopy[_u(q)]
         if q:
-            ev_off[q] = ev_off[q - 1] + ev_cap[q - 1]
-        sc = ev_cap[q] / step if step > 0 else 0.0
-        scl[q] = sc if sc < np.inf else 0.0
-        for k in range(ev_off[q], ev_off[q] + ev_cap[q]):
-            b_al[k] = 0.0
-            b_fr[k] = 0.0
+            ev_off[_u(q)] = ev_off[_u(q - 1)] + ev_cap[_u(q - 1)]
+        sc = ev_cap[_u(q)] / step if step > 0 else 0.0
+        scl[_u(q)] = sc if sc < np.inf else 0.0
+        for k in range(ev_off[_u(q)], ev_off[_u(q)] + ev_cap[_u(q)]):
+            b_al[_u(k)] = 0.0
+            b_fr[_u(k)] = 0.0
     for x in range(nxfer):
-        k = xfer[x]
-        j = xfer_op[x]
-        q = xfer_to[x]
-        av = arrival[k]
-        if av > lu[j]:
-            lu[j] = av
-        fr = op_end[cp_op[k]]
-        size = sbytes[k]
+        k = xfer[_u(x)]
+        j = xfer_op[_u(x)]
+        q = xfer_to[_u(x)]
+        av = arrival[_u(k)]
+        if av > lu[_u(j)]:
+            lu[_u(j)] = av
+        fr = op_end[_u(cp_op[_u(k)])]
+        size = sbytes[_u(k)]
         if fr > av and size > 0:  # the received copy
-            o = ev_off[q]
-            w = o + ev_n[q]
-            ev_n[q] += 1
-            top = ev_cap[q] - 1
-            ka = min(int(av * scl[q]), top)
-            kf = min(int(fr * scl[q]), top)
-            e_at[w] = av
-            e_ft[w] = fr
-            e_s[w] = size
-            e_ab[w] = ka
-            e_fb[w] = kf
-            b_al[o + ka] += size
-            b_fr[o + kf] += size
+            o = ev_off[_u(q)]
+            w = o + ev_n[_u(q)]
+            ev_n[_u(q)] += 1
+            top = ev_cap[_u(q)] - 1
+            ka = min(int(av * scl[_u(q)]), top)
+            kf = min(int(fr * scl[_u(q)]), top)
+            e_at[_u(w)] = av
+            e_ft[_u(w)] = fr
+            e_s[_u(w)] = size
+            e_ab[_u(w)] = ka
+            e_fb[_u(w)] = kf
+            b_al[_u(o + ka)] += size
+            b_fr[_u(o + kf)] += size
     for i in range(m):
-        dev = p[i]
-        fr = step if is_output[i] else lu[i]
-        st = seg_start[seg_of[i]]
-        size = out_bytes[i]
+        dev = p[_u(i)]
+        fr = step if is_output[_u(i)] else lu[_u(i)]
+        st = seg_start[_u(seg_of[_u(i)])]
+        size = out_bytes[_u(i)]
         if fr > st and size > 0:  # the activation
-            o = ev_off[dev]
-            w = o + ev_n[dev]
-            ev_n[dev] += 1
-            top = ev_cap[dev] - 1
-            ka = min(int(st * scl[dev]), top)
-            kf = min(int(fr * scl[dev]), top)
-            e_at[w] = st
-            e_ft[w] = fr
-            e_s[w] = size
-            e_ab[w] = ka
-            e_fb[w] = kf
-            b_al[o + ka] += size
-            b_fr[o + kf] += size
+            o = ev_off[_u(dev)]
+            w = o + ev_n[_u(dev)]
+            ev_n[_u(dev)] += 1
+            top = ev_cap[_u(dev)] - 1
+            ka = min(int(st * scl[_u(dev)]), top)
+            kf = min(int(fr * scl[_u(dev)]), top)
+            e_at[_u(w)] = st
+            e_ft[_u(w)] = fr
+            e_s[_u(w)] = size
+            e_ab[_u(w)] = ka
+            e_fb[_u(w)] = kf
+            b_al[_u(o + ka)] += size
+            b_fr[_u(o + kf)] += size
     for q in range(d):
-        o = ev_off[q]
-        n = ev_n[q]
+        o = ev_off[_u(q)]
+        n = ev_n[_u(q)]
         best = 0.0
         if n:
-            nbq = ev_cap[q]
+            nbq = ev_cap[_u(q)]
             # The lower bound; b_fr becomes each bucket's live bytes before it.
             live = 0.0
             for k in range(o, o + nbq):
                 before = live
-                live = live + b_al[k] - b_fr[k]
+                live = live + b_al[_u(k)] - b_fr[_u(k)]
                 if live > best:
                     best = live
-                b_fr[k] = before
+                b_fr[_u(k)] = before
             # Candidates: buckets whose live bytes could exceed the bound.
             any_c = False
             for k in range(o, o + nbq):
-                c = b_fr[k] + b_al[k] > best
-                cflag[k] = c
+                c = b_fr[_u(k)] + b_al[_u(k)] > best
+                cflag[_u(k)] = c
                 any_c = any_c or c
             if any_c:
                 na = 0
                 nf = 0
                 for w in range(o, o + n):
-                    if cflag[o + e_ab[w]]:
-                        ca_t[na] = e_at[w]
-                        ca_s[na] = e_s[w]
+                    if cflag[_u(o + e_ab[_u(w)])]:
+                        ca_t[_u(na)] = e_at[_u(w)]
+                        ca_s[_u(na)] = e_s[_u(w)]
                         na += 1
-                    if cflag[o + e_fb[w]]:
-                        cf_t[nf] = e_ft[w]
-                        cf_s[nf] = e_s[w]
+                    if cflag[_u(o + e_fb[_u(w)])]:
+                        cf_t[_u(nf)] = e_ft[_u(w)]
+                        cf_s[_u(nf)] = e_s[_u(w)]
                         nf += 1
                 _argsort_into(ca_t[:na], perm_a, cnt, bucket)
                 _argsort_into(cf_t[:nf], perm_f, cnt, bucket)
                 # Sweep each candidate bucket from its live bytes before it; frees come
                 # before allocations at equal times.
-                sc = scl[q]
+                sc = scl[_u(q)]
                 cur_b = -1
                 fi = 0
                 live = 0.0
                 for r in range(na):
-                    t = ca_t[perm_a[r]]
+                    t = ca_t[_u(perm_a[_u(r)])]
                     kb = min(int(t * sc), nbq - 1)
                     if kb != cur_b:
                         cur_b = kb
-                        live = b_fr[o + kb]
-                        while fi < nf and min(int(cf_t[perm_f[fi]] * sc), nbq - 1) < kb:
+                        live = b_fr[_u(o + kb)]
+                        while fi < nf and min(int(cf_t[_u(perm_f[_u(fi)])] * sc), nbq - 1) < kb:
                             fi += 1
-                    while fi < nf and cf_t[perm_f[fi]] <= t:
-                        live -= cf_s[perm_f[fi]]
+                    while fi < nf and cf_t[_u(perm_f[_u(fi)])] <= t:
+                        live -= cf_s[_u(perm_f[_u(fi)])]
                         fi += 1
-                    live += ca_s[perm_a[r]]
+                    live += ca_s[_u(perm_a[_u(r)])]
                     if live > best:
                         best = live
-        out_peak[q] += best
-        if out_peak[q] > cap[q]:
+        out_peak[_u(q)] += best
+        if out_peak[_u(q)] > cap[_u(q)]:
             oom = True
     return step, moved, nseg, nxfer, host, oom
 
@@ -501,23 +507,23 @@ def _simulate_block(placements, r0, r1, mode, g_int, g_float, m_int, m_float, si
     for r in range(r0, r1):
         # A device index out of range would read outside the tables: such a row is
         # skipped and marked (-1 segments) for the caller to raise on.
-        row = placements[r]
+        row = placements[_u(r)]
         lo = row[0]
         hi = row[0]
         for i in range(m):
-            lo = min(lo, row[i])
-            hi = max(hi, row[i])
+            lo = min(lo, row[_u(i)])
+            hi = max(hi, row[_u(i)])
         if lo < 0 or hi >= d:
-            out_nseg[r] = -1
+            out_nseg[_u(r)] = -1
             continue
         res = _simulate_one(row, r + 1, mode, g_int, g_float, m_int, m_float,
-                            scratch, f_scratch, out_busy[r], out_peak[r])
-        out_step[r] = res[0]
-        out_moved[r] = res[1]
-        out_nseg[r] = res[2]
-        out_nxfer[r] = res[3]
-        out_host[r] = res[4]
-        out_oom[r] = res[5]
+                            scratch, f_scratch, out_busy[_u(r)], out_peak[_u(r)])
+        out_step[_u(r)] = res[0]
+        out_moved[_u(r)] = res[1]
+        out_nseg[_u(r)] = res[2]
+        out_nxfer[_u(r)] = res[3]
+        out_host[_u(r)] = res[4]
+        out_oom[_u(r)] = res[5]
 
 
 # ----------------------------------------------------------------------- the class
