@@ -223,5 +223,15 @@ def test_local_time_budget_and_trivial_cases():
     g, cm = tiny_case(5)
     res = optimize(g, cm, method="local", seed=0, starts=[], budget_s=1.0)
     assert res.info["stop"] in ("time budget", "patience")
+    # A stalled search restarts while the budget has time left (a tiny graph stalls
+    # within a few rounds) until less than a tenth of it is left.
+    res = optimize(g, cm, method="local", seed=0, starts=[], budget_s=1.5, patience=4,
+                   batch=8)
+    assert res.info["restarts"] >= 1
+    assert res.step_time_s >= optimize(g, cm, method="exact").step_time_s * (1 - 1e-12)
+    # Without a time budget, patience ends the search: no restarts.
+    res = optimize(g, cm, method="local", seed=0, starts=[], max_evaluations=10_000,
+                   patience=4, batch=8)
+    assert res.info["restarts"] == 0 and res.info["stop"] == "patience"
     g1, cm1 = tiny_case(2, m=3, d=1)
     assert optimize(g1, cm1, method="local", max_evaluations=64).placement.tolist() == [0] * 3

@@ -36,7 +36,10 @@ falls geometrically from ``t0`` to ``t1`` (fractions of the step time of the sta
 of the first placement found that fits; while none fits the search is greedy) over the
 budget (the fraction of ``max_evaluations`` used, or of the time budget, whichever is
 further along). After ``patience // 4`` rounds without a new best the search returns to
-the best placement; after ``patience`` rounds it stops. The best placement ever scored
+the best placement; after ``patience`` rounds it stops, unless a time budget has at least
+a tenth of the search's time left: then it restarts (iterated local search) from the
+best placement a few random moves away, the temperature falling again from ``t0`` over
+the time left (``info["restarts"]``). The best placement ever scored
 is returned, so an OOM placement is returned only if every placement scored was OOM.
 
 Stopping and determinism: option ``max_evaluations`` caps the number of placements
@@ -77,6 +80,10 @@ DEFAULT_BUDGET_S = 30.0
 SCREEN_ROUNDS = 4  # screened rounds: at most this many calls of screen_checks checks
 REPAIR_CHECKS = 16  # screened rounds from an OOM placement: exact memory checks per round
 _NOT_STARTS = ("local", "exact", "all")
+# A stalled search under a time budget restarts from its best placement, this many
+# random neighbour steps away, if at least RESTART_SHARE of the budget is left.
+RESTART_KICKS = 3
+RESTART_SHARE = 0.1
 # Start heuristics are run until this share of the budget is spent (``single`` always).
 STARTS_SHARE = 0.5
 OPTIONS = {
@@ -84,7 +91,8 @@ OPTIONS = {
               "heuristic, and single)",
     "max_evaluations": "stop after this many placements scored (deterministic without "
                        "budget_s)",
-    "patience": "rounds without a new best before stopping (default 200)",
+    "patience": "rounds without a new best before stopping, or before a restart while "
+                "a time budget has time left (default 200)",
     "batch": "neighbours proposed and scored per round (default 256)",
     "screen": "'auto', True or False: rank neighbours without memory, check the fastest",
     "screen_checks": "neighbours checked for memory per screened call (default 2)",
@@ -93,6 +101,12 @@ OPTIONS = {
     "module_depths": "module-path depths whose groups are moved (default (1, 2, 3, 4))",
     **SESSION_OPTIONS,
 }
+
+
+def _restart_worth_it(t_search: float, deadline: float) -> bool:
+    """At least RESTART_SHARE of the search's time is left for a restart."""
+    now = time.perf_counter()
+    return deadline > now and deadline - now >= RESTART_SHARE * (deadline - t_search)
 
 
 # ---------------------------------------------------------------- scoring
@@ -461,13 +475,27 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         ref = session.best_score if session.best_score < OOM_PENALTY else None
 
     stop = "budget"
+    restarts = 0
+    t_phase = t_search  # the temperature schedule's start: the search's, or a restart's
     while True:
         if max_evals is not None and evals >= max_evals:
             stop = "max_evaluations"
             break
         if stale >= patience:
-            stop = "patience"
-            break
+            if budget is None or not _restart_worth_it(t_search, deadline):
+                stop = "patience"
+                break
+            # Iterated local search: the budget is a promise of time, and a stalled
+            # search that stops early leaves it unused. Kick the best placement a few
+            # random moves away and anneal again over the time left.
+            restarts += 1
+            stale = 0
+            cur = session.best.copy()
+            for _ in range(RESTART_KICKS):
+                cur = mover.propose(rng, cur, 1)[0]
+            cur_s = float(_score_fixed(ctx, cur[None], checks)[0][0])
+            evals += 1
+            t_phase = time.perf_counter()
         if session.should_stop():
             stop = session.stop
             break
@@ -477,8 +505,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         frac = 0.0
         if max_evals is not None:
             frac = evals / max_evals
-        if budget is not None and deadline > t_search:
-            frac = max(frac, (now - t_search) / (deadline - t_search))
+        if budget is not None and deadline > t_phase:
+            frac = max(frac, (now - t_phase) / (deadline - t_phase))
         if ref is None and best_s < OOM_PENALTY:
             ref = best_s
         temp = 1e-300 if ref is None else max(
@@ -563,7 +591,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         "starts": start_report, "start": found[j][0], "start_score": float(start_s[j]),
         "score": best_s, "fits": bool(best_s < OOM_PENALTY), "evaluations": evals,
         "memory_checks": memory_checks if screen else evals, "screen": screen,
-        "rounds": rounds, "accepted": accepted, "batch": batch, "search_s": search_s,
+        "rounds": rounds, "accepted": accepted, "restarts": restarts, "batch": batch,
+        "search_s": search_s,
         "evaluations_per_s": (evals - len(start_p)) / search_s if search_s > 0 else None,
         "groupings": {name: len(ptr) - 1 for name, _, ptr in mover.groupings},
         "subtrees": len(mover.subtrees),
