@@ -154,6 +154,20 @@ def _uptime() -> str:
         return ""
 
 
+def _git_commit() -> str:
+    """The commit the bench ran at ("+dirty" with uncommitted changes to simplace/sim)."""
+    here = pathlib.Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here,
+                              capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "../simplace/sim"],
+                               cwd=here, capture_output=True, text=True,
+                               timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return head + ("+dirty" if dirty else "")
+
+
 def bench_graph(graph, args, rng):
     from simplace.sim import batched_simulator, lower_bound, sim_inputs, simulate
 
@@ -245,7 +259,7 @@ def main(argv=None):
     doc = dict(graphs=results, host=platform.node(), cpu_count=os.cpu_count(),
                jax=jax.__version__, numba=_numba_version(), platform=jax.default_backend(),
                load_average_start=load0, load_average_end=_load(),
-               uptime_start=uptime0, uptime_end=_uptime(),
+               uptime_start=uptime0, uptime_end=_uptime(), git_commit=_git_commit(),
                command=" ".join(sys.argv))
     pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as fh:
