@@ -1163,8 +1163,9 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
         those whose bound exceeds a capacity are simulated with memory; the others,
         which cannot be OOM, report NaN peaks.
       max_batch: placements simulated at once (default: a power of two that keeps ops
-        x placements within 1M, at least 64: 256 for ResNet-50, 64 for a 22k-op graph);
-        larger batches run in chunks, with the same results.
+        x placements within 1M, at least 64: 256 for ResNet-50, 64 for a 22k-op graph;
+        the native simulator's memory does not grow with it: 8M there); larger batches
+        run in chunks, with the same results.
       backend: "auto" (the native simulator where numba is installed, else JAX),
         "numba" (``simplace.sim.native.NativeSimulator``: a compiled loop, several times
         faster on CPU; ``pip install 'simplace[fast]'``) or "jax" (``BatchedSimulator``:
