@@ -14,7 +14,7 @@ from simplace.errors import (
     EXIT_USAGE,
     SimplaceError,
 )
-from simplace.graph import _fmt_bytes
+from simplace.graph import format_bytes
 from simplace.progress import note
 
 EXIT_CODES = f"""exit codes:
@@ -34,9 +34,10 @@ OUTPUT_FILES = {"out": "--out", "gantt": "--gantt", "history": "--history",
 OUTPUT_DIRS = {"records_dir": "--records-dir", "cost_model_dir": "--cost-model-dir"}
 
 
-def _load_graph(args):
-    """The graph of MODEL; a model that is traced (seconds for large models) says so on
-    stderr first, and how long it took."""
+def graph_from_args(args):
+    """The graph of the MODEL argument (``--batch``, ``--inference``, ``--small``); a
+    model that is traced (seconds for large models) says so on stderr first, and how long
+    it took."""
     from simplace.models import is_graph_file, load_graph
 
     traced = not is_graph_file(args.model)
@@ -107,7 +108,7 @@ def cmd_graph(args) -> int:
         raise SimplaceError(f"--out {args.out}: a saved graph's name must end in .json, "
                             "so that simplace reads it back as a graph (MODEL g.json).")
     t0 = time.perf_counter()
-    g = _load_graph(args)
+    g = graph_from_args(args)
     elapsed_s = time.perf_counter() - t0
     print(g.summary(top=args.top))
     print(f"  loaded in {elapsed_s:.2f} s")
@@ -153,7 +154,7 @@ def cmd_simulate(args) -> int:
     cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     # Read the placement before tracing, so that a bad file fails at once.
     placement = Placement.load(args.placement) if args.placement is not None else None
-    graph = _load_graph(args)
+    graph = graph_from_args(args)
     if placement is not None:
         assignment = placement.check(graph, cost_model, force=args.force)
         method = placement.method or "file"
@@ -198,7 +199,7 @@ def report_result(result, cost_model, bound_s: float) -> str:
     step_s = float(result.step_time_s)
     gap = f"{step_s / bound_s:.2f}x the lower bound" if bound_s > 0 else "lower bound 0"
     lines = [f"step time {step_s * 1e3:.3f} ms   ({gap}: {bound_s * 1e3:.3f} ms)",
-             f"bytes moved between devices {_fmt_bytes(float(result.bytes_moved))} in "
+             f"bytes moved between devices {format_bytes(float(result.bytes_moved))} in "
              f"{result.num_transfers} device_put calls"
              + ("   OUT OF MEMORY" if result.oom else ""),
              f"{result.num_segments} segment{'s' * (result.num_segments != 1)} (one jitted "
@@ -208,7 +209,7 @@ def report_result(result, cost_model, bound_s: float) -> str:
         peak, cap = float(result.peak_memory_bytes[d]), float(cost_model.memory_bytes[d])
         busy = float(result.busy_s[d])
         rows.append([name, f"{busy * 1e3:.3f}", f"{100 * busy / step_s:.0f}%" if step_s else "-",
-                     _fmt_bytes(peak), _fmt_bytes(cap),
+                     format_bytes(peak), format_bytes(cap),
                      "OOM" if peak > cap else f"{100 * peak / cap:.1f}%"])
     lines.append(_table(rows, ["device", "busy ms", "busy", "peak memory", "capacity",
                                "used"]))
@@ -241,7 +242,7 @@ def cmd_optimize(args) -> int:
 
         # Runs on hardware need the model's devices, fixed when JAX starts (tracing).
         match_cpu_cost_model(cost_model)
-    graph = _load_graph(args)
+    graph = graph_from_args(args)
     print(graph.summary(top=5))
     print(f"machine {cost_model.name} ({cost_model.provenance.source}, "
           f"{cost_model.num_devices} devices)")
@@ -357,7 +358,7 @@ def results_table(results, bound_s: float) -> str:
         gap = f"{r.step_time_s / bound_s:.2f}x" if bound_s > 0 else "-"
         rows.append([("* " if r.method == winner else "  ") + r.method,
                      f"{r.step_time_s * 1e3:.3f}", speedup, gap,
-                     _fmt_bytes(float(max(r.peak_memory_bytes, default=0.0))),
+                     format_bytes(float(max(r.peak_memory_bytes, default=0.0))),
                      "OOM" if r.oom else "fits", f"{r.wall_s:.2f}"])
     return _table(rows, ["  method", "step ms", "vs single", "vs bound", "max peak mem",
                          "memory", "wall s"]) + "\n(* the winner; vs bound: step time over " \

@@ -50,3 +50,7 @@ EXIT_ERROR = 1  # an unexpected error (a bug: please report it with its tracebac
 EXIT_USAGE = 2  # bad input: options, numbers, files, models; the message says what to mend
 EXIT_OOM = 3  # the result does not fit the machine's memory (saved anyway, marked "oom")
 EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM
+
+
+class ParallelizeError(SimplaceError):
+    """Bad input to ``simplace.parallelize`` or a search that cannot be done exactly."""

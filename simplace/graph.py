@@ -254,7 +254,7 @@ class OpGraph:
                              "an op cannot consume its own output.")
         backward = np.flatnonzero(self.src > self.dst)
         if backward.size:
-            cycle = _find_cycle(m, self.src, self.dst)
+            cycle = find_cycle(m, self.src, self.dst)
             if cycle:
                 path = " -> ".join(f"{i} ({self.op[i]})" for i in cycle)
                 raise GraphError(f"The graph has a cycle: {path}. A computation graph must be "
@@ -341,9 +341,9 @@ class OpGraph:
         for f, v in (("src", src), ("dst", dst)):
             if v.size and (v.min() < 0 or v.max() >= m):
                 raise GraphError(f"Edge field '{f}' refers to an op outside 0..{m - 1}.")
-        order = _topological_order(m, src, dst)
+        order = topological_order(m, src, dst)
         if order is None:
-            cycle = _find_cycle(m, src, dst)
+            cycle = find_cycle(m, src, dst)
             path = " -> ".join(f"{i} ({fields['op'][i]})" for i in cycle)
             raise GraphError(f"The graph has a cycle: {path}. A computation graph must be "
                              "acyclic; remove one of these edges.")
@@ -598,8 +598,9 @@ class OpGraph:
         lines = [
             f"OpGraph {self.name or '(unnamed)'}  hash {self.hash[:12]}",
             f"  ops {s['ops']:,}   edges {s['edges']:,}   parameters {self.num_params:,}",
-            f"  compute {_fmt_flops(s['gflops'] * 1e9)}   parameters {_fmt_bytes(s['param_bytes'])}"
-            f"   activations {_fmt_bytes(s['activation_bytes'])}",
+            f"  compute {_fmt_flops(s['gflops'] * 1e9)}   "
+            f"parameters {format_bytes(s['param_bytes'])}"
+            f"   activations {format_bytes(s['activation_bytes'])}",
         ]
         if s["primitives"]:
             common = ", ".join(f"{k} {v}" for k, v in s["primitives"].most_common(top))
@@ -911,7 +912,8 @@ def _fmt_flops(n: float) -> str:
     return f"{n:.0f} FLOP"
 
 
-def _fmt_bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
+    """``n`` bytes for people: "512 B", "1.5 KiB", ... "2.0 TiB"."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
@@ -934,10 +936,10 @@ def _digraph(m: int, src, dst) -> nx.DiGraph:
     return g
 
 
-def _topological_order(m: int, src, dst) -> np.ndarray | None:
+def topological_order(m: int, src, dst) -> np.ndarray | None:
     """A topological order of nodes 0..m-1 under the edges ``src -> dst``, the lowest
     index first among ready nodes (so an already ordered graph keeps its order); None if
-    there is a cycle (``_find_cycle`` names one)."""
+    there is a cycle (``find_cycle`` names one)."""
     src, dst = np.asarray(src), np.asarray(dst)
     if np.all(src < dst):
         # Every edge goes forward, so each node's predecessors come before it and the
@@ -952,7 +954,7 @@ def _topological_order(m: int, src, dst) -> np.ndarray | None:
         return None
 
 
-def _find_cycle(m: int, src, dst) -> list[int]:
+def find_cycle(m: int, src, dst) -> list[int]:
     """The nodes of one cycle, first node repeated at the end; [] if there is none."""
     try:
         cyc = nx.find_cycle(_digraph(m, src, dst))

@@ -225,13 +225,13 @@ def _quotient_edges(graph: OpGraph, groups: np.ndarray):
 
 
 def _quotient_order(graph: OpGraph, groups: np.ndarray) -> np.ndarray:
-    from simplace.graph import _find_cycle, _topological_order
+    from simplace.graph import find_cycle, topological_order
 
     n = int(groups.max()) + 1 if groups.size else 0
     gs, gd, _ = _quotient_edges(graph, groups)
-    order = _topological_order(n, gs, gd)
+    order = topological_order(n, gs, gd)
     if order is None:
-        cycle = _find_cycle(n, gs, gd)
+        cycle = find_cycle(n, gs, gd)
         raise GroupingError(
             f"This grouping's quotient graph has a cycle through groups {cycle}: some path "
             "leaves a group and comes back into it. Groups from chain_collapse, "

@@ -6,7 +6,7 @@ import heapq
 import numpy as np
 import pytest
 
-from simplace.graph import _find_cycle, _topological_order
+from simplace.graph import find_cycle, topological_order
 
 
 def _lowest_first(m, src, dst):
@@ -39,7 +39,7 @@ def test_unordered_graph_gets_the_lowest_index_first_order(seed):
     perm = rng.permutation(m)  # relabel so edges go both ways
     s, d = perm[src], perm[dst]
     assert np.any(s > d)
-    order = _topological_order(m, s, d)
+    order = topological_order(m, s, d)
     assert order.tolist() == _lowest_first(m, s.tolist(), d.tolist())
     rank = np.empty(m, dtype=np.int64)
     rank[order] = np.arange(m)
@@ -49,14 +49,14 @@ def test_unordered_graph_gets_the_lowest_index_first_order(seed):
 def test_forward_edges_keep_the_identity_order():
     # duplicate edges (two tensors between the same ops) change nothing
     src, dst = np.array([0, 0, 2, 1, 1]), np.array([3, 3, 3, 2, 4])
-    assert _topological_order(5, src, dst).tolist() == [0, 1, 2, 3, 4]
-    assert _topological_order(0, np.zeros(0, int), np.zeros(0, int)).tolist() == []
+    assert topological_order(5, src, dst).tolist() == [0, 1, 2, 3, 4]
+    assert topological_order(0, np.zeros(0, int), np.zeros(0, int)).tolist() == []
 
 
 @pytest.mark.parametrize("src,dst", [([0, 1, 2], [1, 2, 0]), ([0, 1], [1, 1])])
 def test_cycle_gives_none_and_find_cycle_names_it(src, dst):
-    assert _topological_order(3, np.array(src), np.array(dst)) is None
-    cycle = _find_cycle(3, src, dst)
+    assert topological_order(3, np.array(src), np.array(dst)) is None
+    cycle = find_cycle(3, src, dst)
     assert cycle[0] == cycle[-1] and len(cycle) >= 2
     edges = set(zip(src, dst, strict=True))
     assert all((a, b) in edges for a, b in zip(cycle, cycle[1:], strict=False))

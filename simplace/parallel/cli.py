@@ -50,13 +50,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Run ``simplace parallelize``; returns the exit status."""
-    from simplace.cli import _load_graph
+    from simplace.cli import graph_from_args
     from simplace.cost_model import CostModel
     from simplace.parallel import parallelize
     from simplace.progress import note
 
     cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
-    graph = _load_graph(args)  # says on stderr that it traces, and how long it took
+    graph = graph_from_args(args)  # says on stderr that it traces, and how long it took
     note(f"{args.method} over {args.devices} devices...")
     st = parallelize(graph, cost_model, args.devices, method=args.method,
                      exact=not args.at_most, min_part_elements=args.min_part)

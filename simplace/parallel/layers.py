@@ -40,14 +40,10 @@ import networkx as nx
 import numpy as np
 
 from simplace.cost_model import CostModel, op_classes
-from simplace.errors import SimplaceError
+from simplace.errors import ParallelizeError
 from simplace.graph import BACKWARD_PREFIX, Aval, OpGraph, split_name_path
 
 __all__ = ["Layer", "LayerGraph", "ParallelizeError", "Tensor", "build_layer_graph"]
-
-
-class ParallelizeError(SimplaceError):
-    """Bad input to ``simplace.parallelize`` or a search that cannot be done exactly."""
 
 
 # Primitives PaSE has no split rule for: a layer holding one is replicated.

@@ -268,7 +268,7 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
                               f"{', '.join(sorted(options))}.")
         return best_of(compare(graph, cost_model, seed=seed, budget_s=budget_s,
                                progress=progress))
-    out, ctx = _place(graph, cost_model, method, seed=seed, budget_s=budget_s,
+    out, ctx = run_method(graph, cost_model, method, seed=seed, budget_s=budget_s,
                       progress=progress, options=options, t_begin=t_begin)
     wall_s = time.perf_counter() - t_begin
     from simplace.placement import check_placement
@@ -285,9 +285,9 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
         num_transfers=int(res.num_transfers), host_s=float(res.host_s), cost_model=model)
 
 
-def _place(graph, cost_model, method: str, *, seed: int = 0, budget_s: float | None = None,
-           progress=None, options: dict | None = None, t_begin: float | None = None
-           ) -> tuple[PlacerOutput, PlacerContext]:
+def run_method(graph, cost_model, method: str, *, seed: int = 0,
+               budget_s: float | None = None, progress=None, options: dict | None = None,
+               t_begin: float | None = None) -> tuple[PlacerOutput, PlacerContext]:
     """Run ``method`` and return its raw output (no re-simulation) and context: for
     searches that start from other methods' placements and score them themselves."""
     _load_methods()

@@ -199,7 +199,7 @@ def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | Non
     """[(label, placement)] and a report row per start. Heuristics are not started after
     ``starts_until`` (perf_counter time) or once a stop is requested (``single`` is)."""
     from simplace.placement import check_placement
-    from simplace.placers import _place
+    from simplace.placers import run_method
 
     m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
     found, report = [], []
@@ -215,7 +215,7 @@ def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | Non
             t = time.perf_counter()
             try:
                 # The raw placement: the search scores every start itself, in one batch.
-                out, _ = _place(ctx.graph, ctx.cost_model, s, seed=ctx.seed,
+                out, _ = run_method(ctx.graph, ctx.cost_model, s, seed=ctx.seed,
                                 budget_s=sub_budget)
                 p = check_placement(out.placement, m, d)
             except Exception as err:  # a failing heuristic must not sink the search

@@ -80,7 +80,7 @@ def fast_heuristics() -> list[str]:
 def _warm_starts(ctx: PlacerContext):
     """[(label, placement)] and their penalised scores from option ``warm_start``."""
     from simplace.placement import check_placement
-    from simplace.placers import _place, methods
+    from simplace.placers import methods, run_method
 
     ws = ctx.options.get("warm_start")
     if ws is None or (isinstance(ws, str) and ws in ("", "none")):
@@ -95,7 +95,7 @@ def _warm_starts(ctx: PlacerContext):
                     f"Unknown warm-start method {n!r}: use one of "
                     f"{', '.join(fast_heuristics())}, 'best', 'none' or a placement.")
         # Raw placements (no reference simulation): they are scored below in one batch.
-        found = [(n, check_placement(_place(ctx.graph, ctx.cost_model, n, seed=ctx.seed)[0]
+        found = [(n, check_placement(run_method(ctx.graph, ctx.cost_model, n, seed=ctx.seed)[0]
                                      .placement, m, d)) for n in names]
     else:
         try:
@@ -109,13 +109,13 @@ def _warm_starts(ctx: PlacerContext):
 def _references(ctx: PlacerContext, warm, warm_scores) -> dict[str, float]:
     """Step times to judge a run against: ``single``, the best warm start (a
     heuristic) and the lower bound (seconds; the history's meta and plot show them)."""
-    from simplace.placers import _place
+    from simplace.placers import run_method
 
     refs = {"lower bound": float(ctx.lower_bound_s)}
     scores = dict(zip((n for n, _ in warm), (float(s) for s in warm_scores), strict=True))
     if "single" not in scores:
         try:
-            out, _ = _place(ctx.graph, ctx.cost_model, "single", seed=ctx.seed)
+            out, _ = run_method(ctx.graph, ctx.cost_model, "single", seed=ctx.seed)
             # The reference simulator on one placement: no batched program to compile
             # for a batch of one after the budget is spent.
             res = ctx.simulate(out.placement)

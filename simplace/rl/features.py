@@ -127,7 +127,7 @@ def _standardise(x: np.ndarray) -> np.ndarray:
 
 def build_units(graph, op_time_s: np.ndarray, grouping: np.ndarray) -> Units:
     """Features of the units of ``grouping`` (int32[M]); ``op_time_s`` float[M, D]."""
-    from simplace.graph import _topological_order
+    from simplace.graph import topological_order
 
     grouping = normalize(grouping)
     m = graph.num_ops
@@ -135,7 +135,7 @@ def build_units(graph, op_time_s: np.ndarray, grouping: np.ndarray) -> Units:
     # Renumber units in a topological order of the quotient graph (ties by first op).
     cross = grouping[graph.src] != grouping[graph.dst]
     qs, qd = grouping[graph.src[cross]], grouping[graph.dst[cross]]
-    order = _topological_order(u, qs, qd)
+    order = topological_order(u, qs, qd)
     if order is None:
         raise SimplaceError("The unit grouping has a cyclic quotient graph: use groupings "
                             "from chain_collapse / colocate_free_ops / target_count.")
