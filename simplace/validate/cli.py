@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
 from simplace import _argtypes, paths
 from simplace.errors import ModelError, SimplaceError
+from simplace.progress import note
 
 
 def _model_args(sp) -> None:
@@ -191,11 +191,8 @@ def run(args) -> int:
         placements = [placements[k] for k in np.argsort(pred, kind="stable")[:args.top_k]]
     records_path = validation_path(cost_model.name, args.records_dir)
 
-    def progress(msg: str) -> None:
-        print(f"  [{msg}]", file=sys.stderr, flush=True)
-
     report = validate(graph, cost_model, placements, program=program, args=run_args,
-                      devices=devices, timing=_timing(args), progress=progress)
+                      devices=devices, timing=_timing(args), progress=note)
     records = [dict(r, model_spec=spec) for r in report.records]
     append_records(records_path, records)
     print(report.table())
