@@ -10,7 +10,8 @@ the native numba loop; both by default where numba is installed), batch size and
 mode (exact peak memory (memory=True), the exact OOM flag only (memory="oom": peaks only
 for placements that might not fit) and no memory (memory=False)) the batched
 simulator's compile time (first call less a steady call; for numba, loading its cached
-machine code unless the cache was cold), steady call time,
+machine code unless the cache was cold), steady call time, CPU time per placement
+(all threads: steadier than wall time on a loaded machine),
 placements/s, ratio to the reference and memory use (peak resident set size during the
 row, above what the process held before it, and in all). Placements are uniformly
 random. Prints a table and writes JSON (``--out``, by default
@@ -185,8 +186,8 @@ def bench_graph(graph, args, rng):
     rows = []
     print(f"reference: {ref_rate:.2f} placements/s (load {_load()})")
     print(f"{'backend':>7} {'B':>6} {'memory':>7} {'compile s':>10} {'call s':>9} "
-          f"{'placements/s':>13} {'x reference':>12} {'chunk':>6} {'mem MB':>8} "
-          f"{'RSS MB':>8}", flush=True)
+          f"{'placements/s':>13} {'x reference':>12} {'CPU us/pl':>10} {'chunk':>6} "
+          f"{'mem MB':>8} {'RSS MB':>8}", flush=True)
     modes = (True,) if args.no_memory else (True, "oom", False)
     for backend, memory in ((k, mem) for k in _backends(args) for mem in modes):
         for b in (int(x) for x in args.batches.split(",")):
@@ -196,16 +197,20 @@ def bench_graph(graph, args, rng):
                 t = time.perf_counter()
                 f(p)
                 first = time.perf_counter() - t
-                times = []
+                times, cpu = [], []
                 # Slow rows (big graphs with exact memory) are timed once.
                 for _ in range(args.repeats if first < 10 else 1):
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     f(p)
                     times.append(time.perf_counter() - t)
+                    cpu.append(time.process_time() - c)
             best = min(times)
             row = dict(backend=backend, batch=b, memory=memory,
                        compile_s=max(0.0, first - best),
                        first_call_s=first, call_s=best, placements_per_s=b / best,
+                       # CPU time (all threads) per placement: steadier than wall time
+                       # on a loaded machine
+                       cpu_per_placement_s=min(cpu) / b,
                        speedup_vs_reference=b / best / ref_rate, max_batch=f.max_batch,
                        memory_bytes=rss.peak - rss.start, peak_rss_bytes=rss.peak,
                        load_average=_load())
@@ -213,7 +218,8 @@ def bench_graph(graph, args, rng):
             print(f"{backend:>7} {b:>6} {str(memory):>7} {row['compile_s']:>10.2f} "
                   f"{best:>9.4f} "
                   f"{b / best:>13.1f} {row['speedup_vs_reference']:>12.1f} "
-                  f"{min(b, f.max_batch):>6} {row['memory_bytes'] / 2**20:>8.0f} "
+                  f"{min(cpu) / b * 1e6:>10.1f} {min(b, f.max_batch):>6} "
+                  f"{row['memory_bytes'] / 2**20:>8.0f} "
                   f"{rss.peak / 2**20:>8.0f}", flush=True)
             del f
     return dict(graph=graph.name, ops=graph.num_ops, edges=graph.num_edges,
