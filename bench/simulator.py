@@ -178,13 +178,15 @@ def bench_graph(graph, args, rng):
     print(f"\ngraph {graph.name}: {graph.num_ops} ops, {graph.num_edges} edges; machine "
           f"{machine_name}: {d} devices; lower bound {lower_bound(graph, inp):.4g} s",
           flush=True)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(args.reference_runs):
         simulate(graph, inp, rng.integers(0, d, graph.num_ops))
     ref_rate = args.reference_runs / (time.perf_counter() - t)
+    ref_cpu = (time.process_time() - c) / args.reference_runs
 
     rows = []
-    print(f"reference: {ref_rate:.2f} placements/s (load {_load()})")
+    print(f"reference: {ref_rate:.2f} placements/s, {ref_cpu * 1e3:.1f} ms CPU each "
+          f"(load {_load()})")
     print(f"{'backend':>7} {'B':>6} {'memory':>7} {'compile s':>10} {'call s':>9} "
           f"{'placements/s':>13} {'x reference':>12} {'CPU us/pl':>10} {'chunk':>6} "
           f"{'mem MB':>8} {'RSS MB':>8}", flush=True)
@@ -211,6 +213,7 @@ def bench_graph(graph, args, rng):
                        # CPU time (all threads) per placement: steadier than wall time
                        # on a loaded machine
                        cpu_per_placement_s=min(cpu) / b,
+                       cpu_speedup_vs_reference=ref_cpu / (min(cpu) / b),
                        speedup_vs_reference=b / best / ref_rate, max_batch=f.max_batch,
                        memory_bytes=rss.peak - rss.start, peak_rss_bytes=rss.peak,
                        load_average=_load())
@@ -224,6 +227,7 @@ def bench_graph(graph, args, rng):
             del f
     return dict(graph=graph.name, ops=graph.num_ops, edges=graph.num_edges,
                 machine=machine_name, devices=d, reference_placements_per_s=ref_rate,
+                reference_cpu_per_placement_s=ref_cpu,
                 rows=rows)
 
 
