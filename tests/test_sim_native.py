@@ -193,6 +193,13 @@ def test_chunks_and_threads_give_the_results_of_one_run():
         np.testing.assert_array_equal(np.concatenate([getattr(r, name) for r in rows]),
                                       getattr(whole, name), err_msg=name)
     assert_exact(g, inp, p[:6], whole)
+    # Copy ids running out (int32) clear the table of copies sent and start again.
+    short = NativeSimulator(g, inp)
+    short._sizes = short._sizes[:3] + (np.int64(short._sizes[2] * 3),)
+    renumbered = short(p)
+    for name in sim.BatchResult._fields:
+        np.testing.assert_array_equal(getattr(renumbered, name), getattr(whole, name),
+                                      err_msg=name)
 
 
 def test_backend_choice(monkeypatch):

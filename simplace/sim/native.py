@@ -16,8 +16,9 @@ loop over precomputed int/float arrays pays ~20 ns per op (ResNet-50: 72 us per
 placement and core, 18.5 ns per op; 37 ns with exact memory). Blocks of placements run
 on a thread per core (the kernel releases the GIL; numba's ``parallel=True`` doubled
 the compile time, and its OpenMP threads spun on a loaded machine), each block with
-its own scratch arrays; a placement's "already sent" marks are stamps (its row), so
-the scratch is never cleared between placements.
+its own scratch arrays. A placement numbers its copies from ids above every earlier
+placement's, so the table of copies sent (op x device -> id) is never cleared between
+placements, and the copies' own records (arrival, bytes, last reader) are short lists.
 
 Precision: float64 in the reference's operation order (``launch + max op launch``, then
 ``work + (op time [+ unfused])`` op by op; ``max(host, producer's end, link free)``;
@@ -176,9 +177,9 @@ def _argsort_into(x, perm, cnt, bucket):
 
 
 @_njit(fastmath=False)
-def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scratch,
+def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scratch,
                   out_busy, out_peak):
-    """Simulate placement ``p`` (int32[M]); ``cur`` (> 0) stamps its sends.
+    """Simulate placement ``p`` (int32[M]); its copies get ids ``id0`` and up.
 
     Returns (step_time, bytes_moved, segments, transfers, host_s, oom); fills
     ``out_busy[D]`` and ``out_peak[D]`` (NaN where memory is not computed)."""
@@ -186,9 +187,9 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     (opc, single_bytes, t_bytes, out_bytes, param_sizes) = g_float
     (n_groups,) = m_int
     (launch, dispatch, link, cap) = m_float
-    (seg_of, last_op, cp_op, stamp, xfer, xfer_op, xfer_to, ops_on, ncopy, ev_off, ev_n,
+    (seg_of, last_op, x_cp, sent, x_op, x_to, ops_on, ncopy, ev_off, ev_n,
      ev_cap, pflag, perm_a, perm_f, cnt, bucket, e_ab, e_fb, cflag) = scratch
-    (seg_start, op_end, arrival, sbytes, lu, group_free, link_free, bound, e_at,
+    (seg_start, op_end, x_arr, x_sz, lu, group_free, link_free, bound, e_at,
      e_ft, e_s, b_al, b_fr, ca_t, ca_s, cf_t, cf_s, cbuf, scl) = f_scratch
     m = p.shape[0]
     d = out_busy.shape[0]
@@ -238,10 +239,11 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                     if mem:
                         last_op[_u(j)] = i
                     continue
-                k = j * d + dev
-                if mem:
-                    cp_op[_u(k)] = i
-                if stamp[_u(k)] != cur:  # the first reader on dev sends the copy
+                # x: the copy of j on dev, if this placement sent it (ids below id0
+                # are earlier placements').
+                x = sent[_u(j * d + dev)] - id0
+                if x < 0:  # the first reader on dev sends the copy
+                    x = nxfer
                     lk = (frm * d + dev) * 3
                     host += link[_u(lk)]
                     # Bytes of the put: j's distinct tensors read on dev, in output order.
@@ -265,13 +267,12 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                     arr = t0 + link[_u(lk + 1)] + tb
                     # The link is busy for the bytes; latency overlaps the next copy.
                     link_free[_u(frm * d + dev)] = t0 + tb
-                    stamp[_u(k)] = cur
-                    arrival[_u(k)] = arr
+                    sent[_u(j * d + dev)] = id0 + x
+                    x_arr[_u(x)] = arr
                     if mem:
-                        sbytes[_u(k)] = nb
-                        xfer[_u(nxfer)] = k
-                        xfer_op[_u(nxfer)] = j
-                        xfer_to[_u(nxfer)] = dev
+                        x_sz[_u(x)] = nb
+                        x_op[_u(x)] = j
+                        x_to[_u(x)] = dev
                     moved += nb
                     nxfer += 1
                     ncopy[_u(dev)] += 1
@@ -279,8 +280,10 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                         step = arr
                     if arr > ready:
                         ready = arr
-                elif arrival[_u(k)] > ready:
-                    ready = arrival[_u(k)]
+                elif x_arr[_u(x)] > ready:
+                    ready = x_arr[_u(x)]
+                if mem:
+                    x_cp[_u(x)] = i
             if not fused:
                 c = c + opc[_u(base + 2)]
             cbuf[_u(n)] = c
@@ -324,7 +327,7 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
         for i in range(m):
             bound[_u(p[_u(i)])] += out_bytes[_u(i)]
         for x in range(nxfer):
-            bound[_u(xfer_to[_u(x)])] += sbytes[_u(xfer[_u(x)])]
+            bound[_u(x_to[_u(x)])] += x_sz[_u(x)]
         for u in range(use_op.shape[0]):
             bound[_u(p[_u(use_op[_u(u)])])] += param_sizes[_u(use_idx[_u(u)])]
         tight = False
@@ -373,14 +376,13 @@ def _simulate_one(p, cur, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
             b_al[_u(k)] = 0.0
             b_fr[_u(k)] = 0.0
     for x in range(nxfer):
-        k = xfer[_u(x)]
-        j = xfer_op[_u(x)]
-        q = xfer_to[_u(x)]
-        av = arrival[_u(k)]
+        j = x_op[_u(x)]
+        q = x_to[_u(x)]
+        av = x_arr[_u(x)]
         if av > lu[_u(j)]:
             lu[_u(j)] = av
-        fr = op_end[_u(cp_op[_u(k)])]
-        size = sbytes[_u(k)]
+        fr = op_end[_u(x_cp[_u(x)])]
+        size = x_sz[_u(x)]
         if fr > av and size > 0:  # the received copy
             o = ev_off[_u(q)]
             w = o + ev_n[_u(q)]
@@ -482,15 +484,18 @@ def _simulate_block(placements, r0, r1, mode, g_int, g_float, m_int, m_float, si
     (one thread; without the GIL, so that threads run blocks side by side)."""
     m = placements.shape[1]
     d = out_busy.shape[1]
-    n_groups, n_params, n_tx = sizes
-    # Scratch of this block (see _simulate_one for the names). Stamps start at 0;
-    # placements stamp with row + 1, so nothing needs clearing between them.
+    n_groups, n_params, n_tx, max_id = sizes
+    # Scratch of this block (see _simulate_one for the names). sent[j * D + d]: the id
+    # of the copy of op j's outputs on device d; a placement numbers its copies from
+    # its own id0 up, above every earlier placement's, so nothing needs clearing.
     n_ev = m + n_tx  # live intervals, at most: activations and copies
     i32, i64, f64 = np.int32, np.int64, np.float64
+    sent = np.zeros(m * d, i32)
+    id0 = 1
     scratch = (
-        np.empty(m, i32), np.empty(m, i64), np.empty(m * d, i64),  # seg_of, last/cp_op
-        np.zeros(m * d, i32),  # stamp
-        np.empty(n_tx, i64), np.empty(n_tx, i64), np.empty(n_tx, i64),  # xfer, _op, _to
+        np.empty(m, i32), np.empty(m, i64), np.empty(n_tx, i64),  # seg_of, last_op, x_cp
+        sent,
+        np.empty(n_tx, i64), np.empty(n_tx, i64),  # x_op, x_to
         np.empty(d, i64), np.empty(d, i64),  # ops_on, ncopy
         np.zeros(d, i64), np.empty(d, i64), np.empty(d, i64),  # ev_off, ev_n, ev_cap
         np.zeros(n_params * d, np.uint8),  # pflag
@@ -500,7 +505,7 @@ def _simulate_block(placements, r0, r1, mode, g_int, g_float, m_int, m_float, si
     # cflag
     f_scratch = (
         np.empty(m, f64), np.empty(m, f64),  # seg_start, op_end
-        np.empty(m * d, f64), np.empty(m * d, f64), np.empty(m, f64),  # arrival, sbytes, lu
+        np.empty(n_tx, f64), np.empty(n_tx, f64), np.empty(m, f64),  # x_arr, x_sz, lu
         np.empty(max(n_groups, 1), f64), np.empty(d * d, f64), np.empty(d, f64),
         # group_free, link_free, bound; then e_at, e_ft, e_s, b_al, b_fr, ca_t, ca_s,
         # cf_t, cf_s; cbuf, scl
@@ -519,8 +524,12 @@ def _simulate_block(placements, r0, r1, mode, g_int, g_float, m_int, m_float, si
         if lo < 0 or hi >= d:
             out_nseg[_u(r)] = -1
             continue
-        res = _simulate_one(row, r + 1, mode, g_int, g_float, m_int, m_float,
+        if id0 > max_id - n_tx:  # ids stay int32: start again from a clear table
+            sent[:] = 0
+            id0 = 1
+        res = _simulate_one(row, id0, mode, g_int, g_float, m_int, m_float,
                             scratch, f_scratch, out_busy[_u(r)], out_peak[_u(r)])
+        id0 += res[3]
         out_step[_u(r)] = res[0]
         out_moved[_u(r)] = res[1]
         out_nseg[_u(r)] = res[2]
@@ -679,5 +688,6 @@ def _graph_arrays(graph, inp: SimInputs):
     opc = np.stack([inp.op_time_s, inp.op_launch_s, inp.op_unfused_s], axis=2)
     g_float = tuple(_own(x, f64) for x in (opc, single, t_bytes, graph.out_bytes,
                                            graph.param_sizes))
-    sizes = (i64(inp.num_groups), i64(len(graph.param_sizes)), i64(n_tx))
+    # (max_id: the largest copy id; the table of ids is int32)
+    sizes = (i64(inp.num_groups), i64(len(graph.param_sizes)), i64(n_tx), i64(2**31 - 1))
     return g_int, g_float, sizes
