@@ -90,6 +90,19 @@ def test_native_matches_reference_with_ties_and_exclusive_groups():
     assert_exact(g, inp, p, NativeSimulator(g, inp)(p))
 
 
+@pytest.mark.parametrize("d", [9, 17])
+def test_native_matches_reference_on_many_devices(d):
+    # Machines of many devices (no limit on the device count: no bit masks), some in
+    # shared exclusive groups.
+    rng = np.random.default_rng(200 + d)
+    g = sim_cases.union_graph([sim_cases.random_graph(rng, s, 25) for s in sim_cases.SHAPES])
+    inp = sim_cases.random_inputs(rng, g.num_ops, d, exclusive=True, host_costs=True,
+                                  link_classes=3)
+    p = np.concatenate([sim_cases.random_placements(rng, 10, g.num_ops, d),
+                        sim_cases.long_run_placements(rng, 4, g.num_ops, d)])
+    assert_exact(g, inp, p, NativeSimulator(g, inp)(p))
+
+
 def test_native_matches_the_jax_simulator():
     # The two backends give the same results (times to the JAX one's float64 order).
     rng = np.random.default_rng(12)
