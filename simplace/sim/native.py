@@ -367,9 +367,11 @@ def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
     # and swept.
     for q in range(d):
         ev_n[_u(q)] = 0
-        ev_cap[_u(q)] = ops_on[_u(q)] + ncopy[_u(q)]
         if q:
-            ev_off[_u(q)] = ev_off[_u(q - 1)] + ev_cap[_u(q - 1)]
+            ev_off[_u(q)] = ev_off[_u(q - 1)] + ops_on[_u(q - 1)] + ncopy[_u(q - 1)]
+        # ev_cap[q]: the device's buckets, one per two intervals it may hold (fewer
+        # buckets stay in cache on big graphs; more leave more candidates).
+        ev_cap[_u(q)] = max(1, (ops_on[_u(q)] + ncopy[_u(q)]) // 2)
         sc = ev_cap[_u(q)] / step if step > 0 else 0.0
         scl[_u(q)] = sc if sc < np.inf else 0.0
         for k in range(ev_off[_u(q)], ev_off[_u(q)] + ev_cap[_u(q)]):
