@@ -119,6 +119,8 @@ def main(argv=None) -> int:
     p.add_argument("--records-dir", default=None,
                    help="refit the records of this calibration/ folder (default: the user "
                         "directory's, else the checkout's)")
+    p.add_argument("--tag", default="",
+                   help="appended to the date in the results' file names (2026-11-23c)")
     p.add_argument("--no-save", action="store_true")
     args = p.parse_args(argv)
 
@@ -149,7 +151,7 @@ def main(argv=None) -> int:
     print(head + text)
     if not args.no_save:
         RESULTS.mkdir(exist_ok=True)
-        stem = f"calibration_{datetime.date.today().isoformat()}_{args.name}"
+        stem = f"calibration_{datetime.date.today().isoformat()}{args.tag}_{args.name}"
         summary.update(name=args.name, source=source, host=platform.node(),
                        cpu_count=os.cpu_count(), load_average_end=os.getloadavg()[0],
                        measured=model.provenance.date, python=sys.version.split()[0])
