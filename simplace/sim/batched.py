@@ -107,7 +107,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simplace.sim.inputs import SimInputs, check_placements, sim_inputs
+from simplace.sim.inputs import SimInputs, check_placements, check_simulator_options, sim_inputs
 
 # Rows of the segment-end table a segment's last op fills (see the module docstring;
 # the doubling in _impl assumes 8).
@@ -170,11 +170,7 @@ class BatchedSimulator:
 
     def __init__(self, graph, inputs: SimInputs, *, memory: bool | str = True,
                  max_batch: int | None = None):
-        if memory not in (True, False, "oom"):
-            raise ValueError(f"memory must be True, False or 'oom', got {memory!r}")
-        if max_batch is not None and int(max_batch) < 1:
-            raise ValueError(f"max_batch must be a positive number of placements, got "
-                             f"{max_batch!r}")
+        check_simulator_options(memory, max_batch)
         self.num_ops = graph.num_ops
         # Larger batches run in chunks, so that the per-op tables (a few bytes per op
         # and placement each) stay within a few hundred MB on big graphs.

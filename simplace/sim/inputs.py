@@ -186,3 +186,13 @@ def sim_inputs(graph, cost_model) -> SimInputs:
         raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
                              f"{graph.num_ops}: build SimInputs for this graph.")
     return inp
+
+
+def check_simulator_options(memory, max_batch) -> None:
+    """The options every batched simulator takes: ``memory`` in (True, False, "oom"),
+    ``max_batch`` None or a positive number of placements."""
+    if memory not in (True, False, "oom"):
+        raise ValueError(f"memory must be True, False or 'oom', got {memory!r}")
+    if max_batch is not None and int(max_batch) < 1:
+        raise ValueError(f"max_batch must be a positive number of placements, got "
+                         f"{max_batch!r}")

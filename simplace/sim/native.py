@@ -54,7 +54,7 @@ import numba
 import numpy as np
 
 from simplace.sim.batched import BatchResult
-from simplace.sim.inputs import SimInputs, check_placements
+from simplace.sim.inputs import SimInputs, check_placements, check_simulator_options
 
 # Ops x placements per kernel call, at most: a larger batch runs in chunks of a power of
 # two of placements (at least 64). The kernel's memory does not grow with the batch
@@ -559,11 +559,7 @@ class NativeSimulator:
 
     def __init__(self, graph, inputs: SimInputs, *, memory: bool | str = True,
                  max_batch: int | None = None):
-        if memory not in (True, False, "oom"):
-            raise ValueError(f"memory must be True, False or 'oom', got {memory!r}")
-        if max_batch is not None and int(max_batch) < 1:
-            raise ValueError(f"max_batch must be a positive number of placements, got "
-                             f"{max_batch!r}")
+        check_simulator_options(memory, max_batch)
         self.num_ops = m = graph.num_ops
         self.num_devices = inputs.num_devices
         self.memory = memory if memory == "oom" else bool(memory)
