@@ -177,6 +177,27 @@ def _argsort_into(x, perm, cnt, bucket):
 
 
 @_njit(fastmath=False)
+def _add_interval(q, t_alloc, t_free, size, ev_off, ev_n, ev_cap, scl, e_at, e_ft, e_s,
+                  e_ab, e_fb, b_al, b_fr):
+    """Record a live interval of ``size`` bytes on device q, [t_alloc, t_free): the
+    next event slot of q (times, size, time buckets) and its bucket sums (see
+    ``_simulate_one``'s peak sweep)."""
+    o = ev_off[_u(q)]
+    w = o + ev_n[_u(q)]
+    ev_n[_u(q)] += 1
+    top = ev_cap[_u(q)] - 1
+    ka = min(int(t_alloc * scl[_u(q)]), top)
+    kf = min(int(t_free * scl[_u(q)]), top)
+    e_at[_u(w)] = t_alloc
+    e_ft[_u(w)] = t_free
+    e_s[_u(w)] = size
+    e_ab[_u(w)] = ka
+    e_fb[_u(w)] = kf
+    b_al[_u(o + ka)] += size
+    b_fr[_u(o + kf)] += size
+
+
+@_njit(fastmath=False)
 def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scratch,
                   out_busy, out_peak):
     """Simulate placement ``p`` (int32[M]); its copies get ids ``id0`` and up.
@@ -386,38 +407,16 @@ def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
         fr = op_end[_u(x_cp[_u(x)])]
         size = x_sz[_u(x)]
         if fr > av and size > 0:  # the received copy
-            o = ev_off[_u(q)]
-            w = o + ev_n[_u(q)]
-            ev_n[_u(q)] += 1
-            top = ev_cap[_u(q)] - 1
-            ka = min(int(av * scl[_u(q)]), top)
-            kf = min(int(fr * scl[_u(q)]), top)
-            e_at[_u(w)] = av
-            e_ft[_u(w)] = fr
-            e_s[_u(w)] = size
-            e_ab[_u(w)] = ka
-            e_fb[_u(w)] = kf
-            b_al[_u(o + ka)] += size
-            b_fr[_u(o + kf)] += size
+            _add_interval(q, av, fr, size, ev_off, ev_n, ev_cap, scl, e_at, e_ft, e_s,
+                          e_ab, e_fb, b_al, b_fr)
     for i in range(m):
         dev = p[_u(i)]
         fr = step if is_output[_u(i)] else lu[_u(i)]
         st = seg_start[_u(seg_of[_u(i)])]
         size = out_bytes[_u(i)]
         if fr > st and size > 0:  # the activation
-            o = ev_off[_u(dev)]
-            w = o + ev_n[_u(dev)]
-            ev_n[_u(dev)] += 1
-            top = ev_cap[_u(dev)] - 1
-            ka = min(int(st * scl[_u(dev)]), top)
-            kf = min(int(fr * scl[_u(dev)]), top)
-            e_at[_u(w)] = st
-            e_ft[_u(w)] = fr
-            e_s[_u(w)] = size
-            e_ab[_u(w)] = ka
-            e_fb[_u(w)] = kf
-            b_al[_u(o + ka)] += size
-            b_fr[_u(o + kf)] += size
+            _add_interval(dev, st, fr, size, ev_off, ev_n, ev_cap, scl, e_at, e_ft, e_s,
+                          e_ab, e_fb, b_al, b_fr)
     for q in range(d):
         o = ev_off[_u(q)]
         n = ev_n[_u(q)]
