@@ -210,3 +210,20 @@ def corner_cases() -> dict[str, tuple[OpGraph, SimInputs]]:
         make_graph([0], [1], m=2, params=([5e9], [(1, 0)])),
         simple_inputs(2, 2, memory_bytes=1e9))
     return cases
+
+
+def binade_span_case():
+    """(graph, inputs, placements int[8, 8]): a chain-like graph on 3 devices in one
+    exclusive group whose op times span from 1e-300 s to 1 s, so that event times span
+    nearly every binade (the placements' peak sweeps must still be exact); the first
+    placement alternates devices."""
+    m = 8
+    rng = np.random.default_rng(13)
+    g = make_graph([0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 6, 7], m=m,
+                   out_bytes=rng.integers(1, 9, m) * 1000.0)
+    t = np.ones((m, 3))
+    t[0] = 1e-300
+    inp = make_sim_inputs(t, np.full((3, 3), 0.5), np.full((3, 3), 1000.0), np.full(3, 1e9),
+                          [0, 0, 0])
+    p = np.concatenate([[[0, 1, 0, 1, 2, 2, 0, 1]], random_placements(rng, 7, m, 3)])
+    return g, inp, p

@@ -485,16 +485,7 @@ def test_peak_memory_exact_when_times_span_many_binades():
     # patterns (3 devices). A segment of 1e-300 s, then, in one exclusive group, one
     # that starts at 1e-300 s and lasts 1 s do not fit: the sweep groups those events
     # by device itself.
-    m = 8
-    rng = np.random.default_rng(13)
-    g = make_graph([0, 1, 2, 3, 4, 5], [2, 3, 4, 5, 6, 7], m=m,
-                   out_bytes=rng.integers(1, 9, m) * 1000.0)
-    t = np.ones((m, 3))
-    t[0] = 1e-300
-    inp = make_sim_inputs(t, np.full((3, 3), 0.5), np.full((3, 3), 1000.0), np.full(3, 1e9),
-                          [0, 0, 0])
-    p = np.concatenate([[[0, 1, 0, 1, 2, 2, 0, 1]],
-                        sim_cases.random_placements(rng, 7, m, 3)])
+    g, inp, p = sim_cases.binade_span_case()
     f = batched_simulator(g, inp)
     fn, consts = f.traceable()
     with jax.enable_x64(True):
