@@ -63,8 +63,9 @@ def _hits(out: str) -> int:
     return int(re.search(r"HITS (\d+)", out).group(1))
 
 
-def test_off_writes_nothing(tmp_path):
-    assert "DIR None" in _run("off")
+def test_off_turns_it_off():
+    out = _run("off")
+    assert "DIR None" in out and _hits(out) == 0
 
 
 def test_a_folder_that_cannot_be_made_warns_and_runs_without_cache(tmp_path):

@@ -494,7 +494,7 @@ class Trainer:
         with jax.enable_x64(True):
             p = jnp.broadcast_to(target[self.unit_of_op], (self.k, self.graph.num_ops))
             step_t, oom = self._bound_sim()(p)
-            if bool(oom[0]):  # flagged by the bound: the exact check decides
+            if bool(oom[0]) and self.backend == "jax":  # the bound flagged it: check
                 oom = self.simulator(True)(np.asarray(p[:1])).oom
             score = jnp.where(oom[0], step_t[0] + OOM_PENALTY, step_t[0])
         state = state._replace(opt_state={**state.opt_state, "elite": target,
