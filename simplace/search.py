@@ -176,7 +176,7 @@ class ProgressLine:
         cur = "-" if not math.isfinite(current_s) else f"{_ms(current_s)} ms"
         clock = ""
         if elapsed_s is not None:
-            clock = f", {elapsed_s:.0f}" + (f"/{budget_s:g} s" if budget_s else " s")
+            clock = f", {elapsed_s:.0f}" + (f"/{budget_s:.3g} s" if budget_s else " s")
         if self.bar:
             head = (f"{bar_text(count / self.total)} {count}/{self.total}" if self.total
                     else f"{count}")
