@@ -10,15 +10,17 @@ from simplace.sim.inputs import sim_inputs
 def lower_bound(graph, cost_model) -> float:
     """A step time no placement can beat, in seconds (0 for an empty graph).
 
-    The larger of two bounds, both valid for any placement, any link speeds and any
-    memory under the simulators' segment semantics (``simplace.sim.reference``:
+    The larger of two bounds, both valid for any placement, any link contention and
+    any memory under the simulators' segment semantics (``simplace.sim.reference``:
     communication and the host only ever delay a segment's start):
-      * critical path: along any dependency chain the ops run one after another (in one
-        segment, or in segments that wait for each other), op i taking at least
-        ``f_i = min_d op_time_s[i, d]``, or ``min_d (op_time_s[i, d] + op_unfused_s[i,
-        d])`` when it has no in-edges (it can never fuse into an in-segment producer).
-        The chain's first segment starts only after the host dispatched it, and pays a
-        launch: ``min_d (dispatch_s[d] + launch_s[d])`` comes on top;
+      * critical path with communication (``chain_bound_s``): along any dependency
+        chain the ops run one after another, and where the chain changes device it
+        waits for its copy and pays a new segment's launch. A dynamic programme over
+        (op, device) bounds each op's end on each device; the bound is the largest,
+        over ops, of its least end over devices. It is never below the critical path
+        with each op at its fastest and free communication, plus the least first
+        dispatch and launch (``critical_path_s``): it takes the same minima, with
+        more added;
       * total work: an exclusive group runs one segment at a time, starting no earlier
         than the first dispatch, ``min_d dispatch_s[d]``, so the step lasts at least
         that plus ``work_g``, the busy time of any group g, hence at least that plus
@@ -30,7 +32,8 @@ def lower_bound(graph, cost_model) -> float:
         op term (a small linear program over distinct rows of per-group op times)
         account for slow groups: a CPU beside four GPUs takes far less than a fifth of
         the work. (Dividing by the number of devices instead would be wrong when
-        devices share compute.)
+        devices share compute.) Here ``t_i[d]`` is ``op_time_s[i, d]``, plus
+        ``op_unfused_s[i, d]`` for an op with no in-edges (it never fuses).
     Both are tight on one device: one segment, ``dispatch + launch + its ops``.
 
     Args:
@@ -43,16 +46,171 @@ def lower_bound(graph, cost_model) -> float:
     times = np.asarray(inp.op_time_s, dtype=np.float64)
     no_inputs = np.diff(graph.in_edges[0]) == 0
     times = times + inp.op_unfused_s * no_inputs[:, None]
-    fastest = times.min(axis=1)
     launch = np.asarray(inp.launch_s, dtype=np.float64)
     dispatch = np.asarray(inp.dispatch_s, dtype=np.float64)
-    chain = critical_path_s(graph, fastest) + float((dispatch + launch).min())
+    chain = chain_bound_s(graph, inp)
     group = np.asarray(inp.exclusive_group, dtype=np.int64)
     g = inp.num_groups
     seg = launch[None, :] + np.asarray(inp.op_launch_s, dtype=np.float64)  # [M, D]
     work = max(_weighted_work(times, seg, group, w)
                for w in (np.full(g, 1.0 / g), _best_weights(times, group, g)))
     return float(max(chain, float(dispatch.min()) + work))
+
+
+def chain_bound_s(graph, cost_model) -> float:
+    """The critical path with communication: a step time no placement can beat.
+
+    ``max_i min_d end_s[i, d]`` for the table ``end_s`` of ``chain_tables`` (see there
+    for the proof); 0 for an empty graph.
+
+    Args:
+      graph: an ``OpGraph`` (ops in a topological order).
+      cost_model: a ``CostModel`` (or its interface) or a ``SimInputs``.
+    """
+    if graph.num_ops == 0:
+        return 0.0
+    end_s, _ = chain_tables(graph, cost_model)
+    return float(end_s.min(axis=1).max())
+
+
+def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
+    """Per op and device, lower bounds on when the op ends and when its segment's call
+    is made, if the op runs on that device, whatever the other ops do.
+
+    Returns ``(end_s, call_s)``, both ``float64[M, D]``:
+      * ``end_s[v, d] <= `` the *virtual end* of op v in any placement ``p`` with ``p[v]
+        = d``: its segment's start, plus ``launch_s[d]`` and the segment's largest
+        ``op_launch_s``, plus the in-segment costs of its ops up to v (the segment's
+        first op to v). The segment ends at or after it, so the step does too;
+      * ``call_s[v, d] <= `` the host time at which v's segment is dispatched (the host
+        clock after that call, as ``Schedule.segment_dispatch_s``).
+
+    Notation: ``t = op_time_s``, ``ol = op_launch_s``, ``uf = op_unfused_s``; ``enter[v,
+    d] = launch_s[d] + ol[v, d] + t[v, d]``; ``S[u, v, d] = sum_{u < i <= v} t[i, d]``;
+    ``B[u, v]`` the bytes of the distinct outputs of u that v reads (u's put to v's
+    device carries at least these; an output's size is its largest ``edge_bytes``, as the
+    simulators take it); ``arrive[u, d', d] = max(end_s[u, d'], call_s[u, d'] + put_s[d',
+    d]) + latency_s[d', d] + B[u, v] / bandwidth_bytes_per_s[d', d]``; ``after[u, d', d]
+    = call_s[u, d'] + put_s[d', d] + dispatch_s[d]``.
+
+    The tables are built in topological order. A source v (no in-edges) is its
+    segment's first op, never fuses, and its segment's call comes after at least that
+    call: ``call_s[v, d] = dispatch_s[d]``, ``end_s[v, d] = dispatch_s[d] + enter[v, d]
+    + uf[v, d]``. For any other v on d, each producer u of v (u < v) is, in any
+    placement, in one of three places:
+      1. **v's segment** (on d): then the ops u+1..v all run in it (segments are runs of
+         consecutive ops), so ``end(v) >= end(u) + S[u, v, d]``; same call as u's;
+      2. **an earlier segment of d**: that segment ends before v's starts (a group runs
+         its segments one at a time in graph order), and v's segment's call is a later
+         call on the same host thread: start ``>= max(end_s[u, d], call_s[u, d] +
+         dispatch_s[d])``, and ``end(v) >= start + enter[v, d]``;
+      3. **another device d'**: v's segment starts only once u's outputs arrived by a
+         ``device_put`` issued after u's segment was dispatched (the host issues puts
+         just before the first segment on d reading them, later in graph order), which
+         starts no earlier than the put call returned and u's segment ended, and lasts
+         at least ``latency + B / bandwidth``; v's segment's call comes after that put:
+         ``end(v) >= max(arrive[u, d', d], after[u, d', d]) + enter[v, d]`` and
+         ``call(v) >= after[u, d', d]``.
+    Let ``same_u`` (case 1), ``new_u`` (the least of case 2 and case 3 over d') and
+    ``any_u = min(same_u, new_u)`` be these bounds on ``end(v)``. Always ``end(v) >= call(v) +
+    enter[v, d]`` (v's segment starts after its call) and ``end(v) >= max_u any_u``. If v
+    shares its segment with some producer (it fuses), ``end(v) >= min_u same_u`` too;
+    if not, every producer is in case 2 or 3 and v pays ``uf[v, d]``: ``end(v) >= max_u
+    new_u + uf[v, d]``. ``end_s[v, d]`` is the smaller of those two cases' bounds, and
+    ``call_s[v, d]`` the largest over u of the least call over the three cases (at
+    least ``dispatch_s[d]``). Every step uses only lower bounds of the earlier ops
+    (induction over the topological order), and ignores memory, link queues and the
+    host's other calls, which only delay.
+
+    Args:
+      graph: an ``OpGraph`` (ops in a topological order).
+      cost_model: a ``CostModel`` (or its interface) or a ``SimInputs``.
+    """
+    inp = sim_inputs(graph, cost_model)
+    m, d = inp.num_ops, inp.num_devices
+    t = np.asarray(inp.op_time_s, dtype=np.float64)
+    launch = np.asarray(inp.launch_s, dtype=np.float64)
+    dispatch = np.asarray(inp.dispatch_s, dtype=np.float64)
+    put = np.asarray(inp.put_s, dtype=np.float64)
+    lat = np.asarray(inp.latency_s, dtype=np.float64)
+    inv_bw = 1.0 / np.asarray(inp.bandwidth_bytes_per_s, dtype=np.float64)  # 0 for inf
+    unfused = np.asarray(inp.op_unfused_s, dtype=np.float64)
+    enter = launch[None, :] + np.asarray(inp.op_launch_s, dtype=np.float64) + t  # [M, D]
+    # prefix[i] = sum of t over ops < i: S[u, v] = prefix[v + 1] - prefix[u + 1].
+    prefix = np.zeros((m + 1, d))
+    np.cumsum(t, axis=0, out=prefix[1:])
+    # Another device only: the diagonal (the same device) is cases 1 and 2.
+    other = np.where(np.eye(d, dtype=bool), np.inf, 0.0)
+    put_then_call = put + dispatch[None, :]  # [d', d]
+
+    end_s = dispatch[None, :] + enter + unfused  # the sources' values; others overwritten
+    call_s = np.broadcast_to(dispatch, (m, d)).copy()
+    ps, pd, nbytes = _producer_pairs(graph)
+    if len(ps) == 0:
+        return end_s, call_s
+    level = _levels(m, ps, pd)
+    order = np.lexsort((pd, level[pd]))  # pairs by their consumer's level, then consumer
+    ps, pd, nbytes = ps[order], pd[order], nbytes[order]
+    cuts = np.searchsorted(level[pd], np.arange(1, int(level.max()) + 2))
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):  # one level: independent ops
+        u, v = ps[a:b], pd[a:b]
+        end_u, call_u = end_s[u], call_s[u]  # [k, D]
+        ent = enter[v]
+        same = end_u + (prefix[v + 1] - prefix[u + 1])  # case 1
+        later = np.maximum(end_u, call_u + dispatch[None, :]) + ent  # case 2
+        after = call_u[:, :, None] + put_then_call[None] + other  # [k, d', d]
+        arrive = (np.maximum(end_u[:, :, None], call_u[:, :, None] + put[None])
+                  + lat[None] + nbytes[a:b, None, None] * inv_bw[None])
+        moved = (np.maximum(arrive, after) + other).min(axis=1) + ent  # case 3, [k, D]
+        new = np.minimum(later, moved)
+        any_ = np.minimum(same, new)
+        call = np.minimum(call_u, after.min(axis=1))
+        first = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])
+        ops = v[first]
+        call_v = np.maximum(dispatch[None, :], np.maximum.reduceat(call, first, axis=0))
+        floor = call_v + enter[ops]
+        fused = np.maximum(np.maximum(np.maximum.reduceat(any_, first, axis=0),
+                                      np.minimum.reduceat(same, first, axis=0)), floor)
+        alone = np.maximum(np.maximum.reduceat(new, first, axis=0), floor) + unfused[ops]
+        end_s[ops] = np.minimum(fused, alone)
+        call_s[ops] = call_v
+    return end_s, call_s
+
+
+def _producer_pairs(graph):
+    """``(src, dst, bytes)`` per distinct producer-consumer pair: the bytes of the
+    distinct outputs of src that dst reads (each output's size its largest
+    ``edge_bytes``, as the simulators take it)."""
+    src = np.asarray(graph.src, dtype=np.int64)
+    dst = np.asarray(graph.dst, dtype=np.int64)
+    if len(src) == 0:
+        return src, dst, np.zeros(0)
+    out = np.asarray(graph.edge_output, dtype=np.int64)
+    eb = np.asarray(graph.edge_bytes, dtype=np.float64)
+    tensors, tensor_of = np.unique(np.stack([src, out]), axis=1, return_inverse=True)
+    tensor_of = tensor_of.reshape(-1)
+    size = np.zeros(tensors.shape[1])
+    np.maximum.at(size, tensor_of, eb)
+    reads = np.unique(np.stack([src, dst, tensor_of]), axis=1)  # distinct (u, v, tensor)
+    pairs, pair_of = np.unique(reads[:2], axis=1, return_inverse=True)
+    nbytes = np.bincount(pair_of.reshape(-1), weights=size[reads[2]],
+                         minlength=pairs.shape[1])
+    return pairs[0], pairs[1], nbytes
+
+
+def _levels(m: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """int[M]: the number of ops on the longest path into each op (sources 0); ops at one
+    level do not depend on each other. Needs ``src < dst`` (a topological order)."""
+    if np.any(src >= dst):
+        raise ValueError("graph ops are not in a topological order (an edge goes from op "
+                         f"{int(src[src >= dst][0])} to an earlier or the same op); "
+                         "build the OpGraph with simplace.trace, which orders them.")
+    level = [0] * m
+    order = np.argsort(dst, kind="stable")
+    for u, v in zip(src[order].tolist(), dst[order].tolist(), strict=True):
+        if level[u] >= level[v]:
+            level[v] = level[u] + 1
+    return np.asarray(level, dtype=np.int64)
 
 
 def _weighted_work(times, seg, group, w) -> float:
