@@ -163,3 +163,28 @@ def test_build_takes_host_calls_timed_in_context():
     assert "steps" not in report  # no placements recorded: no step fit
     # the same records, the same model
     assert build_cost_model(copy.deepcopy(recs))[0] == model
+
+
+def test_fit_steps_rejects_scales_that_do_not_help_held_out_steps(mlp_graph):
+    """Steps the pieces predict well except a quarter slowed 3x by something else (a busy
+    host): the fit may chase them, but it must not predict held-out steps worse than the
+    pieces do; then every scale stays 1 and the report says why."""
+    base = _machine()
+    recs = _steps(mlp_graph, base) * 2
+    rng = np.random.default_rng(5)
+    recs = [dict(r, timing=robust_stats([r["timing"]["samples_s"][0]
+                                         * (3.0 if rng.random() < 0.3 else 1.0)]).to_dict())
+            for r in recs]
+    fit = fit_steps(base, recs, {mlp_graph.hash: mlp_graph}, held_out_fraction=0.3, seed=1)
+    rep = fit.report
+    assert rep["held_out"]["n"] > 0
+    assert rep["held_out"]["median_rel_error"] >= rep["held_out_before"]["median_rel_error"]
+    assert fit.scales == {k: 1.0 for k in SCALES} and fit.pinned == ()
+    assert "no better than the pieces alone" in rep["rejected"]
+    assert rep["rejected_scales"] != fit.scales
+    # steps of a machine that truly is slower are fitted, not rejected
+    truth = {"host": 1.6, "argument": 1.0, "compute": 1.3, "launch": 1.0}
+    scaled = fit_steps(base, _steps(mlp_graph, scaled_model(base, truth)) * 2,
+                       {mlp_graph.hash: mlp_graph}, held_out_fraction=0.3, seed=1)
+    assert "rejected" not in scaled.report
+    assert scaled.scales["host"] == pytest.approx(1.6, rel=0.1)

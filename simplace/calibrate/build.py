@@ -389,7 +389,11 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         "launch scaled by "
         + ", ".join(f"{k} {v:.3g}" for k, v in scales.items())
         + ", fitted (robust least squares, the simulator as the model) to whole steps of "
-        "placements measured in context (meta.fit_report.steps).",) if scales else ()) + ((
+        "placements measured in context (meta.fit_report.steps).",)
+        if scales and "rejected" not in report["steps"] else ()) + ((
+        "Whole steps measured in context were fitted but the fit was not kept: "
+        + report["steps"]["rejected"] + " (meta.fit_report.steps).",)
+        if scales and "rejected" in report["steps"] else ()) + ((
         "Memory of each CPU device: the host's memory divided by its CPU devices "
         "(virtual devices share it).",) if any(i["kind"] == "cpu" for i in dev_info)
          else ())

@@ -20,7 +20,9 @@ Robust least squares (``scipy.optimize.least_squares``, soft-L1 on log step-time
 ratios), with a weak pull of each log scale towards 0 (the pieces' own figures) so that
 a scale the steps cannot see stays where the pieces put it. A scale no measured step
 is sensitive to is reported as not pinned (with the measurement that would pin it), and
-a fitted scale beyond ``MAX_SCALE`` either way is refused.
+a fitted scale beyond ``MAX_SCALE`` either way is refused. Scales that predict the
+held-out steps no better than the pieces alone are rejected (every scale stays 1): the
+fit is kept only where it is seen to help.
 """
 
 from __future__ import annotations
@@ -128,10 +130,14 @@ class StepFit:
 
     scales: ``{host, argument, compute, launch}``, each a factor on the
       model's figure.
-    pinned: the scales some measured step is sensitive to (the others stay at 1).
-    report: ``{"fitted", "held_out", "before"}`` errors (``n``, median and p90 of
-      ``|predicted / measured - 1|``), ``sensitivity`` (largest d log step / d log scale
-      per scale), ``not_pinned`` (scale -> what to measure), ``steps`` and ``graphs``.
+    pinned: the scales some measured step is sensitive to (the others stay at 1);
+      empty when the fit was rejected.
+    report: ``{"fitted", "held_out", "before", "held_out_before"}`` errors (``n``,
+      median and p90 of ``|predicted / measured - 1|``; ``held_out_before``: the
+      held-out steps with every scale at 1), ``sensitivity`` (largest d log step / d
+      log scale per scale), ``not_pinned`` (scale -> what to measure), ``steps`` and
+      ``graphs``; ``rejected`` (why) and ``rejected_scales`` when the fitted scales
+      predicted the held-out steps no better than scales of 1 (then every scale is 1).
     """
 
     scales: dict[str, float]
@@ -268,12 +274,29 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     pred_before = predict(np.zeros(len(SCALES)), every)
     pred_after = predict(x, every)
     pinned = tuple(SCALES[k] for k in range(len(SCALES)) if k not in loose)
+    # The scales must predict steps they were not fitted to better than the pieces
+    # alone do; on a noisy host a few steps slowed by something else can pull them the
+    # wrong way (on the 2-core VM the fit raised host costs 16% and made held-out steps
+    # worse). Then the pieces' own figures stand, and the report says so.
+    held_before = _errors(pred_before[held], meas[held])
+    held_after = _errors(pred_after[held], meas[held])
+    rejected = None
+    if held.any() and held_after["median_rel_error"] >= held_before["median_rel_error"]:
+        rejected = (f"the fitted scales predict the {int(held.sum())} held-out steps "
+                    f"{100 * held_after['median_rel_error']:.1f}% off (median), no better "
+                    f"than the pieces alone ({100 * held_before['median_rel_error']:.1f}%): "
+                    "left at 1")
+        fitted_scales = scales
+        scales = {k: 1.0 for k in SCALES}
+        pinned = ()
     report = {
         "steps": len(items), "graphs": len(base),
         "scales": scales,
         "before": _errors(pred_before, meas),
         "fitted": _errors(pred_after[~held], meas[~held]),
-        "held_out": _errors(pred_after[held], meas[held]),
+        "held_out": held_after,
+        "held_out_before": held_before,
+        **({"rejected": rejected, "rejected_scales": fitted_scales} if rejected else {}),
         "sensitivity": {k: float(v) for k, v in zip(SCALES, sens, strict=True)},
         "not_pinned": {SCALES[k]: _REMEDY[SCALES[k]] for k in loose},
         "solver": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
