@@ -188,3 +188,25 @@ def test_fit_steps_rejects_scales_that_do_not_help_held_out_steps(mlp_graph):
                        {mlp_graph.hash: mlp_graph}, held_out_fraction=0.3, seed=1)
     assert "rejected" not in scaled.report
     assert scaled.scales["host"] == pytest.approx(1.6, rel=0.1)
+
+
+def test_calibration_summary_says_when_the_step_fit_was_not_kept():
+    """``format_report``: a rejected step fit is named with the scales it found and why
+    it was not kept, beside the scales of 1 that stand."""
+    from simplace.calibrate.cli import format_report
+
+    model, report = build_cost_model(synthetic_records(), "syn")
+    errs = {"n": 7, "median_rel_error": 0.137, "p90_rel_error": 0.3}
+    report["steps"] = {
+        "steps": 32, "graphs": 4, "scales": {k: 1.0 for k in SCALES},
+        "before": errs, "fitted": errs, "held_out": errs, "held_out_before": errs,
+        "rejected": "the fitted scales predict the 7 held-out steps 13.7% off (median), "
+                    "no better than the pieces alone (7.7%): left at 1",
+        "rejected_scales": {"host": 1.16, "argument": 1.33, "compute": 0.753,
+                            "launch": 1.0}}
+    text = format_report(model, report)
+    assert "scales host 1, argument 1, compute 1, launch 1" in text
+    assert ("fit not kept (host 1.16, argument 1.33, compute 0.753, launch 1): the fitted "
+            "scales predict the 7 held-out steps 13.7% off") in text
+    del report["steps"]["rejected"]
+    assert "fit not kept" not in format_report(model, report)

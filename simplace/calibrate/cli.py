@@ -159,6 +159,10 @@ def format_report(model, report: dict) -> str:
             + f"; error before {pct(st['before']['median_rel_error']).strip()}, fitted "
             f"{pct(st['fitted']['median_rel_error']).strip()}, held out "
             f"{pct(st['held_out']['median_rel_error']).strip()} (median)")
+        if "rejected" in st:
+            lines.append("  fit not kept (" + ", ".join(
+                f"{k} {v:.3g}" for k, v in st["rejected_scales"].items())
+                + f"): {st['rejected']}.")
         for k, why in st.get("not_pinned", {}).items():
             lines.append(f"  {k} scale not pinned (kept at 1): {why}.")
         for note in st.get("notes", []):
