@@ -10,7 +10,13 @@ import simplace
 from simplace import groups as G
 from simplace import zoo
 from simplace.sim import critical_path_s, lower_bound, make_sim_inputs, sim_inputs, simulate
-from simplace.sim.bounds import chain_bound_s, chain_tables
+from simplace.sim.bounds import (
+    chain_bound_s,
+    chain_tables,
+    tail_table,
+    window_bound_s,
+    work_bound_s,
+)
 from tests import sim_cases
 
 
@@ -101,8 +107,10 @@ def test_work_bound_weighs_slow_groups_by_what_they_can_take():
     # Launches are weighted too: a 0.11 s launch on each device adds min(10/11, 1/11) *
     # 0.11 = 0.01 s.
     inp = machine([[1.0, 10.0]] * 6, launch=[0.11, 0.11], dispatch=[0.0, 0.0])
-    assert lower_bound(g, inp) == pytest.approx(60 / 11 + 0.01)
-    assert best_step(g, inp) >= lower_bound(g, inp)
+    assert work_bound_s(g, inp) == pytest.approx(60 / 11 + 0.01)
+    # The busy windows do better here: no op runs before its segment's 0.11 s launch.
+    assert lower_bound(g, inp) == pytest.approx(0.11 + 60 / 11)
+    assert best_step(g, inp) == pytest.approx(6.11)
 
 
 def test_bound_never_exceeds_the_best_placement_on_small_random_cases():
@@ -232,23 +240,27 @@ def test_chain_bound_moves_each_tensor_at_its_size():
 
 def test_chain_tables_match_the_loops_and_bound_every_op_of_every_schedule():
     # The proof, op by op: end_s[i, p[i]] is at most op i's end in p's schedule (its
-    # virtual end: ops back to back after the launch) and call_s[i, p[i]] at most its
-    # segment's call, for every op of every placement tried. Ties, zero op times,
+    # virtual end: ops back to back after the launch), call_s[i, p[i]] at most its
+    # segment's call and tail_s[i, p[i]] at most the step less its end, for every op of
+    # every placement tried. Ties, zero op times,
     # exclusive groups, several outputs per op and host costs all occur.
     rng = np.random.default_rng(21)
     for k in range(80):
         g, inp = sim_cases.random_case(rng, max_ops=18, max_devices=4,
                                        host_costs=bool(k % 2))
         end_s, call_s = chain_tables(g, inp)
+        tail_s = tail_table(g, inp)
         want_end, want_call = chain_tables_by_loops(g, inp)
         np.testing.assert_allclose(end_s, want_end, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(call_s, want_call, rtol=1e-12, atol=1e-15)
         ops = np.arange(g.num_ops)
         for p in sim_cases.random_placements(rng, 12, g.num_ops, inp.num_devices):
-            s = simulate(g, inp, p, schedule=True).schedule
-            slack = 1e-12 * max(1.0, float(s.op_end_s.max(initial=0.0)))
+            res = simulate(g, inp, p, schedule=True)
+            s = res.schedule
+            slack = 1e-12 * max(1.0, res.step_time_s)
             assert np.all(end_s[ops, p] <= s.op_end_s + slack)
             assert np.all(call_s[ops, p] <= s.segment_dispatch_s[s.op_segment] + slack)
+            assert np.all(tail_s[ops, p] <= res.step_time_s - s.op_end_s + slack)
 
 
 def test_chain_bound_is_valid_and_never_below_the_free_copy_chain():
@@ -277,6 +289,34 @@ def test_bound_is_exact_on_small_cases_it_should_be_and_valid_on_all():
     assert tight >= 5  # not vacuous: the bound is often the optimum on small cases
 
 
+def test_window_bound_counts_work_that_can_run_neither_early_nor_late():
+    # 0 -> {1, 2, 3, 4} -> 5, every op 1 s on either of two devices, free copies and
+    # calls. Chain 3 s, work 6 / 2 = 3 s; but ops 1-4 start no earlier than 1 s (after op
+    # 0) and end no later than 1 s before the step (op 5 follows): 1 + 1 + 4 / 2 = 4 s.
+    g = sim_cases.make_graph([0, 0, 0, 0, 1, 2, 3, 4], [1, 2, 3, 4, 5, 5, 5, 5], m=6)
+    inp = make_sim_inputs(np.ones((6, 2)), np.zeros((2, 2)), np.full((2, 2), np.inf),
+                          np.full(2, 1e12))
+    assert chain_bound_s(g, inp) == pytest.approx(3.0)
+    assert work_bound_s(g, inp) == pytest.approx(3.0)
+    np.testing.assert_allclose(tail_table(g, inp), [[2, 2]] + [[1, 1]] * 4 + [[0, 0]])
+    assert window_bound_s(g, inp) == pytest.approx(4.0)
+    assert lower_bound(g, inp) == pytest.approx(4.0)
+    # Reached: op 0 alone, ops 1-2 on the other device while 3-4 run after op 0, op 5.
+    assert simulate(g, inp, np.array([0, 1, 1, 0, 0, 1])).step_time_s == pytest.approx(4.0)
+    assert best_step(g, inp) == pytest.approx(4.0)
+
+
+def test_window_bound_is_valid_on_random_machines():
+    rng = np.random.default_rng(29)
+    for k in range(60):
+        g, inp = sim_cases.random_case(rng, max_ops=30, max_devices=5,
+                                       host_costs=bool(k % 2))
+        window = window_bound_s(g, inp)
+        assert lower_bound(g, inp) >= window
+        for p in sim_cases.random_placements(rng, 10, g.num_ops, inp.num_devices):
+            assert simulate(g, inp, p).step_time_s >= window * (1 - 1e-12)
+
+
 def zoo_graph(name):
     fn, args = zoo.get(name, training=True, small=True)
     return simplace.trace(fn, *args, name=name)
@@ -293,6 +333,7 @@ def test_bound_below_every_placement_of_zoo_graphs(name):
         lb = lower_bound(graph, cm)
         assert chain_bound_s(graph, cm) >= old_chain_bound(graph, inp) * (1 - 1e-12)
         end_s, _ = chain_tables(graph, inp)
+        tail_s = tail_table(graph, inp)
         fastest = inp.op_time_s.argmin(axis=1).astype(np.int32)
         tries = [*sim_cases.random_placements(rng, 8, graph.num_ops, d), fastest]
         for k in range(2, 5):  # contiguous ranges on random devices (few copies)
@@ -302,4 +343,6 @@ def test_bound_below_every_placement_of_zoo_graphs(name):
             sched = simulate(graph, inp, p, schedule=True)
             assert sched.step_time_s >= lb * (1 - 1e-12), (machine, p)
             ops = np.arange(graph.num_ops)
-            assert np.all(end_s[ops, p] <= sched.schedule.op_end_s * (1 + 1e-12))
+            op_end = sched.schedule.op_end_s
+            assert np.all(end_s[ops, p] <= op_end * (1 + 1e-12))
+            assert np.all(tail_s[ops, p] <= (sched.step_time_s - op_end) + 1e-12 * lb)

@@ -10,31 +10,41 @@ from simplace.sim.inputs import sim_inputs
 def lower_bound(graph, cost_model) -> float:
     """A step time no placement can beat, in seconds (0 for an empty graph).
 
-    The larger of two bounds, both valid for any placement, any link contention and
+    The largest of three bounds, each valid for any placement, any link contention and
     any memory under the simulators' segment semantics (``simplace.sim.reference``:
     communication and the host only ever delay a segment's start):
       * critical path with communication (``chain_bound_s``): along any dependency
         chain the ops run one after another, and where the chain changes device it
         waits for its copy and pays a new segment's launch. A dynamic programme over
-        (op, device) bounds each op's end on each device; the bound is the largest,
-        over ops, of its least end over devices. It is never below the critical path
-        with each op at its fastest and free communication, plus the least first
-        dispatch and launch (``critical_path_s``): it takes the same minima, with
-        more added;
-      * total work: an exclusive group runs one segment at a time, starting no earlier
-        than the first dispatch, ``min_d dispatch_s[d]``, so the step lasts at least
-        that plus ``work_g``, the busy time of any group g, hence at least that plus
-        any weighted mean ``sum_g w_g work_g`` (weights ``w >= 0`` summing to 1). Each
-        op i adds at least ``min_d w_g(d) t_i[d]`` to that mean wherever it runs, and
-        the segment holding op i adds at least ``min_d w_g(d) (launch_s[d] +
-        op_launch_s[i, d])`` for its launch (for any one i). Equal weights give the
-        balanced bound ``(sum_i f_i + launches) / G``; the weights that maximise the
-        op term (a small linear program over distinct rows of per-group op times)
-        account for slow groups: a CPU beside four GPUs takes far less than a fifth of
-        the work. (Dividing by the number of devices instead would be wrong when
-        devices share compute.) Here ``t_i[d]`` is ``op_time_s[i, d]``, plus
-        ``op_unfused_s[i, d]`` for an op with no in-edges (it never fuses).
-    Both are tight on one device: one segment, ``dispatch + launch + its ops``.
+        (op, device) bounds each op's end on each device (``chain_tables``); the bound
+        is the largest, over ops, of its least end over devices. It is never below the
+        critical path with each op at its fastest and free communication, plus the
+        least first dispatch and launch (``critical_path_s``): it takes the same
+        minima, with more added;
+      * total work (``work_bound_s``): an exclusive group runs one segment at a time,
+        starting no earlier than the first dispatch, ``min_d dispatch_s[d]``, so the
+        step lasts at least that plus ``work_g``, the busy time of any group g, hence
+        at least that plus any weighted mean ``sum_g w_g work_g`` (weights ``w >= 0``
+        summing to 1). Each op i adds at least ``min_d w_g(d) t_i[d]`` to that mean
+        wherever it runs, and the segment holding op i adds at least ``min_d w_g(d)
+        (launch_s[d] + op_launch_s[i, d])`` for its launch (for any one i). Equal
+        weights give the balanced bound ``(sum_i f_i + launches) / G``; the weights
+        that maximise the op term (a small linear program over distinct rows of
+        per-group op times) account for slow groups: a CPU beside four GPUs takes far
+        less than a fifth of the work. (Dividing by the number of devices instead would
+        be wrong when devices share compute.) Here ``t_i[d]`` is ``op_time_s[i, d]``,
+        plus ``op_unfused_s[i, d]`` for an op with no in-edges (it never fuses);
+      * busy windows (``window_bound_s``): the work bound for the ops that cannot run
+        early nor late. Op i runs (its in-segment cost, back to back after its
+        segment's launch) no earlier than its head ``h_i = min_d (end_s[i, d] -
+        op_time_s[i, d] - op_unfused_s[i, d])`` (``chain_tables``) and ends at least
+        ``q_i = min_d tail_s[i, d]`` (``tail_table``) before the step does. For a
+        non-empty set A of ops with ``h_i >= h`` and ``q_i >= q``, each group runs its
+        share of A inside ``[h, step - q]``, one op at a time (segments of a group do
+        not overlap, nor ops inside one), so ``step >= h + q + sum_{i in A} min_d
+        w_g(d) op_time_s[i, d]`` for weights w as above. Tried at 128 head quantiles
+        and every op's tail.
+    The work bound is tight on one device: one segment, ``dispatch + launch + its ops``.
 
     Args:
       graph: an ``OpGraph``.
@@ -43,18 +53,89 @@ def lower_bound(graph, cost_model) -> float:
     inp = sim_inputs(graph, cost_model)
     if graph.num_ops == 0:
         return 0.0
-    times = np.asarray(inp.op_time_s, dtype=np.float64)
+    end_s, _ = chain_tables(graph, inp)
+    weights = _group_weights(graph, inp)
+    return max(float(end_s.min(axis=1).max()), _work(graph, inp, weights),
+               _window(graph, inp, end_s, weights))
+
+
+def work_bound_s(graph, cost_model) -> float:
+    """The total-work bound of ``lower_bound`` (see there), in seconds (0 for an empty
+    graph).
+
+    Args:
+      graph: an ``OpGraph``.
+      cost_model: a ``CostModel`` (or its interface) or a ``SimInputs``.
+    """
+    inp = sim_inputs(graph, cost_model)
+    if graph.num_ops == 0:
+        return 0.0
+    return _work(graph, inp, _group_weights(graph, inp))
+
+
+def window_bound_s(graph, cost_model) -> float:
+    """The busy-window bound of ``lower_bound`` (see there), in seconds (0 for an empty
+    graph).
+
+    Args:
+      graph: an ``OpGraph`` (ops in a topological order).
+      cost_model: a ``CostModel`` (or its interface) or a ``SimInputs``.
+    """
+    inp = sim_inputs(graph, cost_model)
+    if graph.num_ops == 0:
+        return 0.0
+    end_s, _ = chain_tables(graph, inp)
+    return _window(graph, inp, end_s, _group_weights(graph, inp))
+
+
+def _source_times(graph, inp) -> np.ndarray:
+    """float64[M, D]: ``op_time_s``, plus ``op_unfused_s`` for ops with no in-edges."""
     no_inputs = np.diff(graph.in_edges[0]) == 0
-    times = times + inp.op_unfused_s * no_inputs[:, None]
-    launch = np.asarray(inp.launch_s, dtype=np.float64)
-    dispatch = np.asarray(inp.dispatch_s, dtype=np.float64)
-    chain = chain_bound_s(graph, inp)
+    return np.asarray(inp.op_time_s, dtype=np.float64) + inp.op_unfused_s * no_inputs[:, None]
+
+
+def _group_weights(graph, inp) -> list[np.ndarray]:
+    """The group weights the work and window bounds try: equal, and the LP's."""
     group = np.asarray(inp.exclusive_group, dtype=np.int64)
     g = inp.num_groups
+    return [np.full(g, 1.0 / g), _best_weights(_source_times(graph, inp), group, g)]
+
+
+def _work(graph, inp, weights) -> float:
+    times = _source_times(graph, inp)
+    launch = np.asarray(inp.launch_s, dtype=np.float64)
+    group = np.asarray(inp.exclusive_group, dtype=np.int64)
     seg = launch[None, :] + np.asarray(inp.op_launch_s, dtype=np.float64)  # [M, D]
-    work = max(_weighted_work(times, seg, group, w)
-               for w in (np.full(g, 1.0 / g), _best_weights(times, group, g)))
-    return float(max(chain, float(dispatch.min()) + work))
+    work = max(_weighted_work(times, seg, group, w) for w in weights)
+    return float(np.min(inp.dispatch_s)) + work
+
+
+# Head thresholds the window bound tries (quantiles of the heads); the tail threshold
+# is tried at every op's tail.
+_WINDOW_HEADS = 128
+
+
+def _window(graph, inp, end_s, weights) -> float:
+    m = graph.num_ops
+    t = np.asarray(inp.op_time_s, dtype=np.float64)
+    head = (end_s - t - inp.op_unfused_s).min(axis=1)
+    tail = tail_table(graph, inp).min(axis=1)
+    group = np.asarray(inp.exclusive_group, dtype=np.int64)
+    order = np.argsort(-tail, kind="stable")  # tails from the largest down
+    tail_o, head_o = tail[order], head[order]
+    hs = np.unique(np.quantile(head, np.linspace(0.0, 1.0, min(m, _WINDOW_HEADS))))
+    shares = [(t * w[group][None, :]).min(axis=1)[order] for w in weights]
+    best = 0.0
+    for k in range(0, len(hs), 32):  # 32 thresholds at a time: [32, M] arrays
+        h = hs[k:k + 32, None]
+        inside = head_o[None, :] >= h  # op j in the window of threshold h
+        for share in shares:
+            # Position j: the ops of tail >= tail_o[j] (and head >= h), counted only
+            # where op j itself is in (the set is then not empty, and j's tail the least).
+            work = np.cumsum(np.where(inside, share[None, :], 0.0), axis=1)
+            total = np.where(inside, h + tail_o[None, :] + work, -np.inf)
+            best = max(best, float(total.max()))
+    return best
 
 
 def chain_bound_s(graph, cost_model) -> float:
@@ -175,6 +256,54 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
         end_s[ops] = np.minimum(fused, alone)
         call_s[ops] = call_v
     return end_s, call_s
+
+
+def tail_table(graph, cost_model) -> np.ndarray:
+    """float64[M, D]: ``tail_s[v, d] <= `` the step time less the virtual end of op v
+    (``chain_tables``) in any placement with ``p[v] = d``.
+
+    Built in reverse topological order, ``tail_s = 0`` for an op nobody reads (its
+    segment ends after it, the step after that). For each consumer w of v (notation of
+    ``chain_tables``), in any placement w is 1. in v's segment: ``end(w) >= end(v) +
+    S[v, w, d]``; 2. in a later segment of d, which starts after v's segment ended:
+    ``end(w) >= end(v) + enter[w, d]``; 3. on another device d'', whose segment starts
+    after v's segment ended and the copy crossed the link: ``end(w) >= end(v) +
+    latency_s[d, d''] + B[v, w] / bandwidth_bytes_per_s[d, d''] + enter[w, d'']``. Then
+    the step lasts at least ``tail_s[w, p[w]]`` more; ``tail_s[v, d]`` is the largest,
+    over consumers, of the least of these cases.
+
+    Args:
+      graph: an ``OpGraph`` (ops in a topological order).
+      cost_model: a ``CostModel`` (or its interface) or a ``SimInputs``.
+    """
+    inp = sim_inputs(graph, cost_model)
+    m, d = inp.num_ops, inp.num_devices
+    t = np.asarray(inp.op_time_s, dtype=np.float64)
+    enter = (np.asarray(inp.launch_s, dtype=np.float64)[None, :]
+             + np.asarray(inp.op_launch_s, dtype=np.float64) + t)
+    prefix = np.zeros((m + 1, d))
+    np.cumsum(t, axis=0, out=prefix[1:])
+    other = np.where(np.eye(d, dtype=bool), np.inf, 0.0)
+    lat = np.asarray(inp.latency_s, dtype=np.float64)
+    inv_bw = 1.0 / np.asarray(inp.bandwidth_bytes_per_s, dtype=np.float64)
+    tail_s = np.zeros((m, d))
+    ps, pd, nbytes = _producer_pairs(graph)
+    if len(ps) == 0:
+        return tail_s
+    # Levels of the reversed graph (op i is op m-1-i there): consumers come first.
+    level = _levels(m, m - 1 - pd, m - 1 - ps)[::-1]
+    order = np.lexsort((ps, level[ps]))  # pairs by their producer's level, then producer
+    ps, pd, nbytes = ps[order], pd[order], nbytes[order]
+    cuts = np.searchsorted(level[ps], np.arange(1, int(level.max()) + 2))
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        u, w = ps[a:b], pd[a:b]
+        after_w = enter[w] + tail_s[w]  # [k, D]
+        same = np.minimum(prefix[w + 1] - prefix[u + 1] + tail_s[w], after_w)  # 1, 2
+        moved = (lat[None] + nbytes[a:b, None, None] * inv_bw[None] + after_w[:, None, :]
+                 + other).min(axis=2)  # case 3, [k, D]: from u's device, over w's
+        first = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+        tail_s[u[first]] = np.maximum.reduceat(np.minimum(same, moved), first, axis=0)
+    return tail_s
 
 
 def _producer_pairs(graph):
