@@ -121,7 +121,7 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert prov.meta["fit_report"]["links_missing"] == ["cpu:1->cpu:0"]
     steps = prov.meta["fit_report"]["steps"]  # the step fit ran on the model's steps
     assert steps["steps"] == len(hosts) and steps["graphs"] == 1
-    assert set(steps["scales"]) == {"host", "argument", "compute", "launch"}
+    assert set(steps["scales"]) == {"host", "argument", "compute", "launch", "link"}
     assert model.device_names == ["cpu:0", "cpu:1"]
     for dev in model.devices:
         assert dev.launch_s > 0 and dev.dispatch_s > 0

@@ -53,10 +53,14 @@ def _steps(graph, model, seed=0):
 
 def test_scaled_model_scales_each_kind_of_cost(mlp_graph):
     m = _machine()
-    s = scaled_model(m, {"host": 2.0, "argument": 5.0, "compute": 7.0, "launch": 11.0})
+    s = scaled_model(m, {"host": 2.0, "argument": 5.0, "compute": 7.0, "launch": 11.0,
+                         "link": 0.5})
     assert s.dispatch_s == pytest.approx(2 * m.dispatch_s)
     assert s.put_s == pytest.approx(2 * m.put_s)
     assert s.launch_s == pytest.approx(11 * m.launch_s)
+    # a copy of any size takes half as long
+    assert s.latency_s == pytest.approx(0.5 * m.latency_s)
+    assert s.bandwidth_bytes_per_s == pytest.approx(2 * m.bandwidth_bytes_per_s)
     # op times: the argument part (per parameter read / output returned) and the ops'
     # own part scale apart
     no_arg = scaled_model(_machine(argument_s=0.0), {})
@@ -210,3 +214,20 @@ def test_calibration_summary_says_when_the_step_fit_was_not_kept():
             "scales predict the 7 held-out steps 13.7% off") in text
     del report["steps"]["rejected"]
     assert "fit not kept" not in format_report(model, report)
+
+
+def test_fit_steps_finds_copies_faster_in_steps_than_timed_alone(mlp_graph):
+    """Links timed blocking (200 us a copy) on a machine whose copies take 0.3 of that
+    inside pipelined steps: the link scale is pinned and recovered, with the host's."""
+    base = _machine()
+    slow = CostModel(name="m", devices=base.devices,
+                     latency_s=np.where(np.eye(4, dtype=bool), 0.0, 200e-6),
+                     bandwidth_bytes_per_s=base.bandwidth_bytes_per_s, put_s=base.put_s)
+    truth = {"link": 0.3, "host": 1.2}
+    fit = fit_steps(slow, _steps(mlp_graph, scaled_model(slow, truth)),
+                    {mlp_graph.hash: mlp_graph}, held_out_fraction=0.0)
+    assert "link" in fit.pinned
+    assert fit.scales["link"] == pytest.approx(0.3, rel=0.05)
+    assert fit.scales["host"] == pytest.approx(1.2, rel=0.05)
+    fitted = scaled_model(slow, fit.scales)
+    assert fitted.latency_s[0, 1] == pytest.approx(0.3 * 200e-6, rel=0.05)

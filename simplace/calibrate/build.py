@@ -358,6 +358,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         report["steps"] = dict(sf.report, notes=graph_notes)
         devices = list(scaled_model(unscaled, scales).devices)
         put = put * scales["host"]
+        lat = lat * scales["link"]
+        bw = bw / scales["link"]
     report["load_average"] = head.get("load_average")
     report["cpu_count"] = head.get("cpu_count")
     phases = [r for r in records if r["kind"] == "phase"]
@@ -385,8 +387,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         "arity), charged to the ops that read or return them; a segment's base when "
         "timed alone: a tiny call's blocking time plus the host time of its other "
         "arguments.",) if profiled else ()) + ((
-        "Then host (dispatch and put), argument, compute (every in-segment op cost) and "
-        "launch scaled by "
+        "Then host (dispatch and put), argument, compute (every in-segment op cost), "
+        "launch and link (copy latency and bytes over bandwidth) scaled by "
         + ", ".join(f"{k} {v:.3g}" for k, v in scales.items())
         + ", fitted (robust least squares, the simulator as the model) to whole steps of "
         "placements measured in context (meta.fit_report.steps).",)

@@ -5,7 +5,7 @@ host the devices' work competes with the host thread for the same cores, a call'
 time depends on what ran just before it, and XLA:CPU runs a whole-graph computation
 faster than the sum of its pieces. ``calibrate`` therefore also times whole steps of
 placements of its models (``host`` records: scattered windows of ops, random runs, the
-whole graph on one device), and ``fit_steps`` fits four scales of the model built from
+whole graph on one device), and ``fit_steps`` fits five scales of the model built from
 the pieces to them, with the simulator itself as the model of a step:
 
 * ``host``: the host time of each segment call and ``jax.device_put`` call
@@ -14,7 +14,10 @@ the pieces to them, with the simulator itself as the model of a step:
 * ``argument``: the host time of each parameter and graph output a call passes
   (``Device.argument_s``),
 * ``compute``: every in-segment op cost (rates, per-op and unfused costs),
-* ``launch``: each segment's launch (``launch_s`` and ``parallel_launch_s``).
+* ``launch``: each segment's launch (``launch_s`` and ``parallel_launch_s``),
+* ``link``: each copy's duration (latency and bytes over bandwidth): the links are
+  timed blocking, one copy at a time, which on CPU devices includes waking the
+  receiving side; in a pipelined step copies overlap and cost less.
 
 Robust least squares (``scipy.optimize.least_squares``, soft-L1 on log step-time
 ratios), with a weak pull of each log scale towards 0 (the pieces' own figures) so that
@@ -37,7 +40,7 @@ import numpy as np
 
 from simplace.errors import CalibrationError
 
-SCALES = ("host", "argument", "compute", "launch")
+SCALES = ("host", "argument", "compute", "launch", "link")
 # A fitted scale beyond this factor either way means the pieces and the steps disagree
 # about the machine: the fit is refused rather than written.
 MAX_SCALE = 10.0
@@ -59,16 +62,18 @@ _REMEDY = {
     "compute": "no measured step spends its time in op costs: time host steps that put "
                "a whole model on one device (calibrate --models with a larger model)",
     "launch": "no measured step spends its time in segment launches",
+    "link": "no measured step waits for copies between devices: time host steps of "
+            "placements that cut a model into runs on two devices or more",
     "argument": "no measured step passes many parameters to one call: time host steps "
                 "that put a whole model on one device",
 }
 
 
 def scaled_model(model, scales: Mapping[str, float]):
-    """``model`` (a ``CostModel``) with its host (dispatch and put), argument, compute
-    and launch costs multiplied by ``scales`` (missing: 1). Compute scales every
+    """``model`` (a ``CostModel``) with its host (dispatch and put), argument, compute,
+    launch and link costs multiplied by ``scales`` (missing: 1). Compute scales every
     in-segment op cost by dividing the roofline rates and multiplying the per-op
-    costs."""
+    costs; link scales each copy's latency and divides its bandwidth."""
     from simplace.cost_model import CostModel
 
     s = {k: float(scales.get(k, 1.0)) for k in SCALES}
@@ -86,8 +91,9 @@ def scaled_model(model, scales: Mapping[str, float]):
             class_overhead_s={k: v * c for k, v in dev.class_overhead_s.items()},
             unfused_overhead_s=dev.unfused_overhead_s * c,
             op_times_s={k: v * c for k, v in dev.op_times_s.items()}))
-    return CostModel(name=model.name, devices=tuple(devs), latency_s=model.latency_s,
-                     bandwidth_bytes_per_s=model.bandwidth_bytes_per_s,
+    return CostModel(name=model.name, devices=tuple(devs),
+                     latency_s=model.latency_s * s["link"],
+                     bandwidth_bytes_per_s=model.bandwidth_bytes_per_s / s["link"],
                      corrections=model.corrections, provenance=model.provenance,
                      put_s=model.put_s * s["host"])
 
@@ -128,7 +134,7 @@ def step_graphs(records: Sequence[Mapping]) -> tuple[dict[str, Any], list[str]]:
 class StepFit:
     """The result of ``fit_steps``.
 
-    scales: ``{host, argument, compute, launch}``, each a factor on the
+    scales: ``{host, argument, compute, launch, link}``, each a factor on the
       model's figure.
     pinned: the scales some measured step is sensitive to (the others stay at 1);
       empty when the fit was rejected.
@@ -155,7 +161,7 @@ def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
 
 def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
               held_out_fraction: float = 0.25, seed: int = 0) -> StepFit:
-    """Fit the four scales of ``SCALES`` so that the simulator (``simplace.sim``) on
+    """Fit the five scales of ``SCALES`` so that the simulator (``simplace.sim``) on
     ``scaled_model(model, scales)`` predicts the measured whole steps.
 
     Args:
@@ -210,7 +216,9 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
                                + arg_part[h] * s["argument"],
                                op_unfused_s=inp.op_unfused_s * s["compute"],
                                launch_s=inp.launch_s * s["launch"],
-                               op_launch_s=inp.op_launch_s * s["launch"])
+                               op_launch_s=inp.op_launch_s * s["launch"],
+                               latency_s=inp.latency_s * s["link"],
+                               bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / s["link"])
                for h, inp in base.items()}
         for n, k in enumerate(np.flatnonzero(which)):
             h, a, _ = items[k]
