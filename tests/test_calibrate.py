@@ -27,7 +27,7 @@ from simplace.calibrate import (
 )
 from simplace.calibrate.exclusive import exclusive_groups, overlap
 from simplace.calibrate.fit import LINK_BANDWIDTH_MAX_BYTES_PER_S, predict_segments
-from simplace.calibrate.records import SCHEMA, SCHEMA_VERSION
+from simplace.calibrate.records import SCHEMA, SCHEMA_VERSION, check_record
 from simplace.cost_model import CostModel, Device
 from simplace.errors import CalibrationError, CostModelError, SimplaceError
 from tests.test_calibrate_segments import random_segments, segment_times, true_fit
@@ -499,6 +499,39 @@ def test_build_links_take_the_put_call_out_of_the_latency(built):
             assert r["median_rel_error"] < 0.03 and len(r["rel_residuals"]) == len(LINK_SIZES)
             assert r["put_s"] == model.put_s[i, j]
     assert report["links_missing"] == []
+
+
+def test_build_links_from_the_copy_time_after_the_call():
+    """Links timed with ``after_call`` (the copy after the put call returned): latency
+    and bandwidth come from those times alone, so a blocking time inflated by slow
+    calls (late in a calibration, the host time of a put had tripled) changes nothing;
+    records of a pair without ``after_call`` keep the blocking path."""
+    recs = synthetic_records()
+    rng = np.random.default_rng(7)
+    for r in recs:
+        if r["kind"] == "link" and r["src"] == "cpu:0":
+            lat, bw = LINK[(_kind(r["src"]), _kind(r["dst"]))]
+            n = r["nbytes"]
+            r["timing"] = _timing(rng, 3 * PUT_READY_S + 40e-6 + lat + n / bw)
+            r["after_call"] = _timing(rng, lat + n / bw)
+    model, report = build_cost_model(recs)
+    names = model.device_names
+    for j, b in enumerate(names):
+        if b == "cpu:0":
+            continue
+        lat, bw = LINK[("cpu", _kind(b))]
+        assert model.latency_s[0, j] == pytest.approx(lat, rel=0.1), b
+        assert model.bandwidth_bytes_per_s[0, j] == pytest.approx(bw, rel=0.05), b
+        assert report["links"][f"cpu:0->{b}"]["timed"] == "after the call"
+    # the other links: blocking times less the ready put, as before
+    assert report["links"]["cpu:1->cpu:0"]["timed"] == "blocking, ready put taken out"
+    assert model.latency_s[1, 0] == pytest.approx(LINK[("cpu", "cpu")][0], rel=0.1)
+    # a bad after_call timing is an error naming the record and field
+    bad = [dict(r) for r in recs]
+    k = next(i for i, r in enumerate(bad) if "after_call" in r)
+    bad[k]["after_call"] = {"samples_s": [-1.0]}
+    with pytest.raises(CalibrationError, match="record 3.*'after_call'"):
+        check_record(bad[k], "record 3")
 
 
 def test_build_segment_costs_per_kind_of_hardware(built):

@@ -108,6 +108,9 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     for r in segs:  # the host time of each segment's own call, and its arity
         assert r["call_host_s"] > 0 and r["inputs"] >= 1 and r["outputs"] >= 1
     assert {(r["src"], r["dst"]) for r in _kinds(recs, "link")} == {("cpu:0", "cpu:1")}
+    for r in _kinds(recs, "link"):  # the copy after the call returned, within each sample
+        after, block = r["after_call"]["samples_s"], r["timing"]["samples_s"]
+        assert len(after) == len(block) and all(0 < a <= b for a, b in zip(after, block))
     phases = {r["phase"]: r for r in _kinds(recs, "phase")}
     assert phases["links"]["skipped_for_budget"] == 1
     assert [(r["a"], r["b"]) for r in _kinds(recs, "exclusive")] == [("cpu:0", "cpu:1")]

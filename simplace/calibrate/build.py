@@ -281,8 +281,14 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
     put = np.zeros((d, d))
     missing = []
     for i, j in itertools.permutations(range(d), 2):
-        pts = sorted((k[2], Timing.from_dict(r["timing"]).median_s)
-                     for k, r in links.items() if k[:2] == (names[i], names[j]))
+        recs_ij = [(k[2], r) for k, r in links.items() if k[:2] == (names[i], names[j])]
+        # Records with the copy's time after the call returned (calibrations since
+        # 2026-11-23): that is the latency a step waits for beyond the call's host time
+        # (put_s, from context). Older records hold blocking times only: the host time
+        # of a ready put, timed early in the run, is taken out of their latency.
+        split = bool(recs_ij) and all("after_call" in r for _, r in recs_ij)
+        pts = sorted((n, Timing.from_dict(r["after_call" if split else "timing"]).median_s)
+                     for n, r in recs_ij)
         key = f"{names[i]}->{names[j]}"
         ph = puts.get((names[i], names[j]))
         put[i, j] = put_ctx.get((key_of[i], key_of[j]),
@@ -300,10 +306,11 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             report["links"][key] = {"measured": True, "fitted": False, "error": str(err)}
             continue
         # A blocking device_put from idle costs the call's host time, then the copy.
-        ready_put = Timing.from_dict(ph["timing"]).median_s if ph else 0.0
+        ready_put = Timing.from_dict(ph["timing"]).median_s if ph and not split else 0.0
         lat[i, j], bw[i, j] = max(lf.latency_s - ready_put, 0.0), lf.bandwidth_bytes_per_s
         report["links"][key] = {
             "measured": True, "latency_s": lat[i, j], "put_s": put[i, j],
+            "timed": "after the call" if split else "blocking, ready put taken out",
             "bandwidth_bytes_per_s": lf.bandwidth_bytes_per_s,
             "median_rel_error": lf.median_abs_rel_error,
             "max_rel_error": float(np.max(np.abs(lf.rel_residuals))),
@@ -378,8 +385,9 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         "segments cut from zoo graphs, each timed alone; devices of the same hardware "
         "share one fit; a random quarter of the segments is held out "
         "(meta.fit_report).",
-        "Links: blocking jax.device_put times over sizes (latency, bandwidth); put_s: host "
-        "time of one device_put call, taken out of the latency.",
+        "Links: jax.device_put times over sizes from the call's return to the copy's "
+        "arrival (latency, bandwidth; older records: blocking times less a ready put's host "
+        "time); put_s: host time of one device_put call.",
     ) + ((
         "dispatch_s, put_s: median host time of a segment call, mean of a device_put call, "
         "timed inside real steps of placed zoo graphs (in context); argument_s: host time "

@@ -401,9 +401,10 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
             timings = links_mod.time_link(a, b, todo, rounds=settings.link_rounds,
                                           repeats=settings.link_repeats,
                                           budget_s=settings.link_budget_s)
-            for n, tm in timings.items():
+            for n, (tm, after) in timings.items():
                 out.write({"kind": "link", "src": device_name(a), "dst": device_name(b),
-                           "nbytes": n, "timing": tm.to_dict()})
+                           "nbytes": n, "timing": tm.to_dict(),
+                           "after_call": after.to_dict()})
             n_done += 1
             bar.step(w_link, f"link {device_name(a)}->{device_name(b)}")
         out.write({"kind": "phase", "phase": "links", "wall_s": time.perf_counter() - t0,

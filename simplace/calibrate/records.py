@@ -21,7 +21,9 @@
   the fit's microbenchmarks or ``model`` for signatures of the graphs named with
   ``--models``, and ``timing``: every sample and the robust statistics);
 * ``op_error`` records: a signature that could not be run alone on a device (why);
-* ``link`` records: ``nbytes`` sent from ``src`` to ``dst`` with ``jax.device_put``;
+* ``link`` records: ``nbytes`` sent from ``src`` to ``dst`` with ``jax.device_put``
+  (``timing``: blocking, from the call to the arrival; ``after_call``, optional: from
+  the call's return to the arrival);
 * ``exclusive`` records: the same work timed on devices ``a`` and ``b`` alone and
   together (``alone_a``, ``alone_b``, ``together`` timings);
 * ``phase`` records: a phase (``runtime``, ``segments``, ``model:NAME``, ``links``,
@@ -75,6 +77,9 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 _TIMING_FIELDS = {"op": ("timing",), "link": ("timing",), "runtime": ("block", "host"),
                   "put_host": ("timing",), "segment": ("timing",), "host": ("timing",),
                   "exclusive": ("alone_a", "alone_b", "together")}
+# Timings a record may hold besides its required ones (``after_call``: a link's copy
+# time from the put call's return, recorded since 2026-11-23).
+_OPTIONAL_TIMING_FIELDS = {"link": ("after_call",)}
 DEVICE_FIELDS = ("name", "kind", "id", "memory_bytes")
 
 
@@ -90,7 +95,8 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
                                f"{kind!r}.")
     check_fields(rec, FIELDS[kind], CalibrationError, where,
                  what=f"{'an' if kind[0] in 'aeio' else 'a'} {kind} record")
-    for field in _TIMING_FIELDS.get(kind, ()):
+    for field in _TIMING_FIELDS.get(kind, ()) + tuple(
+            f for f in _OPTIONAL_TIMING_FIELDS.get(kind, ()) if f in rec):
         try:
             Timing.from_dict(rec[field])
         except CalibrationError as err:
