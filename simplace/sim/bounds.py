@@ -233,7 +233,8 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
     order = np.lexsort((pd, level[pd]))  # pairs by their consumer's level, then consumer
     ps, pd, nbytes = ps[order], pd[order], nbytes[order]
     cuts = np.searchsorted(level[pd], np.arange(1, int(level.max()) + 2))
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):  # one level: independent ops
+    starts, at = _group_starts(pd, cuts)
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):  # one level
         u, v = ps[a:b], pd[a:b]
         end_u, call_u = end_s[u], call_s[u]  # [k, D]
         ent = enter[v]
@@ -246,7 +247,7 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
         new = np.minimum(later, moved)
         any_ = np.minimum(same, new)
         call = np.minimum(call_u, after.min(axis=1))
-        first = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])
+        first = starts[at[k]:at[k + 1]] - a  # each consumer's first pair
         ops = v[first]
         call_v = np.maximum(dispatch[None, :], np.maximum.reduceat(call, first, axis=0))
         floor = call_v + enter[ops]
@@ -295,36 +296,44 @@ def tail_table(graph, cost_model) -> np.ndarray:
     order = np.lexsort((ps, level[ps]))  # pairs by their producer's level, then producer
     ps, pd, nbytes = ps[order], pd[order], nbytes[order]
     cuts = np.searchsorted(level[ps], np.arange(1, int(level.max()) + 2))
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+    starts, at = _group_starts(ps, cuts)
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:], strict=True)):
         u, w = ps[a:b], pd[a:b]
         after_w = enter[w] + tail_s[w]  # [k, D]
         same = np.minimum(prefix[w + 1] - prefix[u + 1] + tail_s[w], after_w)  # 1, 2
         moved = (lat[None] + nbytes[a:b, None, None] * inv_bw[None] + after_w[:, None, :]
                  + other).min(axis=2)  # case 3, [k, D]: from u's device, over w's
-        first = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+        first = starts[at[k]:at[k + 1]] - a  # each producer's first pair
         tail_s[u[first]] = np.maximum.reduceat(np.minimum(same, moved), first, axis=0)
     return tail_s
 
 
 def _producer_pairs(graph):
-    """``(src, dst, bytes)`` per distinct producer-consumer pair: the bytes of the
-    distinct outputs of src that dst reads (each output's size its largest
-    ``edge_bytes``, as the simulators take it)."""
+    """``(src, dst, bytes)`` per distinct producer-consumer pair, by producer then
+    consumer: the bytes of the outputs of src that dst reads (each output's size its
+    largest ``edge_bytes``, as the simulators take it). An ``OpGraph`` has one edge per
+    (src, dst, output), so each edge is one output read once."""
     src = np.asarray(graph.src, dtype=np.int64)
     dst = np.asarray(graph.dst, dtype=np.int64)
     if len(src) == 0:
         return src, dst, np.zeros(0)
+    m = int(graph.num_ops)
     out = np.asarray(graph.edge_output, dtype=np.int64)
     eb = np.asarray(graph.edge_bytes, dtype=np.float64)
-    tensors, tensor_of = np.unique(np.stack([src, out]), axis=1, return_inverse=True)
+    _, tensor_of = np.unique(src * (int(out.max()) + 1) + out, return_inverse=True)
     tensor_of = tensor_of.reshape(-1)
-    size = np.zeros(tensors.shape[1])
+    size = np.zeros(int(tensor_of.max()) + 1)
     np.maximum.at(size, tensor_of, eb)
-    reads = np.unique(np.stack([src, dst, tensor_of]), axis=1)  # distinct (u, v, tensor)
-    pairs, pair_of = np.unique(reads[:2], axis=1, return_inverse=True)
-    nbytes = np.bincount(pair_of.reshape(-1), weights=size[reads[2]],
-                         minlength=pairs.shape[1])
-    return pairs[0], pairs[1], nbytes
+    pairs, pair_of = np.unique(src * m + dst, return_inverse=True)
+    nbytes = np.bincount(pair_of.reshape(-1), weights=size[tensor_of], minlength=len(pairs))
+    return pairs // m, pairs % m, nbytes
+
+
+def _group_starts(key: np.ndarray, cuts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of equal ``key`` starts, and for each cut, the first run at or after
+    it (cuts fall on run starts): the runs of cut range k are ``starts[at[k]:at[k+1]]``."""
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return starts, np.searchsorted(starts, cuts)
 
 
 def _levels(m: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
