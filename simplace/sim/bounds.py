@@ -162,7 +162,8 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
       * ``end_s[v, d] <= `` the *virtual end* of op v in any placement ``p`` with ``p[v]
         = d``: its segment's start, plus ``launch_s[d]`` and the segment's largest
         ``op_launch_s``, plus the in-segment costs of its ops up to v (the segment's
-        first op to v). The segment ends at or after it, so the step does too;
+        first op to v), as ``Schedule.op_end_s``. The segment ends at or after it, so
+        the step does too;
       * ``call_s[v, d] <= `` the host time at which v's segment is dispatched (the host
         clock after that call, as ``Schedule.segment_dispatch_s``).
 
@@ -174,9 +175,9 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
     d]) + latency_s[d', d] + B[u, v] / bandwidth_bytes_per_s[d', d]``; ``after[u, d', d]
     = call_s[u, d'] + put_s[d', d] + dispatch_s[d]``.
 
-    The tables are built in topological order. A source v (no in-edges) is its
-    segment's first op, never fuses, and its segment's call comes after at least that
-    call: ``call_s[v, d] = dispatch_s[d]``, ``end_s[v, d] = dispatch_s[d] + enter[v, d]
+    The tables are built in topological order. A source v (no in-edges) never fuses,
+    and the host clock reads at least one call when it dispatches v's segment:
+    ``call_s[v, d] = dispatch_s[d]``, ``end_s[v, d] = dispatch_s[d] + enter[v, d]
     + uf[v, d]``. For any other v on d, each producer u of v (u < v) is, in any
     placement, in one of three places:
       1. **v's segment** (on d): then the ops u+1..v all run in it (segments are runs of
@@ -193,13 +194,13 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
          ``end(v) >= max(arrive[u, d', d], after[u, d', d]) + enter[v, d]`` and
          ``call(v) >= after[u, d', d]``.
     Let ``same_u`` (case 1), ``new_u`` (the least of case 2 and case 3 over d') and
-    ``any_u = min(same_u, new_u)`` be these bounds on ``end(v)``. Always ``end(v) >= call(v) +
-    enter[v, d]`` (v's segment starts after its call) and ``end(v) >= max_u any_u``. If v
-    shares its segment with some producer (it fuses), ``end(v) >= min_u same_u`` too;
-    if not, every producer is in case 2 or 3 and v pays ``uf[v, d]``: ``end(v) >= max_u
-    new_u + uf[v, d]``. ``end_s[v, d]`` is the smaller of those two cases' bounds, and
-    ``call_s[v, d]`` the largest over u of the least call over the three cases (at
-    least ``dispatch_s[d]``). Every step uses only lower bounds of the earlier ops
+    ``any_u = min(same_u, new_u)`` be these bounds on ``end(v)``. Always ``end(v) >=
+    call(v) + enter[v, d]`` (v's segment starts after its call) and ``end(v) >= max_u
+    any_u``. If v shares its segment with some producer (it fuses), ``end(v) >= min_u
+    same_u`` too; if not, every producer is in case 2 or 3 and v pays ``uf[v, d]``:
+    ``end(v) >= max_u new_u + uf[v, d]``. ``end_s[v, d]`` is the smaller of those two
+    cases' bounds, and ``call_s[v, d]`` the largest over u of the least call over the
+    three cases (at least ``dispatch_s[d]``). Every step uses only lower bounds of the earlier ops
     (induction over the topological order), and ignores memory, link queues and the
     host's other calls, which only delay.
 
