@@ -1,5 +1,6 @@
 """How tight the lower bound is: the old bound (free-copy critical path, total work), the
-new one (critical path with communication, total work) and the best step time found.
+new one (critical path with communication, total work, busy windows) and the best step
+time found.
 
     python bench/bound_tightness.py [--models rnnlm,nmt_2layer,...]
                                     [--machines haswell_k40x4,...]
@@ -8,12 +9,13 @@ new one (critical path with communication, total work) and the best step time fo
 
 For each (model, machine), with the training graph traced as ``bench/placers.py`` traces
 it: the old bound (``max(free-copy chain, work)``), the new one (``lower_bound``: ``max(
-chain with communication, work, busy windows)``) and which term binds, each term, the best
-single-device step time simulated now (``single``: an upper bound on the optimum every
-row has), the best step time over the methods of the ``--placers`` results where that
-file has the row, and best/old and best/new with ``best`` the lesser of the two. No
-placer runs here (``bench/placers.py`` is the heavy benchmark); the time ``lower_bound``
-takes is reported (quote it with the load average, printed at the start and the end).
+chain with communication, work, busy windows)``), which term binds, and each term; the
+best single-device step time on a device whose memory holds the model, simulated now
+(``single``: an upper bound on the optimum where one fits); the best step time over the
+methods of the ``--placers`` results where that file has the row; and best/old and
+best/new, ``best`` the lesser of the two. No placer runs here (``bench/placers.py`` is
+the heavy benchmark); the time ``lower_bound`` takes is reported (quote it with the load
+average, printed at the start and the end).
 """
 
 from __future__ import annotations
@@ -97,8 +99,9 @@ def main():
                                               (window, "window")) if v >= top * (1 - 1e-6))
             chain0 = old_chain_s(graph, inp)
             old = max(chain0, work)
-            single = min(simulate(graph, inp, np.full(graph.num_ops, d, np.int32)).step_time_s
-                         for d in range(inp.num_devices))
+            alone = [simulate(graph, inp, np.full(graph.num_ops, d, np.int32))
+                     for d in range(inp.num_devices)]
+            single = min((r.step_time_s for r in alone if not r.oom), default=np.inf)
             step, method, file_bound = found.get((model, machine), (np.inf, "-", None))
             if file_bound is not None and not np.isclose(file_bound, old, rtol=1e-9):
                 # The file's bound (the old one, then) differs from the old bound now: the
@@ -112,7 +115,7 @@ def main():
                     f"{new * ms:9.2f} {binds:>6s} "
                     f"{chain0 * ms:9.2f} {chain * ms:9.2f} {work * ms:9.2f} {window * ms:9.2f} "
                     f"{single * ms:9.2f} {step * ms:9.2f} {method:>10s} "
-                    f"{best / old:7.2f}x {best / new:7.2f}x {took:5.2f}")
+                    f"{_ratio(best, old)} {_ratio(best, new)} {took:5.2f}")
             print(line, flush=True)
             lines.append(line)
     tail = ["",
@@ -121,7 +124,8 @@ def main():
             "chain: the critical path with communication (sim.bounds.chain_tables);",
             "  window: the busy-window bound (window_bound_s); new = max(chain, work,",
             "  window) = lower_bound; binds: the term that gives it.",
-            "single: the best one-device placement, simulated now; found: the best over the",
+            "single: the best one-device placement that fits memory, simulated now (inf: the",
+            "  model fits on no single device); found: the best over the",
             "  methods of the placers file (inf where it has no row; * where the file's",
             "  bound is not the old bound recomputed now: the cost model or graph changed",
             "  since, so that step time is left out of best); best = min(single, found).",
@@ -131,6 +135,11 @@ def main():
     with open(out, "w") as f:
         f.write("\n".join(lines + tail) + "\n")
     print(f"wrote {out}")
+
+
+def _ratio(best: float, bound: float) -> str:
+    """``best / bound`` as ``1.52x``, or ``-`` where no placement that fits is known."""
+    return f"{best / bound:7.2f}x" if np.isfinite(best) else f"{'-':>8s}"
 
 
 def _load() -> str:
