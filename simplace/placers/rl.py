@@ -8,7 +8,10 @@ Options (``optimize(..., **options)``):
     baseline, lr, entropy, oom...).
   warm_start: a method name, comma-separated names, ``"best"`` (every fast heuristic),
     or an int[M] placement: the best of them seeds the best-so-far (so the result is
-    never worse) and the policy first imitates it. Default: none.
+    never worse) and the policy first imitates it; once training stalls it restarts
+    from the next of the ``portfolio`` (default 3) best distinct ones, then from the
+    run's best (``patience``: updates without progress before a restart, default 100;
+    0: never). Default: none.
   units: ``"auto"`` (co-location groups cut to at most ``max_units`` ranges; default 256
     for seq2seq, 1024 for the others), ``"ops"`` or an int. hidden, groups, layers:
     policy sizes.
@@ -134,6 +137,7 @@ def _references(ctx: PlacerContext, warm, warm_scores) -> dict[str, float]:
 def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     """Train ``policy_name`` on ``ctx``'s problem; see the module docstring."""
     from simplace.rl import RLConfig, Trainer, build_units, make_policy, train, unit_grouping
+    from simplace.rl.reinforce import portfolio_starts
     from simplace.rl.history import plot_history, save_history
 
     opts = ctx.options
@@ -146,9 +150,15 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
                           unit="episodes")
     warm, warm_scores = _warm_starts(ctx)
     max_units = int(opts.get("max_units", DEFAULT_MAX_UNITS[policy_name]))
-    # Units are cut where the best warm start changes device, so that the policy can
-    # represent it exactly (its majority vote over coarser units can be far slower).
-    split = warm[int(np.argmin(warm_scores))][1] if warm else None
+    # Units are cut where the warm starts the run trains from (the best, and the
+    # portfolio's others: simplace.rl.reinforce, "Restarts") change device, so that the
+    # policy can represent each exactly (a majority vote over coarser units can be far
+    # slower). One label per combination of their devices marks every such cut.
+    starts = portfolio_starts(warm, warm_scores, cfg.portfolio if cfg.patience else 1)
+    split = None
+    if starts:
+        split = np.unique(np.stack([p for _, p in starts], axis=1), axis=0,
+                          return_inverse=True)[1].reshape(-1)
     units = build_units(g, ctx.op_times, unit_grouping(g, opts.get("units", "auto"),
                                                        max_units, split_by=split))
     policy_kw = {k: opts[k] for k in _POLICY_KW[policy_name] if opts.get(k) is not None}

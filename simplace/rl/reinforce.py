@@ -43,6 +43,18 @@ The clock, stop reason, best placement, kept candidates, history, progress line 
 validation hook are the run's ``simplace.search.SearchSession`` (shared with local
 search). Resuming a finished run's checkpoint trains a new leg (``_leg``): the budget or
 episodes given, counted from this call, never the earlier run's time.
+
+Restarts: a warm-started policy converges within a few hundred updates (its samples
+concentrate around one placement) and then rarely improves, while where it converges
+depends on where it started far more than on the start's own step time (rnnlm on
+cpu_h100x4_nvlink: from m_sct, 38.2 ms, it ends near 36 ms; from the expert placement,
+45.1 ms, near 29.6 ms). So training runs in *stints*: the first from the best warm
+start; once a stint's best has not improved for ``RLConfig.patience`` updates, the
+policy is put on the next of the ``RLConfig.portfolio`` best distinct warm starts
+(``portfolio_starts``), fresh Adam state, that start as the self-imitation target; after
+the last, on the run's best placement (exploring around the incumbent again). The
+stints' count is ``info["restarts"]``; restarts depend on update counts only, so a run
+with ``episodes`` stays a fixed function of the seed.
 """
 
 from __future__ import annotations
@@ -77,6 +89,9 @@ EXACT_CHECKS = 4
 # Neither episodes nor a time budget given: this many episodes, so that the default run
 # is a fixed function of the seed (as ``optimize`` promises).
 DEFAULT_EPISODES = 2048
+# A stint's best must improve by this fraction to count as progress (module docstring,
+# "Restarts"): a converged policy still finds 0.01% gains now and then.
+STINT_MIN_GAIN = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +117,15 @@ class RLConfig:
       placement is refined by greedy block moves (``simplace.rl.refine``), at most
       ``refine_batches`` batches of K placements scored; the refined placement becomes
       the target of self-imitation.
+    portfolio, patience: restarts (module docstring, "Restarts"): the ``portfolio``
+      best distinct warm starts are each trained from in turn, the next once the
+      current leg's best has not improved for ``patience`` updates; after them, each
+      stalled leg restarts the policy on the run's best placement. ``patience`` 0: one
+      leg, no restarts.
+    polish_batches, polish_share: at the end of a run its best placement is polished by
+      op-level block moves (``simplace.rl.refine.polish``), at most ``polish_batches``
+      batches of K (0: no polish); under a time budget, training stops when
+      ``polish_share`` of the time left after the first update remains, for the polish.
     simulator: "auto" (the native simulator where numba is installed, else JAX),
       "numba" or "jax" (``simplace.sim.batched_simulator``'s backends). The native one
       scores each batch between the jitted policy and learning steps with exact OOM
@@ -127,6 +151,10 @@ class RLConfig:
     self_imitation: float = 0.5
     refine_every: int = 10
     refine_batches: int = 4
+    portfolio: int = 3
+    patience: int = 100
+    polish_batches: int = 1000
+    polish_share: float = 0.2
     simulator: str = "auto"
 
     def __post_init__(self):
@@ -143,6 +171,13 @@ class RLConfig:
             raise SimplaceError("lr, lr_end and clip_norm must be > 0.")
         if self.entropy < 0 or self.entropy_end < 0 or self.oom_factor < 1:
             raise SimplaceError("entropy weights must be >= 0 and oom_factor >= 1.")
+        if int(self.polish_batches) < 0 or not 0 <= float(self.polish_share) < 1:
+            raise SimplaceError(f"polish_batches must be >= 0 (0: no polish) and "
+                                f"polish_share in [0, 1), got {self.polish_batches} and "
+                                f"{self.polish_share}.")
+        if int(self.portfolio) < 1 or int(self.patience) < 0:
+            raise SimplaceError(f"portfolio must be >= 1 and patience >= 0 (0: no "
+                                f"restarts), got {self.portfolio} and {self.patience}.")
         if int(self.refine_every) < 0 or int(self.refine_batches) < 0:
             raise SimplaceError("refine_every and refine_batches must be >= 0 (0: no "
                                 "refinement).")
@@ -451,8 +486,12 @@ class Trainer:
         elite, e_score = np.asarray(mem["elite"]), float(mem["elite_score"])
         if not e_score < OOM_PENALTY:  # only placements that fit are refined
             return state, p_best, s_best, {**stats, "refine_gain": 0.0}
+        # Each refinement starts where the last one's candidates ended (two boundary
+        # shifts per boundary), so a big elite is visited all along, not at its start.
+        offset = (n // cfg.refine_every) * (self.k * int(cfg.refine_batches) // 2)
         units, score, _ = refine(lambda c: self._score_units(mode, c), elite, e_score,
-                                 self.inputs.num_devices, self.k, int(cfg.refine_batches))
+                                 self.inputs.num_devices, self.k, int(cfg.refine_batches),
+                                 offset=offset)
         gain = (e_score - score) / e_score
         if score < e_score:
             state = state._replace(opt_state={**mem, "elite": jnp.asarray(units, jnp.int32),
@@ -504,7 +543,9 @@ class Trainer:
             # temperature around it): one exact step instead of Adam steps.
             with jax.enable_x64(True):
                 params = self.policy.warm_start(state.params, np.asarray(unit_devices))
-                ll = float(self.policy.imitation_logp(params, target))
+                if "imitation_ll" not in self._steps:  # one program, kept for restarts
+                    self._steps["imitation_ll"] = jax.jit(self.policy.imitation_logp)
+                ll = float(self._steps["imitation_ll"](params, target))
             return state._replace(params=params), 1, math.exp(ll)
         with jax.enable_x64(True):
             for n in range(1, self.cfg.imitation_steps + 1):  # noqa: B007
@@ -512,6 +553,18 @@ class Trainer:
                 if math.exp(float(ll)) >= self.cfg.imitation_target:
                     break
         return state, n, math.exp(float(ll)) if np.isfinite(float(ll)) else 0.0
+
+    def restart(self, state: _State, unit_devices, lr: float):
+        """The policy put on ``unit_devices`` int32[U] afresh (a restart, module
+        docstring): new Adam state and baseline, then ``imitate`` (the target becomes the
+        self-imitation elite). The key and the update counter go on."""
+        if "adam_init" not in self._steps:
+            self._steps["adam_init"] = jax.jit(self.tx.init)
+        with jax.enable_x64(True):
+            adam = self._steps["adam_init"](state.params)
+        state = state._replace(opt_state={**state.opt_state, "adam": adam},
+                               baseline=jnp.float32(jnp.nan))
+        return self.imitate(state, unit_devices, lr)
 
     def probe(self, extra=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(placements, penalised step times, bound-suspect flags) of K uniformly random
@@ -535,6 +588,21 @@ class Trainer:
 
 
 # ---------------------------------------------------------------------- the run
+def portfolio_starts(warm_starts, warm_scores, n: int) -> list[tuple[str, np.ndarray]]:
+    """The ``n`` best distinct warm starts that fit, best first ([(label, op placement)]);
+    the best warm start alone when none fits (the first stint's start, as before)."""
+    ranked = sorted(zip(warm_scores or [], range(len(warm_starts or [])), strict=True))
+    out: list[tuple[str, np.ndarray]] = []
+    for s, i in ranked:
+        name, p = warm_starts[i]
+        p = np.asarray(p, np.int32)
+        if out and (s >= OOM_PENALTY or len(out) >= n):
+            break
+        if not any(np.array_equal(p, q) for _, q in out):
+            out.append((name, p))
+    return out
+
+
 def _fingerprint(graph, trainer: Trainer, policy_kw: dict) -> dict:
     # The simulator's inputs too: a checkpoint scored under another cost model (another
     # machine, or one rewritten by `simplace validate --update`) must not be resumed.
@@ -635,6 +703,9 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             session.offer(np.asarray(meta["best_placement"], np.int32), meta["best_score"])
         session.history.extend(meta["history"])
         info = meta["info"]
+        stints = meta.get("stints") or {"next": 0, "at": update, "best": math.inf,
+                                        "stall": 0, "starts": []}
+        stints.pop("t0", None)  # the earlier run's clock
         # This run's clock starts now; history rows go on from the earlier runs' time.
         elapsed0 = meta["wall_s"]
         info["resumed_at_update"] = update
@@ -658,6 +729,15 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             _, _, suspect = trainer.probe()
             mode = "exact" if suspect.mean() >= 0.1 else "bound"
             info["probe_suspect_fraction"] = float(suspect.mean())
+        # The stints (module docstring, "Restarts"): the first trains from the best warm
+        # start (imitated above); the others' starts as unit placements.
+        starts = portfolio_starts(warm_starts, warm_scores, int(cfg.portfolio))
+        stints = {"next": 1, "at": 0, "stall": 0,
+                  "best": session.best_score if session.best is not None else math.inf,
+                  "starts": [[n, trainer.units.unit_placement(p).tolist()]
+                             for n, p in starts]}
+        if len(starts) > 1:
+            info["portfolio"] = [n for n, _ in starts]
         # The warm start's step time, or (NaN) the first batch's mean, set in the jit.
         t_ref = session.best_score if session.best is not None and \
             session.best_score < OOM_PENALTY else math.nan
@@ -668,6 +748,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
     session.line.total = None if leg_end is None else leg_end * k
     step = trainer.update_fn(mode)
     t_run = time.perf_counter()
+    t_polish = math.inf  # when training stops for the polish (set after the first update)
     n_this = 0
     mean_s = math.nan
     t_steady = t_run
@@ -688,7 +769,8 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             "history": session.history, "info": info,
             "leg": {"start": leg_start, "updates": None if leg_end is None
                     else leg_end - leg_start},
-            "finished": finished, "wall_s": elapsed0 + session.elapsed()})
+            "finished": finished, "wall_s": elapsed0 + session.elapsed(),
+            "stints": stints})
 
     def rescore(model, placements):
         """Point the trainer at ``model``; the penalised scores of ``placements``."""
@@ -710,6 +792,9 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             stop = session.stop
             break
         now = time.perf_counter()
+        if n_this and now >= t_polish:
+            stop = "time budget"  # the rest is the polish's (RLConfig.polish_share)
+            break
         session.step_started()
         frac = 0.0
         if leg_end is not None:
@@ -717,7 +802,8 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
         if math.isfinite(session.deadline) and session.deadline > t_run:
             # Of the time left for training when the loop began (compilation excluded).
             frac = max(frac, (now - t_run) / (session.deadline - t_run))
-        lr, beta = _schedule(cfg, update - leg_start, frac)
+        # The learning rate warms up again after a restart; entropy follows the run.
+        lr, beta = _schedule(cfg, update - max(leg_start, stints["at"]), frac)
         with jax.enable_x64(True):
             state, p_best, s_best, stats = step(state, jnp.float32(lr), jnp.float32(beta),
                                                 jnp.float64(t_ref))
@@ -727,6 +813,8 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
         done_episodes += k
         if n_this == 1:
             t_steady = time.perf_counter()  # after the first update's compilation
+            if cfg.polish_batches and math.isfinite(session.deadline):
+                t_polish = t_steady + (1 - cfg.polish_share) * (session.deadline - t_steady)
             info.setdefault("first_update_at_s", elapsed0 + session.elapsed())
         if math.isnan(t_ref):
             t_ref = float(stats["t_ref_s"])
@@ -747,6 +835,10 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
                         "best_step_time_s": session.best_score, "lr": lr,
                         "entropy_weight": beta, **{n: float(v) for n, v in stats.items()}},
                        wall_offset_s=elapsed0)
+        if cfg.patience:
+            t_end = min(t_polish, session.deadline)  # when training ends
+            state = _stint_step(trainer, state, stints, s_best, session, update, lr, info,
+                                t_end)
         session.step_done()  # before validating: a new model's compilation is expected next
         if session.validation_due(update) and \
                 session.validate(update, rescore) is not None:
@@ -765,6 +857,9 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
     rate = (n_this - 1) * k / steady_s if steady_s > 0 else 0.0
     session.show(done_episodes, rate, mean_s, "mean", force=True)
     session.line.close()
+    if cfg.polish_batches and stop not in ("interrupted", "stopped") and \
+            session.best is not None and session.best_score < OOM_PENALTY:
+        _polish(trainer, mode, session, info, elapsed0)
     if session.hook is not None and stop != "interrupted" and \
             session.validate(-1, rescore) is not None:
         info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
@@ -783,6 +878,79 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
     # Where an update's time went (policy, simulator, learning step, refinement).
     info["update_timing"] = {k: float(v) for k, v in trainer.timing.items()}
     return TrainResult(best, best_score, session.history, info)
+
+
+def _polish(trainer: Trainer, mode: str, session: SearchSession, info: dict,
+            wall_offset_s: float = 0.0) -> None:
+    """Polish the run's best placement by op-level block moves (``RLConfig.polish_*``)
+    until the session's deadline; a better placement is offered to the session."""
+    from simplace.rl.refine import polish
+
+    t0 = time.perf_counter()
+    start = session.best_score
+
+    def score(p):
+        with jax.enable_x64(True):
+            step_t, oom, unver = trainer._simulate(mode, jnp.asarray(p))
+            step_t, oom = jax.device_get((step_t, oom | unver))
+        return np.where(oom, step_t + OOM_PENALTY, step_t)
+
+    # A polish batch is one simulator call, far shorter than an update: the deadline
+    # itself bounds it (one batch past it at most).
+    end = session.deadline
+    g = trainer.graph
+    best, s, used = polish(score, session.best, start, trainer.inputs.num_devices,
+                           trainer.k, int(trainer.cfg.polish_batches), deadline=end,
+                           edges=(np.asarray(g.src), np.asarray(g.dst)))
+    session.offer(best, s)
+    spent = time.perf_counter() - t0
+    info.update(polish_batches=used, polish_s=spent,
+                polish_gain=max(0.0, (start - session.best_score) / start))
+    if session.history and session.best_score < start:
+        # One more row, so that the history ends at the result: the last update's
+        # figures (no new samples), the polished best, the polish's time as refinement.
+        last = session.history[-1]
+        session.record({**{k: v for k, v in last.items() if k != "wall_s"},
+                        "best_step_time_s": session.best_score, "polish": True,
+                        "time_policy_s": 0.0, "time_simulator_s": 0.0,
+                        "time_learn_s": 0.0, "time_refine_s": spent},
+                       wall_offset_s=wall_offset_s)
+
+
+def _stint_step(trainer: Trainer, state: _State, stints: dict, s_best: float,
+                session: SearchSession, update: int, lr: float, info: dict,
+                t_end: float) -> _State:
+    """Count an update against the current stint (``stints``, updated in place) and
+    restart the policy once it has stalled ``patience`` updates: on the next portfolio
+    start, else on the run's best placement (module docstring, "Restarts")."""
+    if s_best < stints["best"] * (1 - STINT_MIN_GAIN):
+        stints["best"], stints["stall"] = s_best, 0
+    else:
+        stints["stall"] += 1
+    now = time.perf_counter()
+    t0 = stints.setdefault("t0", now)
+    # Under a time budget (training ends at ``t_end``) a portfolio stint also ends after
+    # its share of the training time left when it began: an equal part among the starts not yet trained from and the
+    # restarts on the best placement after them (one part).
+    left = len(stints["starts"]) - stints["next"]
+    over = left > 0 and math.isfinite(t_end) and now - t0 >= (t_end - t0) / (left + 1)
+    if stints["stall"] < trainer.cfg.patience and not over:
+        return state
+    if stints["next"] < len(stints["starts"]):
+        name, target = stints["starts"][stints["next"]]
+        stints["next"] += 1
+    elif session.best is not None and session.best_score < OOM_PENALTY:
+        name, target = "best", trainer.units.unit_placement(session.best)
+    else:  # nothing that fits to restart on: go on
+        stints["stall"] = 0
+        return state
+    state, _, _ = trainer.restart(state, np.asarray(target, np.int32), lr)
+    stints["best"] = float(state.opt_state["elite_score"])
+    stints["stall"], stints["at"], stints["t0"] = 0, update, time.perf_counter()
+    info["restarts"] = info.get("restarts", 0) + 1
+    if name != "best":
+        info.setdefault("stints_from", []).append(name)
+    return state
 
 
 def json_round(obj):

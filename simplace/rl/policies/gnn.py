@@ -56,6 +56,7 @@ class GNN(Policy):
         u = self.num_units
         self.g = max(1, min(int(groups or 20 * self.num_devices), max(u, 1)))
         self.explore = float(explore)
+        self._net_logits_jit = None  # compiled on the first warm start (warm_start)
         self.feat = jnp.asarray(units.features, F32)
         self.group_of_unit = jnp.asarray((np.arange(u) * self.g) // max(u, 1), jnp.int32)
         self.src = jnp.asarray(units.src, jnp.int32)
@@ -158,10 +159,21 @@ class GNN(Policy):
         return m
 
     def imitation_logp(self, params, unit_devices):
-        """Mean log marginal likelihood per unit of a unit placement int32[U]."""
+        """Mean log-likelihood per unit of a unit placement int32[U]: of the whole
+        sequence, divided by U. The devices form a Markov chain (unit u keeps unit
+        u-1's device with probability s_u, else draws from softmax(a_u)), so
+
+          P(e) = prod_u [s_u 1(e_u = e_(u-1)) + (1 - s_u) softmax(a_u)[e_u]],
+
+        exact and without the marginals' scan over units: that scan and its gradient (in
+        every update, for self-imitation) took seconds to compile on big graphs."""
         d_u = jnp.asarray(unit_devices, jnp.int32)
-        m = self.marginals(params)
-        return jnp.log(jnp.take_along_axis(m, d_u[:, None], axis=-1)[:, 0] + 1e-9).mean()
+        a, f = self.logits(params)
+        q = jnp.take_along_axis(jax.nn.softmax(a, axis=-1), d_u[:, None], axis=-1)[:, 0]
+        s = jnp.where(self.first, 0.0, jax.nn.sigmoid(f))
+        same = jnp.concatenate([jnp.zeros(1, bool), d_u[1:] == d_u[:-1]])
+        p = jnp.where(same, s, 0.0) + (1 - s) * q
+        return jnp.log(p + 1e-9).mean()
 
     def warm_start(self, params, unit_devices):
         """Parameters whose samples reproduce ``unit_devices`` int32[U] up to about
@@ -176,8 +188,11 @@ class GNN(Policy):
         eps = max(eps, 1e-4)
         # softmax(c e_t) puts 1 - eps on t: c = log((1 - eps) (D - 1) / eps)
         c = math.log((1 - eps) * max(d - 1, 1) / eps)
-        a_net, f_net = self._net_logits(params)
-        a_net = a_net + 0.0  # concrete arrays (called outside jit)
+        # One compiled program (kept for restarts), not a few dozen eager ops that each
+        # compile: seconds of a short run's budget on a loaded 2-core machine.
+        if self._net_logits_jit is None:
+            self._net_logits_jit = jax.jit(self._net_logits)
+        a_net, f_net = self._net_logits_jit(params)
         want_a = c * np.eye(d, dtype=np.float32)[target]
         same = np.zeros(u, bool)
         same[1:] = target[1:] == target[:-1]
