@@ -3,7 +3,7 @@
     python bench/rl.py [--models rnnlm,nmt_2layer,...] [--machines haswell_k40x4,...]
                        [--policies gnn] [--budget-s 60] [--local-budget-s 60]
                        [--warm-start best|none] [--samples 64] [--seed 0]
-                       [--refine-every N] [--out rl.json]
+                       [--refine-every N] [--ablation] [--out rl.json]
 
 For each model (training graph) and machine it runs the fast heuristics (every
 registered method but ``local``, ``exact`` and ``rl-*``) and ``local`` (simulated
@@ -18,6 +18,12 @@ best``) and the table shows, per row:
 * ``from samples``: the part of that improvement found by the policy's own samples
   before any refinement by block moves (the rest came from refining the best samples,
   ``RLConfig.refine_every``); rows with ``--refine-every 0`` have no refinement;
+* ``polish``: the part of the improvement the final op-level polish of the best
+  placement made (``RLConfig.polish_*``), and ``restarts``: how many times training
+  restarted the policy (on the portfolio's next warm start, then on the best placement);
+* with ``--ablation``, ``no RL``: the same op-level polish run from each of the same
+  portfolio warm starts, with no policy at all (to convergence), the best of them: what
+  the policy adds beyond the polish is the gap between that and ``RL ms``;
 * episodes (sampled placements) per minute of training (steady state: after the first
   update, whose programs compile) and the split of an update's wall time between the
   policy (sampling, gradient, Adam), the simulator and the refinement.
@@ -37,6 +43,7 @@ import simplace
 from simplace import zoo
 from simplace.placers import compare, optimize
 from simplace.placers.rl import fast_heuristics
+from simplace.rl import RLConfig
 
 DEFAULT_MODELS = ("rnnlm,nmt_2layer,nmt_4layer,inception_v3,bert_base,resnet50,"
                   "transformer")
@@ -70,6 +77,35 @@ def from_samples(history: list[dict], warm: float) -> float:
     return (warm - best) / warm
 
 
+def polish_only(graph, cm, warm: dict, portfolio: int, samples: int) -> tuple[float, float]:
+    """(best step time, wall s): the op-level polish of RL's final phase
+    (``simplace.rl.refine.polish``) from each of the ``portfolio`` best warm starts
+    ``{name: placement}``, no policy, each to convergence."""
+    from simplace.rl.refine import polish
+    from simplace.rl.reinforce import portfolio_starts
+    from simplace.search import OOM_PENALTY
+    from simplace.sim import batched_simulator, sim_inputs
+
+    t0 = time.perf_counter()
+    inp = sim_inputs(graph, cm)
+    sim = batched_simulator(graph, inp, memory="oom")
+
+    def score(p):
+        r = sim(np.asarray(p))
+        return np.where(r.oom, r.step_time_s + OOM_PENALTY, r.step_time_s)
+
+    names = list(warm)
+    scores = [float(score(np.repeat(np.asarray(warm[n])[None], samples, 0))[0])
+              for n in names]
+    best = min(scores)
+    for _, p in portfolio_starts([(n, warm[n]) for n in names], scores, portfolio):
+        s0 = float(score(np.repeat(p[None], samples, 0))[0])
+        _, s, _ = polish(score, p, s0, inp.num_devices, samples, 10**9,
+                         edges=(np.asarray(graph.src), np.asarray(graph.dst)))
+        best = min(best, s)
+    return best, time.perf_counter() - t0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=DEFAULT_MODELS)
@@ -82,6 +118,8 @@ def main():
     ap.add_argument("--samples", type=int, default=64)
     ap.add_argument("--refine-every", type=int, default=None,
                     help="RLConfig.refine_every (default: the config's; 0: no refinement)")
+    ap.add_argument("--ablation", action="store_true",
+                    help="also polish the portfolio's warm starts without a policy")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write all rows as JSON")
     args = ap.parse_args()
@@ -91,7 +129,8 @@ def main():
           f"{time.strftime('%Y-%m-%d %H:%M')}, load {load()}")
     rows = []
     header = (f"{'model':<13}{'machine':<19}{'policy':<8}{'RL ms':>10}{'best non-RL':>18}"
-              f"{'vs best':>9}{'vs warm':>9}{'samples':>9}{'eps/min':>10}{'policy':>8}"
+              f"{'vs best':>9}{'vs warm':>9}{'samples':>9}{'polish':>8}{'rst':>5}"
+              f"{'no RL':>8}{'eps/min':>10}{'policy':>8}"
               f"{'sim':>6}{'refine':>7}{'wall s':>8}{'load':>6}")
     print(header)
     for machine in args.machines.split(","):
@@ -116,7 +155,18 @@ def main():
                 warm = min(ws.values()) if ws else None
                 improved = (warm - t) / warm if warm else None
                 sampled = from_samples(res.history, warm) if warm else None
-                split = update_split(res.history)
+                # History rows of updates only (a polish adds a row without samples).
+                split = update_split([r for r in res.history if not r.get("polish")])
+                polish_gain = res.info.get("polish_gain")
+                ablation = ablation_s = None
+                if args.ablation:
+                    ws_names = ws if args.warm_start == "best" else {}
+                    heur = {m: r.placement for m, r in found.items()
+                            if m != "local" and m in ws_names}
+                    if heur:
+                        ablation, ablation_s = polish_only(
+                            graph, cm, heur, RLConfig().portfolio,
+                            args.samples)
                 eps = res.info.get("episodes_per_s") or 0.0
                 row = {"model": model, "ops": graph.num_ops, "machine": machine,
                        "policy": pol, "step_time_s": t, "oom": res.oom,
@@ -125,6 +175,9 @@ def main():
                        "speedup_vs_best_non_rl": best.step_time_s / t,
                        "warm_start_s": warm, "improvement_over_warm_start": improved,
                        "improvement_from_samples": sampled,
+                       "polish_gain": polish_gain, "restarts": res.info.get("restarts", 0),
+                       "stints_from": res.info.get("stints_from"),
+                       "polish_only_s": ablation, "polish_only_wall_s": ablation_s,
                        "episodes": res.info.get("episodes"),
                        "episodes_per_min": 60 * eps, "update_split": split,
                        "first_update_at_s": res.info.get("first_update_at_s"),
@@ -140,6 +193,8 @@ def main():
                 print(f"{model:<13}{machine:<19}{pol:<8}{t * 1e3:>10.2f}"
                       f"{best.method + ' ' + format(best.step_time_s * 1e3, '.2f'):>18}"
                       f"{best.step_time_s / t:>8.3f}x{pct(improved):>9}{pct(sampled):>9}"
+                      f"{pct(polish_gain):>8}{res.info.get('restarts', 0):>5}"
+                      f"{'-' if ablation is None else format(ablation * 1e3, '.2f'):>8}"
                       f"{60 * eps:>10,.0f}{100 * split['policy_share']:>7.0f}%"
                       f"{100 * split['simulator_share']:>5.0f}%"
                       f"{100 * split['refine_share']:>6.0f}%{res.wall_s:>8.1f}"

@@ -281,3 +281,70 @@ def test_compare_runs_rl_after_fast_methods_and_local_leaves_rl_out(monkeypatch)
     # Cheap starts first, then the list schedulers best first (starts stop at half the
     # budget, so a slow weak one must not crowd out a strong one).
     assert starts[0] == "single" and starts.index("m_etf") < starts.index("heft")
+
+
+def test_polish_descends_with_range_moves_that_units_cannot_make():
+    from simplace.rl.refine import polish, range_moves
+
+    # The target needs a boundary shifted and one op moved out of the middle of a run,
+    # to the device across an edge (1 -> 6).
+    target = np.array([0, 0, 0, 1, 1, 1, 0, 1], np.int32)
+    src, dst = np.array([1, 5]), np.array([6, 6])
+
+    def score(b):
+        b = np.asarray(b)
+        return (b != target).sum(1) + 0.1 * (np.diff(b, axis=1) != 0).sum(1)
+
+    start = np.array([0, 0, 1, 1, 1, 1, 1, 1], np.int32)
+    moves = range_moves(start, 3, reach=2, edges=(src, dst))
+    assert moves.shape[1] == 3 and len(moves) > 0
+    # Every move changes the placement.
+    for lo, hi, d in moves:
+        assert np.any(start[lo:hi] != d)
+    best, s, used = polish(score, start, float(score(start[None])[0]), 3, 4, 100,
+                           edges=(src, dst))
+    assert best.tolist() == target.tolist() and s == pytest.approx(0.3)
+    assert 1 <= used < 100
+    # The batch budget is honoured, and a deadline in the past scores nothing.
+    assert polish(score, start, float(score(start[None])[0]), 3, 4, 1,
+                  edges=(src, dst))[2] == 1
+    assert polish(score, start, 9.0, 3, 4, 100, deadline=0.0)[2] == 0
+
+
+def test_portfolio_starts_are_the_best_distinct_fitting_warm_starts():
+    from simplace.rl.reinforce import portfolio_starts
+
+    a, b, c = (np.full(4, i, np.int32) for i in range(3))
+    warm = [("a", a), ("a2", a.copy()), ("b", b), ("c", c)]
+    got = portfolio_starts(warm, [2.0, 1.0, 3.0, OOM_PENALTY + 1.0], 3)
+    # Best first, duplicates once (under the better name), OOM starts left out.
+    assert [n for n, _ in got] == ["a2", "b"]
+    assert [n for n, _ in portfolio_starts(warm, [2.0, 1.0, 3.0, 0.5], 2)] == ["c", "a2"]
+    # None fits: the best alone (the first stint's start).
+    assert [n for n, _ in portfolio_starts(warm[3:], [OOM_PENALTY + 1.0], 3)] == ["c"]
+    assert portfolio_starts([], [], 3) == []
+
+
+@pytest.mark.slow
+def test_portfolio_restarts_and_polish_are_deterministic(small_case):
+    g, cm = small_case
+    warm = "single,m_topo,heft,m_etf,m_sct"
+    kw = dict(seed=2, episodes=16 * 30, samples=16, hidden=16, warm_start=warm,
+              patience=3, portfolio=3)
+    a = optimize(g, cm, method="rl-gnn", **kw)
+    check_result(g, cm, a, expect_fit=True)
+    ws = a.info["warm_starts"]
+    assert a.step_time_s <= min(ws.values()) * (1 + 1e-9)
+    # Stints from the portfolio's other starts, then restarts on the best placement.
+    assert a.info["restarts"] >= 3
+    assert len(a.info["stints_from"]) >= 1
+    assert set(a.info["stints_from"]) <= set(a.info["portfolio"]) <= set(ws)
+    assert 0.0 <= a.info["polish_gain"] < 1 and a.info["polished_starts"] >= 1
+    b = optimize(g, cm, method="rl-gnn", **kw)
+    assert np.array_equal(a.placement, b.placement)
+    assert a.info["restarts"] == b.info["restarts"]
+    # patience 0: one stint; polish_batches 0: no polish.
+    c = optimize(g, cm, method="rl-gnn", **{**kw, "patience": 0, "polish_batches": 0})
+    assert "restarts" not in c.info and "polish_gain" not in c.info
+    with pytest.raises(SimplaceError, match="patience"):
+        optimize(g, cm, method="rl-gnn", **{**kw, "patience": -1})

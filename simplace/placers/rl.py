@@ -137,8 +137,8 @@ def _references(ctx: PlacerContext, warm, warm_scores) -> dict[str, float]:
 def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     """Train ``policy_name`` on ``ctx``'s problem; see the module docstring."""
     from simplace.rl import RLConfig, Trainer, build_units, make_policy, train, unit_grouping
-    from simplace.rl.reinforce import portfolio_starts
     from simplace.rl.history import plot_history, save_history
+    from simplace.rl.reinforce import portfolio_starts
 
     opts = ctx.options
     cfg = RLConfig.from_options(opts)

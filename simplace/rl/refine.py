@@ -24,7 +24,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-
 # Op-level boundary shifts of ``polish`` move up to this many ops.
 POLISH_REACH = 4
 

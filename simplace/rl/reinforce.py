@@ -53,8 +53,15 @@ start; once a stint's best has not improved for ``RLConfig.patience`` updates, t
 policy is put on the next of the ``RLConfig.portfolio`` best distinct warm starts
 (``portfolio_starts``), fresh Adam state, that start as the self-imitation target; after
 the last, on the run's best placement (exploring around the incumbent again). The
-stints' count is ``info["restarts"]``; restarts depend on update counts only, so a run
-with ``episodes`` stays a fixed function of the seed.
+stints' count is ``info["restarts"]``; without a time budget restarts depend on update
+counts only, so a run with ``episodes`` stays a fixed function of the seed (under a
+budget a portfolio stint also ends after its share of the time).
+
+Polish: at the end of the run (under a time budget, in the last ``polish_share`` of the
+time after the first update) each stint's best placement, best first, is refined at the
+level of ops by greedy block moves and moves across transfers
+(``simplace.rl.refine.polish``), which the policy's units cannot make; the result is the
+best of them. ``info["polish_gain"]`` is its share of the result.
 """
 
 from __future__ import annotations
@@ -122,10 +129,11 @@ class RLConfig:
       current leg's best has not improved for ``patience`` updates; after them, each
       stalled leg restarts the policy on the run's best placement. ``patience`` 0: one
       leg, no restarts.
-    polish_batches, polish_share: at the end of a run its best placement is polished by
-      op-level block moves (``simplace.rl.refine.polish``), at most ``polish_batches``
-      batches of K (0: no polish); under a time budget, training stops when
-      ``polish_share`` of the time left after the first update remains, for the polish.
+    polish_batches, polish_share: at the end of a run each stint's best placement is
+      polished by op-level moves (module docstring, "Polish"), at most
+      ``polish_batches`` batches of K in all (0: no polish); under a time budget,
+      training stops when ``polish_share`` of the time left after the first update
+      remains, for the polish.
     simulator: "auto" (the native simulator where numba is installed, else JAX),
       "numba" or "jax" (``simplace.sim.batched_simulator``'s backends). The native one
       scores each batch between the jitted policy and learning steps with exact OOM
@@ -749,6 +757,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
     step = trainer.update_fn(mode)
     t_run = time.perf_counter()
     t_polish = math.inf  # when training stops for the polish (set after the first update)
+    stint_bests: list = []  # each stint's best (score, op placement), for the polish
     n_this = 0
     mean_s = math.nan
     t_steady = t_run
@@ -838,7 +847,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
         if cfg.patience:
             t_end = min(t_polish, session.deadline)  # when training ends
             state = _stint_step(trainer, state, stints, s_best, session, update, lr, info,
-                                t_end)
+                                t_end, p_best, stint_bests)
         session.step_done()  # before validating: a new model's compilation is expected next
         if session.validation_due(update) and \
                 session.validate(update, rescore) is not None:
@@ -859,7 +868,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
     session.line.close()
     if cfg.polish_batches and stop not in ("interrupted", "stopped") and \
             session.best is not None and session.best_score < OOM_PENALTY:
-        _polish(trainer, mode, session, info, elapsed0)
+        _polish(trainer, mode, session, info, stint_bests, elapsed0)
     if session.hook is not None and stop != "interrupted" and \
             session.validate(-1, rescore) is not None:
         info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
@@ -881,9 +890,11 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
 
 
 def _polish(trainer: Trainer, mode: str, session: SearchSession, info: dict,
-            wall_offset_s: float = 0.0) -> None:
-    """Polish the run's best placement by op-level block moves (``RLConfig.polish_*``)
-    until the session's deadline; a better placement is offered to the session."""
+            stint_bests: list, wall_offset_s: float = 0.0) -> None:
+    """Polish by op-level block moves (``RLConfig.polish_*``) the best placement of
+    each stint (``stint_bests``: [(score, op placement)]; a stint is one basin the
+    policy found), best first, until the session's deadline or ``polish_batches`` in
+    all; the best polished placement is offered to the session."""
     from simplace.rl.refine import polish
 
     t0 = time.perf_counter()
@@ -899,9 +910,22 @@ def _polish(trainer: Trainer, mode: str, session: SearchSession, info: dict,
     # itself bounds it (one batch past it at most).
     end = session.deadline
     g = trainer.graph
-    best, s, used = polish(score, session.best, start, trainer.inputs.num_devices,
-                           trainer.k, int(trainer.cfg.polish_batches), deadline=end,
-                           edges=(np.asarray(g.src), np.asarray(g.dst)))
+    cands = [(start, session.best)] + sorted(
+        ((float(sc), p) for sc, p in stint_bests
+         if sc < OOM_PENALTY and not np.array_equal(p, session.best)),
+        key=lambda c: c[0])
+    used, polished = 0, 0
+    best, s = session.best, start
+    for sc, p in cands:
+        left = int(trainer.cfg.polish_batches) - used
+        if left <= 0 or time.perf_counter() >= end:
+            break
+        b, bs, n = polish(score, p, sc, trainer.inputs.num_devices, trainer.k, left,
+                          deadline=end, edges=(np.asarray(g.src), np.asarray(g.dst)))
+        used, polished = used + n, polished + 1
+        if bs < s:
+            best, s = b, bs
+    info["polished_starts"] = polished
     session.offer(best, s)
     spent = time.perf_counter() - t0
     info.update(polish_batches=used, polish_s=spent,
@@ -919,10 +943,15 @@ def _polish(trainer: Trainer, mode: str, session: SearchSession, info: dict,
 
 def _stint_step(trainer: Trainer, state: _State, stints: dict, s_best: float,
                 session: SearchSession, update: int, lr: float, info: dict,
-                t_end: float) -> _State:
+                t_end: float, p_best, stint_bests: list) -> _State:
     """Count an update against the current stint (``stints``, updated in place) and
     restart the policy once it has stalled ``patience`` updates: on the next portfolio
     start, else on the run's best placement (module docstring, "Restarts")."""
+    if not stint_bests or stints.get("current") != len(stint_bests) - 1:
+        stint_bests.append((math.inf, None))  # this stint's best (score, op placement)
+        stints["current"] = len(stint_bests) - 1
+    if s_best < stint_bests[-1][0]:
+        stint_bests[-1] = (s_best, np.asarray(p_best, np.int32))
     if s_best < stints["best"] * (1 - STINT_MIN_GAIN):
         stints["best"], stints["stall"] = s_best, 0
     else:
@@ -930,8 +959,8 @@ def _stint_step(trainer: Trainer, state: _State, stints: dict, s_best: float,
     now = time.perf_counter()
     t0 = stints.setdefault("t0", now)
     # Under a time budget (training ends at ``t_end``) a portfolio stint also ends after
-    # its share of the training time left when it began: an equal part among the starts not yet trained from and the
-    # restarts on the best placement after them (one part).
+    # its share of the training time left when it began: an equal part among the starts
+    # not yet trained from and the restarts on the best placement after them (one part).
     left = len(stints["starts"]) - stints["next"]
     over = left > 0 and math.isfinite(t_end) and now - t0 >= (t_end - t0) / (left + 1)
     if stints["stall"] < trainer.cfg.patience and not over:
@@ -947,6 +976,7 @@ def _stint_step(trainer: Trainer, state: _State, stints: dict, s_best: float,
     state, _, _ = trainer.restart(state, np.asarray(target, np.int32), lr)
     stints["best"] = float(state.opt_state["elite_score"])
     stints["stall"], stints["at"], stints["t0"] = 0, update, time.perf_counter()
+    stints["current"] = None  # the next update opens the new stint's entry
     info["restarts"] = info.get("restarts", 0) + 1
     if name != "best":
         info.setdefault("stints_from", []).append(name)
