@@ -8,6 +8,7 @@ to timed segments, links, exclusive groups.
 The segment fit itself is tested in ``test_calibrate_segments``."""
 
 import copy
+import dataclasses
 import json
 import math
 import sys
@@ -532,6 +533,26 @@ def test_build_links_from_the_copy_time_after_the_call():
     bad[k]["after_call"] = {"samples_s": [-1.0]}
     with pytest.raises(CalibrationError, match="record 3.*'after_call'"):
         check_record(bad[k], "record 3")
+
+
+def test_build_refuses_a_cpu_rate_no_cpu_has():
+    """A segment fit that gives the CPU devices more than 1 TFLOP/s per core is refused
+    with what to do, not written (under load on the 2-core VM one came out 254
+    TFLOP/s); the synthetic CPU's 80 GFLOP/s passes."""
+    recs = synthetic_records()
+    build_cost_model(recs)  # no cpu_count in the header: nothing to check against
+    recs[0] = dict(recs[0], cpu_count=1)
+    build_cost_model(recs)  # 80 GFLOP/s on one core: fine
+    from simplace.calibrate import build as build_mod
+
+    fit = true_fit("cpu")
+    build_mod._check_cpu_rates(fit, ("cpu", "cpu"), 1)
+    with pytest.raises(CalibrationError, match=r"2 TFLOP/s.*1 CPU core.*--overwrite.*--refit"):
+        build_mod._check_cpu_rates(dataclasses.replace(fit, peak_flops_per_s=2e12),
+                                   ("cpu", "cpu"), 1)
+    # accelerators are not checked against the host's cores
+    build_mod._check_cpu_rates(dataclasses.replace(fit, peak_flops_per_s=2e15),
+                               ("gpu", "H100"), 1)
 
 
 def test_build_segment_costs_per_kind_of_hardware(built):

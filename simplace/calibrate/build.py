@@ -126,12 +126,14 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
 
     Devices get launch and dispatch costs from their runtime records and in-segment op
     costs fitted to timed segments (shared by devices of the same hardware); links the
-    fitted latency and bandwidth (``device_put`` blocking times, minus the host time of
-    the call) and the call's host time; exclusive groups come from the pair overlaps.
-    Where the records hold whole steps with their placements (``host`` records of a
-    schema-2 calibration since issue 13), dispatch and put costs are the calls' host
-    times in context and four scales (host, argument, compute, launch) are then fitted
-    to the steps with the simulator (``simplace.calibrate.steps``); the steps' graphs
+    fitted latency and bandwidth (``device_put`` times from the call's return to the
+    copy's arrival; older records: blocking times minus the host time of the call) and
+    the call's host time; exclusive groups come from the pair overlaps. Where the
+    records hold whole steps with their placements (``host`` records of a schema-2
+    calibration since issue 13), dispatch and put costs are the calls' host times in
+    context and five scales (host, argument, compute, launch, link) are then fitted to
+    the steps with the simulator (``simplace.calibrate.steps``), and kept where they
+    predict held-out steps better; the steps' graphs
     are traced again from their model names unless ``step_graphs_of`` (``{hash:
     OpGraph}``) gives them. Deterministic: the same records give the same model.
     """
@@ -202,6 +204,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                 if how == bases[-1][0]:
                     raise
                 tried.append(f"{how}: {err}")
+        _check_cpu_rates(fit, key, int(head.get("cpu_count") or 0))
         rep["segment_base"] = how
         rep["segment_base_refused"] = tried
         rep["parallel_launch_s"] = fit.parallel_launch_s
@@ -417,6 +420,29 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
     model = CostModel(name=name or head["name"], devices=tuple(devices), latency_s=lat,
                       bandwidth_bytes_per_s=bw, provenance=prov, put_s=put)
     return model, report
+
+
+# No CPU core computes faster than this (fp32; a 2026 server core with two 512-bit FMA
+# units at 4 GHz does ~0.26 TFLOP/s): a fit beyond it has not pinned the compute rate.
+CPU_CORE_FLOPS_MAX = 1e12
+
+
+def _check_cpu_rates(fit, key: tuple[str, str], cpu_count: int) -> None:
+    """CalibrationError when the segment fit gives a CPU device a compute rate no CPU of
+    ``cpu_count`` cores has (the segments were too small, or timed under load, to tell
+    the rate apart from per-op costs)."""
+    if key[0] != "cpu" or cpu_count < 1:
+        return
+    best = fit.peak_flops_per_s * max(fit.efficiency.values(), default=1.0)
+    most = CPU_CORE_FLOPS_MAX * cpu_count
+    if best > most:
+        raise CalibrationError(
+            f"The segment fit gives the CPU devices ({key[1]}) {best / 1e12:.3g} TFLOP/s, "
+            f"beyond what {cpu_count} CPU core(s) can do ({most / 1e12:g} TFLOP/s at most): "
+            "the timed segments do not pin the compute rate (too little work in them, or "
+            "timed on a busy machine). Calibrate again on an idle "
+            "machine (--overwrite), with larger --models; the records are kept, so "
+            "--refit after adding measurements.")
 
 
 def _strip_residuals(report: dict) -> dict:
