@@ -18,12 +18,16 @@ best``) and the table shows, per row:
 * ``from samples``: the part of that improvement found by the policy's own samples
   before any refinement by block moves (the rest came from refining the best samples,
   ``RLConfig.refine_every``); rows with ``--refine-every 0`` have no refinement;
+* ``pre``: the best warm start after the polish that runs before training (the
+  portfolio's starts polished by op-level moves, ``simplace.placers.rl``); the policy
+  trains from those, so ``samples`` below that is what the policy found beyond it;
 * ``polish``: the part of the improvement the final op-level polish of the best
   placement made (``RLConfig.polish_*``), and ``restarts``: how many times training
   restarted the policy (on the portfolio's next warm start, then on the best placement);
 * with ``--ablation``, ``no RL``: the same op-level polish run from each of the same
-  portfolio warm starts, with no policy at all (to convergence), the best of them: what
-  the policy adds beyond the polish is the gap between that and ``RL ms``;
+  portfolio warm starts, with no policy at all, within ``--budget-s`` (the warm starts'
+  time not counted), the best of them: what the policy adds beyond the polish is the gap
+  between that and ``RL ms``;
 * episodes (sampled placements) per minute of training (steady state: after the first
   update, whose programs compile) and the split of an update's wall time between the
   policy (sampling, gradient, Adam), the simulator and the refinement.
@@ -77,10 +81,13 @@ def from_samples(history: list[dict], warm: float) -> float:
     return (warm - best) / warm
 
 
-def polish_only(graph, cm, warm: dict, portfolio: int, samples: int) -> tuple[float, float]:
+def polish_only(graph, cm, warm: dict, portfolio: int, samples: int,
+                budget_s: float) -> tuple[float, float]:
     """(best step time, wall s): the op-level polish of RL's final phase
     (``simplace.rl.refine.polish``) from each of the ``portfolio`` best warm starts
-    ``{name: placement}``, no policy, each to convergence."""
+    ``{name: placement}``, no policy, each until it converges or has used its share of
+    ``budget_s`` (the time left split evenly among the starts not yet polished; the
+    warm starts' own time is not counted, unlike RL's)."""
     from simplace.rl.refine import polish
     from simplace.rl.reinforce import portfolio_starts
     from simplace.search import OOM_PENALTY
@@ -98,9 +105,13 @@ def polish_only(graph, cm, warm: dict, portfolio: int, samples: int) -> tuple[fl
     scores = [float(score(np.repeat(np.asarray(warm[n])[None], samples, 0))[0])
               for n in names]
     best = min(scores)
-    for _, p in portfolio_starts([(n, warm[n]) for n in names], scores, portfolio):
+    starts = portfolio_starts([(n, warm[n]) for n in names], scores, portfolio)
+    end = t0 + budget_s
+    for i, (_, p) in enumerate(starts):
+        now = time.perf_counter()
         s0 = float(score(np.repeat(p[None], samples, 0))[0])
         _, s, _ = polish(score, p, s0, inp.num_devices, samples, 10**9,
+                         deadline=now + (end - now) / (len(starts) - i),
                          edges=(np.asarray(graph.src), np.asarray(graph.dst)))
         best = min(best, s)
     return best, time.perf_counter() - t0
@@ -129,7 +140,7 @@ def main():
           f"{time.strftime('%Y-%m-%d %H:%M')}, load {load()}")
     rows = []
     header = (f"{'model':<13}{'machine':<19}{'policy':<8}{'RL ms':>10}{'best non-RL':>18}"
-              f"{'vs best':>9}{'vs warm':>9}{'samples':>9}{'polish':>8}{'rst':>5}"
+              f"{'vs best':>9}{'vs warm':>9}{'pre':>8}{'samples':>9}{'polish':>8}{'rst':>5}"
               f"{'no RL':>8}{'eps/min':>10}{'policy':>8}"
               f"{'sim':>6}{'refine':>7}{'wall s':>8}{'load':>6}")
     print(header)
@@ -158,6 +169,7 @@ def main():
                 # History rows of updates only (a polish adds a row without samples).
                 split = update_split([r for r in res.history if not r.get("polish")])
                 polish_gain = res.info.get("polish_gain")
+                pre = min((res.info.get("prepolished") or {}).values(), default=None)
                 ablation = ablation_s = None
                 if args.ablation:
                     ws_names = ws if args.warm_start == "best" else {}
@@ -166,7 +178,7 @@ def main():
                     if heur:
                         ablation, ablation_s = polish_only(
                             graph, cm, heur, RLConfig().portfolio,
-                            args.samples)
+                            args.samples, args.budget_s)
                 eps = res.info.get("episodes_per_s") or 0.0
                 row = {"model": model, "ops": graph.num_ops, "machine": machine,
                        "policy": pol, "step_time_s": t, "oom": res.oom,
@@ -175,6 +187,7 @@ def main():
                        "speedup_vs_best_non_rl": best.step_time_s / t,
                        "warm_start_s": warm, "improvement_over_warm_start": improved,
                        "improvement_from_samples": sampled,
+                       "prepolished_s": pre, "prepolish_wall_s": res.info.get("prepolish_s"),
                        "polish_gain": polish_gain, "restarts": res.info.get("restarts", 0),
                        "stints_from": res.info.get("stints_from"),
                        "polish_only_s": ablation, "polish_only_wall_s": ablation_s,
@@ -192,7 +205,8 @@ def main():
 
                 print(f"{model:<13}{machine:<19}{pol:<8}{t * 1e3:>10.2f}"
                       f"{best.method + ' ' + format(best.step_time_s * 1e3, '.2f'):>18}"
-                      f"{best.step_time_s / t:>8.3f}x{pct(improved):>9}{pct(sampled):>9}"
+                      f"{best.step_time_s / t:>8.3f}x{pct(improved):>9}"
+                      f"{'-' if pre is None else format(pre * 1e3, '.2f'):>8}{pct(sampled):>9}"
                       f"{pct(polish_gain):>8}{res.info.get('restarts', 0):>5}"
                       f"{'-' if ablation is None else format(ablation * 1e3, '.2f'):>8}"
                       f"{60 * eps:>10,.0f}{100 * split['policy_share']:>7.0f}%"

@@ -11,7 +11,12 @@ Options (``optimize(..., **options)``):
     never worse) and the policy first imitates it; once training stalls it restarts
     from the next of the ``portfolio`` (default 3) best distinct ones, then from the
     run's best (``patience``: updates without progress before a restart, default 100;
-    0: never). Default: none.
+    0: never). Before training, those portfolio starts are polished by op-level moves
+    (``simplace.rl.refine.polish``) within ``polish_share`` (default 0.2) of the time
+    left, and the polished ones (``<name>+polish``, ``info["prepolished"]``) are what
+    the policy trains from; at the end each stint's best is polished again
+    (``polish_batches``: at most that many batches per polish, 0: no polish).
+    Default: none.
   units: ``"auto"`` (co-location groups cut to at most ``max_units`` ranges; default 256
     for seq2seq, 1024 for the others), ``"ops"`` or an int. hidden, groups, layers:
     policy sizes.
@@ -134,6 +139,42 @@ def _references(ctx: PlacerContext, warm, warm_scores) -> dict[str, float]:
     return refs
 
 
+def _prepolish(ctx: PlacerContext, session, cfg, warm, warm_scores):
+    """(warm starts, their scores, info): the portfolio's warm starts
+    (``simplace.rl.reinforce.portfolio_starts``) each polished by op-level moves
+    (``simplace.rl.refine.polish``, at most ``cfg.polish_batches`` batches) within an
+    equal part of ``cfg.polish_share`` of the time left, added as ``<name>+polish``;
+    the warm starts unchanged when there are none or the polish is off."""
+    import math
+    import time
+
+    from simplace.rl.refine import polish
+    from simplace.rl.reinforce import portfolio_starts
+
+    if not warm or not cfg.polish_batches:
+        return warm, warm_scores, {}
+    t0 = time.perf_counter()
+    starts = portfolio_starts(warm, warm_scores, cfg.portfolio if cfg.patience else 1)
+    score_of = {n: s for (n, _), s in zip(warm, warm_scores, strict=True)}
+    end = t0 + cfg.polish_share * (session.deadline - t0) if \
+        math.isfinite(session.deadline) else math.inf
+    edges = (np.asarray(ctx.graph.src), np.asarray(ctx.graph.dst))
+    out, scores, done = list(warm), list(warm_scores), {}
+    for i, (name, p) in enumerate(starts):
+        if score_of[name] >= OOM_PENALTY:
+            continue
+        now = time.perf_counter()
+        share = (end - now) / (len(starts) - i) if math.isfinite(end) else math.inf
+        b, s, _ = polish(ctx.score, p, score_of[name], ctx.inputs.num_devices,
+                         cfg.samples, int(cfg.polish_batches), deadline=now + share,
+                         edges=edges)
+        if s < score_of[name]:
+            out.append((f"{name}+polish", b))
+            scores.append(s)
+            done[f"{name}+polish"] = s
+    return out, scores, {"prepolished": done, "prepolish_s": time.perf_counter() - t0}
+
+
 def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     """Train ``policy_name`` on ``ctx``'s problem; see the module docstring."""
     from simplace.rl import RLConfig, Trainer, build_units, make_policy, train, unit_grouping
@@ -149,12 +190,15 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     session = ctx.session(f"rl-{policy_name}", bar=bool(opts.get("progress_bar", False)),
                           unit="episodes")
     warm, warm_scores = _warm_starts(ctx)
+    # The policy trains from the portfolio's warm starts polished first (op-level moves,
+    # RLConfig.polish_*): whatever training finds is then beyond the polish's reach.
+    t_warm, t_scores, pre = _prepolish(ctx, session, cfg, warm, warm_scores)
     max_units = int(opts.get("max_units", DEFAULT_MAX_UNITS[policy_name]))
     # Units are cut where the warm starts the run trains from (the best, and the
     # portfolio's others: simplace.rl.reinforce, "Restarts") change device, so that the
     # policy can represent each exactly (a majority vote over coarser units can be far
     # slower). One label per combination of their devices marks every such cut.
-    starts = portfolio_starts(warm, warm_scores, cfg.portfolio if cfg.patience else 1)
+    starts = portfolio_starts(t_warm, t_scores, cfg.portfolio if cfg.patience else 1)
     split = None
     if starts:
         split = np.unique(np.stack([p for _, p in starts], axis=1), axis=0,
@@ -166,7 +210,7 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     trainer = Trainer(g, ctx.inputs, units, policy, cfg, seed=ctx.seed)
     label = f"rl-{policy_name}"
     res = train(trainer, episodes=None if episodes is None else int(episodes),
-                session=session, warm_starts=warm, warm_scores=warm_scores,
+                session=session, warm_starts=t_warm, warm_scores=t_scores,
                 checkpoint=opts.get("checkpoint"),
                 checkpoint_every=int(opts.get("checkpoint_every", 50)),
                 checkpoint_every_s=float(opts.get("checkpoint_every_s", 30.0)),
@@ -187,6 +231,7 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     info = {**res.info, "score": res.best_score, "fits": bool(res.best_score < OOM_PENALTY),
             "policy": policy_name, "warm_starts": {n: s for (n, _), s in
                                                    zip(warm, warm_scores, strict=True)},
+            **pre,
             **session.finish(res.info["stop"])}
     info["run_wall_s"] = res.info["wall_s"]  # earlier legs (a resumed checkpoint) included
     if hist_path:
