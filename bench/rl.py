@@ -166,7 +166,7 @@ def main():
                 warm = min(ws.values()) if ws else None
                 improved = (warm - t) / warm if warm else None
                 sampled = from_samples(res.history, warm) if warm else None
-                # History rows of updates only (a polish adds a row without samples).
+                # The polish's time (added to the last row) is not an update's.
                 split = update_split([r for r in res.history if not r.get("polish")])
                 polish_gain = res.info.get("polish_gain")
                 pre = min((res.info.get("prepolished") or {}).values(), default=None)

@@ -868,7 +868,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
     session.line.close()
     if cfg.polish_batches and stop not in ("interrupted", "stopped") and \
             session.best is not None and session.best_score < OOM_PENALTY:
-        _polish(trainer, mode, session, info, stint_bests, elapsed0)
+        _polish(trainer, mode, session, info, stint_bests)
     if session.hook is not None and stop != "interrupted" and \
             session.validate(-1, rescore) is not None:
         info["cost_model_switches"] = info.get("cost_model_switches", 0) + 1
@@ -890,7 +890,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
 
 
 def _polish(trainer: Trainer, mode: str, session: SearchSession, info: dict,
-            stint_bests: list, wall_offset_s: float = 0.0) -> None:
+            stint_bests: list) -> None:
     """Polish by op-level block moves (``RLConfig.polish_*``) the best placement of
     each stint (``stint_bests``: [(score, op placement)]; a stint is one basin the
     policy found), best first, until the session's deadline or ``polish_batches`` in
@@ -931,14 +931,12 @@ def _polish(trainer: Trainer, mode: str, session: SearchSession, info: dict,
     info.update(polish_batches=used, polish_s=spent,
                 polish_gain=max(0.0, (start - session.best_score) / start))
     if session.history and session.best_score < start:
-        # One more row, so that the history ends at the result: the last update's
-        # figures (no new samples), the polished best, the polish's time as refinement.
+        # The last update's row ends at the result (one row per update, as a resumed
+        # run's history expects): the polished best, and the polish's time counted as
+        # that update's refinement.
         last = session.history[-1]
-        session.record({**{k: v for k, v in last.items() if k != "wall_s"},
-                        "best_step_time_s": session.best_score, "polish": True,
-                        "time_policy_s": 0.0, "time_simulator_s": 0.0,
-                        "time_learn_s": 0.0, "time_refine_s": spent},
-                       wall_offset_s=wall_offset_s)
+        last.update(best_step_time_s=session.best_score, polish=True,
+                    time_refine_s=last.get("time_refine_s", 0.0) + spent)
 
 
 def _stint_step(trainer: Trainer, state: _State, stints: dict, s_best: float,
