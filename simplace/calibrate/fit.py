@@ -244,6 +244,17 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
         r = _least_squares(residuals, x0, lo, hi)
         if res is None or r.cost < res.cost:
             res = r
+    # A rate that ran to its bound is one the segments cannot see (their times come from
+    # per-op and launch costs): written, it would be an absurd figure (101 TB/s of memory
+    # bandwidth for a 2-core VM's CPU, calibrated at 19:40 on 2026-11-23).
+    for k, what, bounds in ((0, "peak compute rate", _PEAK_FLOPS_BOUNDS),
+                            (1, "memory bandwidth", _BANDWIDTH_BOUNDS)):
+        if res.x[k] >= math.log(bounds[1]) - 0.01:
+            raise CalibrationError(
+                f"The timed segments do not pin the devices' {what}: the fit ran to its "
+                f"bound ({bounds[1]:.0e}), as their times are nearly all per-op and launch "
+                "costs. Calibrate again on an idle machine (--overwrite), with larger "
+                "--models (segments that do more work).")
     peak, bw, eff, ovh, frac = unpack(res.x)
     # The efficiency of the best class is 1 by convention: fold it into the peaks.
     top = float(eff.max()) if npres else 1.0
