@@ -305,8 +305,13 @@ def main():
     text = "\n".join(lines)
     print(text)
     os.makedirs(args.out_dir, exist_ok=True)
-    stem = os.path.join(args.out_dir, f"fidelity_{datetime.date.today()}_{host}"
-                                      f"{'' if args.transfers == 'producer' else '_segment'}")
+    # A new name per run (fidelity_DATE_HOST, then DATEb, DATEc...): a run must not
+    # write over the results an earlier one left (the README quotes them).
+    for suffix in ["", *"bcdefghijklmnopqrstuvwxyz"]:
+        stem = os.path.join(args.out_dir, f"fidelity_{datetime.date.today()}{suffix}_{host}"
+                                          f"{'' if args.transfers == 'producer' else '_segment'}")
+        if not os.path.exists(stem + ".json") and not os.path.exists(stem + ".txt"):
+            break
     with open(stem + ".json", "w") as f:
         json.dump({"host": host, "cost_model": args.cost_model, "args": vars(args),
                    "loaded_corrections": cm.corrections.to_dict() if loaded_corrected
