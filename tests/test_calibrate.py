@@ -535,24 +535,33 @@ def test_build_links_from_the_copy_time_after_the_call():
         check_record(bad[k], "record 3")
 
 
-def test_build_refuses_a_cpu_rate_no_cpu_has():
-    """A segment fit that gives the CPU devices more than 1 TFLOP/s per core is refused
-    with what to do, not written (under load on the 2-core VM one came out 254
-    TFLOP/s); the synthetic CPU's 80 GFLOP/s passes."""
-    recs = synthetic_records()
-    build_cost_model(recs)  # no cpu_count in the header: nothing to check against
-    recs[0] = dict(recs[0], cpu_count=1)
-    build_cost_model(recs)  # 80 GFLOP/s on one core: fine
-    from simplace.calibrate import build as build_mod
+def test_build_warns_of_a_cpu_rate_no_cpu_has():
+    """A segment fit that gives the CPU devices more than 1 TFLOP/s per core (under load
+    on the 2-core VM one came out 254 TFLOP/s) is written with a warning that says what
+    to measure again, in the report, the model's notes and the CLI summary; the
+    synthetic CPU's 80 GFLOP/s passes."""
+    from simplace.calibrate.build import rate_warnings
+    from simplace.calibrate.cli import format_report
 
+    recs = synthetic_records()
+    recs[0] = dict(recs[0], cpu_count=1)
+    model, report = build_cost_model(recs)
+    assert report.get("warnings", []) == []
     fit = true_fit("cpu")
-    build_mod._check_cpu_rates(fit, ("cpu", "cpu"), 1)
-    with pytest.raises(CalibrationError, match=r"2 TFLOP/s.*1 CPU core.*--overwrite.*--refit"):
-        build_mod._check_cpu_rates(dataclasses.replace(fit, peak_flops_per_s=2e12),
-                                   ("cpu", "cpu"), 1)
+    assert rate_warnings(fit, ("cpu", "cpu"), 1) == []
+    assert rate_warnings(fit, ("cpu", "cpu"), 0) == []  # cores unknown: nothing to check
+    fast = dataclasses.replace(fit, peak_flops_per_s=2e12)
+    (w,) = rate_warnings(fast, ("cpu", "cpu"), 1)
+    assert "2 TFLOP/s" in w and "1 CPU core" in w and "--overwrite" in w and "--refit" in w
     # accelerators are not checked against the host's cores
-    build_mod._check_cpu_rates(dataclasses.replace(fit, peak_flops_per_s=2e15),
-                               ("gpu", "H100"), 1)
+    assert rate_warnings(dataclasses.replace(fit, peak_flops_per_s=2e15), ("gpu", "H100"),
+                         1) == []
+    # a rate the segments could not pin is named, whatever the device
+    (w,) = rate_warnings(dataclasses.replace(fit, unpinned=("memory bandwidth",)),
+                         ("gpu", "H100"), 1)
+    assert "do not pin the gpu devices (H100)' memory bandwidth" in w
+    report["warnings"] = [w]
+    assert f"WARNING: {w}" in format_report(model, report)
 
 
 def test_build_segment_costs_per_kind_of_hardware(built):

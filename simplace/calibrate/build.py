@@ -204,7 +204,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                 if how == bases[-1][0]:
                     raise
                 tried.append(f"{how}: {err}")
-        _check_cpu_rates(fit, key, int(head.get("cpu_count") or 0))
+        report.setdefault("warnings", []).extend(
+            rate_warnings(fit, key, int(head.get("cpu_count") or 0)))
         rep["segment_base"] = how
         rep["segment_base_refused"] = tried
         rep["parallel_launch_s"] = fit.parallel_launch_s
@@ -409,7 +410,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         if scales and "rejected" in report["steps"] else ()) + ((
         "Memory of each CPU device: the host's memory divided by its CPU devices "
         "(virtual devices share it).",) if any(i["kind"] == "cpu" for i in dev_info)
-         else ())
+         else ()) + tuple(f"Warning: {w}" for w in report.get("warnings", []))
     prov = Provenance(source="measured", host=head["host"], date=head["date"],
                       jax_version=head["jax_version"], jaxlib_version=head["jaxlib_version"],
                       notes=notes,
@@ -427,22 +428,29 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
 CPU_CORE_FLOPS_MAX = 1e12
 
 
-def _check_cpu_rates(fit, key: tuple[str, str], cpu_count: int) -> None:
-    """CalibrationError when the segment fit gives a CPU device a compute rate no CPU of
-    ``cpu_count`` cores has (the segments were too small, or timed under load, to tell
-    the rate apart from per-op costs)."""
-    if key[0] != "cpu" or cpu_count < 1:
-        return
-    best = fit.peak_flops_per_s * max(fit.efficiency.values(), default=1.0)
-    most = CPU_CORE_FLOPS_MAX * cpu_count
-    if best > most:
-        raise CalibrationError(
-            f"The segment fit gives the CPU devices ({key[1]}) {best / 1e12:.3g} TFLOP/s, "
-            f"beyond what {cpu_count} CPU core(s) can do ({most / 1e12:g} TFLOP/s at most): "
-            "the timed segments do not pin the compute rate (too little work in them, or "
-            "timed on a busy machine). Calibrate again on an idle "
-            "machine (--overwrite), with larger --models; the records are kept, so "
-            "--refit after adding measurements.")
+def rate_warnings(fit, key: tuple[str, str], cpu_count: int) -> list[str]:
+    """What is implausible about a segment fit's rates, with what to measure again: a
+    rate the segments could not pin (it ran to its bound), and a CPU compute rate no CPU
+    of ``cpu_count`` cores has (the segments were too small, or timed under load, to
+    tell the rate apart from per-op costs). Empty when nothing is."""
+    out = []
+    what = f"{key[0]} devices ({key[1]})"
+    remedy = ("calibrate again on an idle machine (--overwrite) with larger --models "
+              "(segments that do more work); the records are kept, so --refit after "
+              "adding measurements")
+    for rate in getattr(fit, "unpinned", ()):
+        out.append(f"the timed segments do not pin the {what}' {rate} (the fit ran to its "
+                   "bound: their times are per-op and launch costs): ops with much more "
+                   f"work than these segments will be mispredicted; {remedy}.")
+    if key[0] == "cpu" and cpu_count >= 1 and "peak compute rate" not in getattr(
+            fit, "unpinned", ()):
+        best = fit.peak_flops_per_s * max(fit.efficiency.values(), default=1.0)
+        most = CPU_CORE_FLOPS_MAX * cpu_count
+        if best > most:
+            out.append(f"the segment fit gives the {what} {best / 1e12:.3g} TFLOP/s, beyond "
+                       f"what {cpu_count} CPU core(s) can do ({most / 1e12:g} TFLOP/s at "
+                       f"most): the timed segments do not pin the compute rate; {remedy}.")
+    return out
 
 
 def _strip_residuals(report: dict) -> dict:

@@ -167,6 +167,8 @@ def format_report(model, report: dict) -> str:
             lines.append(f"  {k} scale not pinned (kept at 1): {why}.")
         for note in st.get("notes", []):
             lines.append(f"  {note}")
+    for w in report.get("warnings", []):
+        lines.append(f"WARNING: {w}")
     load = report.get("load_average")
     if load:
         cores = report.get("cpu_count") or 1

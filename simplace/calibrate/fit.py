@@ -111,7 +111,9 @@ class SegmentFit:
     A segment timed alone (blocking) costs ``base_s`` (dispatch + launch + wait, from a
     tiny call) plus the sum of its ops' roofline times (``Device.roofline_s``) under
     ``peak_flops_per_s``, ``memory_bandwidth_bytes_per_s``, ``efficiency`` and
-    ``class_overhead_s`` per class and ``fused_bytes_fraction``.
+    ``class_overhead_s`` per class and ``fused_bytes_fraction``. ``unpinned`` names the
+    rates (``"peak compute rate"``, ``"memory bandwidth"``) that ran to their bounds:
+    the segments' times do not depend on them, and neither figure is to be trusted.
     """
 
     peak_flops_per_s: float
@@ -122,6 +124,7 @@ class SegmentFit:
     classes_fitted: tuple[str, ...]
     parallel_launch_s: float = 0.0
     unfused_overhead_s: float = 0.0
+    unpinned: tuple[str, ...] = ()
 
     def device(self, **fields):
         """A ``Device`` with these costs (``fields``: name, kind, memory_bytes...)."""
@@ -245,16 +248,14 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
         if res is None or r.cost < res.cost:
             res = r
     # A rate that ran to its bound is one the segments cannot see (their times come from
-    # per-op and launch costs): written, it would be an absurd figure (101 TB/s of memory
-    # bandwidth for a 2-core VM's CPU, calibrated at 19:40 on 2026-11-23).
-    for k, what, bounds in ((0, "peak compute rate", _PEAK_FLOPS_BOUNDS),
-                            (1, "memory bandwidth", _BANDWIDTH_BOUNDS)):
-        if res.x[k] >= math.log(bounds[1]) - 0.01:
-            raise CalibrationError(
-                f"The timed segments do not pin the devices' {what}: the fit ran to its "
-                f"bound ({bounds[1]:.0e}), as their times are nearly all per-op and launch "
-                "costs. Calibrate again on an idle machine (--overwrite), with larger "
-                "--models (segments that do more work).")
+    # per-op and launch costs). It is kept (these segments do not depend on it) but
+    # named, so that the calibration says so instead of writing an absurd figure
+    # silently (101 TB/s of memory bandwidth for a 2-core VM's CPU, calibrated at 19:40
+    # on 2026-11-23).
+    unpinned = tuple(what for k, what, bounds in (
+        (0, "peak compute rate", _PEAK_FLOPS_BOUNDS),
+        (1, "memory bandwidth", _BANDWIDTH_BOUNDS))
+        if res.x[k] >= math.log(bounds[1]) - 0.01)
     peak, bw, eff, ovh, frac = unpack(res.x)
     # The efficiency of the best class is 1 by convention: fold it into the peaks.
     top = float(eff.max()) if npres else 1.0
@@ -266,7 +267,7 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
     return SegmentFit(peak_flops_per_s=peak * top, memory_bandwidth_bytes_per_s=bw * top,
                       efficiency=eff_out, class_overhead_s=ovh_out,
                       fused_bytes_fraction=float(frac),
-                      classes_fitted=tuple(OP_CLASSES[k] for k in present),
+                      classes_fitted=tuple(OP_CLASSES[k] for k in present), unpinned=unpinned,
                       parallel_launch_s=float(res.x[-1] * us) if par.any() else 0.0,
                       unfused_overhead_s=float(res.x[-2] * us) if unfused.any() else 0.0)
 
