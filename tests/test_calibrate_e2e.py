@@ -110,7 +110,8 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert {(r["src"], r["dst"]) for r in _kinds(recs, "link")} == {("cpu:0", "cpu:1")}
     for r in _kinds(recs, "link"):  # the copy after the call returned, within each sample
         after, block = r["after_call"]["samples_s"], r["timing"]["samples_s"]
-        assert len(after) == len(block) and all(0 < a <= b for a, b in zip(after, block))
+        assert len(after) == len(block)
+        assert all(0 < a <= b for a, b in zip(after, block, strict=True))
     phases = {r["phase"]: r for r in _kinds(recs, "phase")}
     assert phases["links"]["skipped_for_budget"] == 1
     assert [(r["a"], r["b"]) for r in _kinds(recs, "exclusive")] == [("cpu:0", "cpu:1")]
