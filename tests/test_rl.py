@@ -351,3 +351,24 @@ def test_portfolio_restarts_and_polish_are_deterministic(small_case):
     assert "restarts" not in c.info and "polish_gain" not in c.info
     with pytest.raises(SimplaceError, match="patience"):
         optimize(g, cm, method="rl-gnn", **{**kw, "patience": -1})
+
+
+def test_warm_starts_leave_the_budget_to_the_policy(small_case):
+    """Under a time budget the named warm-start heuristics after the first are not begun
+    once WARM_SHARE of it is spent (nmt_2layer's first update came after the whole
+    30 s); without a budget every one runs."""
+    import time
+
+    from simplace.placers import PlacerContext
+    from simplace.placers.rl import WARM_SHARE, _warm_starts
+
+    g, cm = small_case
+    names = "single,m_topo,m_etf"
+    late = PlacerContext(g, cm, budget_s=1.0, options={"warm_start": names},
+                         t_begin=time.perf_counter() - 2 * WARM_SHARE)
+    found, scores = _warm_starts(late)
+    assert [n for n, _ in found] == ["single"] and len(scores) == 1
+    free = PlacerContext(g, cm, options={"warm_start": names})
+    assert [n for n, _ in _warm_starts(free)[0]] == ["single", "m_topo", "m_etf"]
+    early = PlacerContext(g, cm, budget_s=1000.0, options={"warm_start": names})
+    assert len(_warm_starts(early)[0]) == 3

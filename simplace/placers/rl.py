@@ -16,7 +16,8 @@ Options (``optimize(..., **options)``):
     left, and the polished ones (``<name>+polish``, ``info["prepolished"]``) are what
     the policy trains from; at the end each stint's best is polished again
     (``polish_batches``: at most that many batches per polish, 0: no polish).
-    Default: none.
+    Under a time budget, the named heuristics after the first are not begun once 30%
+    of it is spent (``WARM_SHARE``). Default: none.
   units: ``"auto"`` (co-location groups cut to at most ``max_units`` ranges; default 256
     for seq2seq, 1024 for the others), ``"ops"`` or an int. hidden, groups, layers:
     policy sizes.
@@ -40,7 +41,9 @@ placement so far is returned (``info["stop"] == "interrupted"``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import time
 
 import numpy as np
 
@@ -50,6 +53,10 @@ from simplace.search import OOM_PENALTY, SESSION_OPTIONS
 
 DEFAULT_MAX_UNITS = {"seq2seq": 256, "hierarchical": 1024, "gnn": 1024}
 _NOT_WARM = ("local", "exact", "all")
+# Under a time budget, warm-start heuristics after the first are not begun once this
+# share of it is spent: the policy needs the rest to compile and train (with every
+# heuristic, nmt_2layer's first update came after the whole 30 s budget).
+WARM_SHARE = 0.3
 _POLICY_KW = {"seq2seq": ("hidden", "attention"),
               "hierarchical": ("hidden", "groups", "grouper_hidden", "attention"),
               "gnn": ("hidden", "groups", "layers")}
@@ -103,8 +110,14 @@ def _warm_starts(ctx: PlacerContext):
                     f"Unknown warm-start method {n!r}: use one of "
                     f"{', '.join(fast_heuristics())}, 'best', 'none' or a placement.")
         # Raw placements (no reference simulation): they are scored below in one batch.
-        found = [(n, check_placement(run_method(ctx.graph, ctx.cost_model, n, seed=ctx.seed)[0]
-                                     .placement, m, d)) for n in names]
+        until = (math.inf if ctx.budget_s is None
+                 else ctx.t_begin + WARM_SHARE * float(ctx.budget_s))
+        found = []
+        for n in names:
+            if found and time.perf_counter() > until:
+                break  # the rest of the budget is the policy's (WARM_SHARE)
+            found.append((n, check_placement(run_method(ctx.graph, ctx.cost_model, n,
+                                                        seed=ctx.seed)[0].placement, m, d)))
     else:
         try:
             found = [("placement", check_placement(np.asarray(ws), m, d))]
@@ -145,9 +158,6 @@ def _prepolish(ctx: PlacerContext, session, cfg, warm, warm_scores):
     (``simplace.rl.refine.polish``, at most ``cfg.polish_batches`` batches) within an
     equal part of ``cfg.polish_share`` of the time left, added as ``<name>+polish``;
     the warm starts unchanged when there are none or the polish is off."""
-    import math
-    import time
-
     from simplace.rl.refine import polish
     from simplace.rl.reinforce import portfolio_starts
 
