@@ -527,6 +527,18 @@ def test_build_links_from_the_copy_time_after_the_call():
     # the other links: blocking times less the ready put, as before
     assert report["links"]["cpu:1->cpu:0"]["timed"] == "blocking, ready put taken out"
     assert model.latency_s[1, 0] == pytest.approx(LINK[("cpu", "cpu")][0], rel=0.1)
+    # copies whose time after the call does not grow with size (small sizes only): the
+    # blocking times are fitted instead, and the report says why
+    for r in recs:
+        if r["kind"] == "link" and r["src"] == "cpu:0":
+            r["after_call"] = _timing(rng, 3e-6)
+    model, report = build_cost_model(recs)
+    r = report["links"]["cpu:0->cpu:1"]
+    assert r["timed"] == ("blocking, ready put taken out (after the call: not growing "
+                          "with size)")
+    assert report["links_missing"] == []
+    assert model.bandwidth_bytes_per_s[0, 1] == pytest.approx(LINK[("cpu", "cpu")][1],
+                                                              rel=0.05)
     # a bad after_call timing is an error naming the record and field
     bad = [dict(r) for r in recs]
     k = next(i for i, r in enumerate(bad) if "after_call" in r)
