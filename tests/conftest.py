@@ -12,7 +12,20 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # tests/test_compile_cache.py checks it in subprocesses.
 os.environ["SIMPLACE_COMPILE_CACHE"] = "off"
 
+import warnings  # noqa: E402
+
 import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def mlp_graph():
+    """The small mlp's training graph (78 ops), traced once per worker."""
+    from simplace import trace, zoo
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fn, args = zoo.get("mlp", small=True, abstract=True, training=True)
+        return trace(fn, *args, name="mlp")
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -5,7 +5,6 @@ the per-call host times and their arity turned into ``dispatch_s`` and ``argumen
 
 import copy
 import dataclasses
-import warnings
 
 import numpy as np
 import pytest
@@ -17,16 +16,6 @@ from simplace.cost_model import CostModel
 from simplace.errors import CalibrationError
 from simplace.sim import simulate
 from tests.test_calibrate import synthetic_records
-
-
-@pytest.fixture(scope="module")
-def mlp_graph():
-    from simplace import trace, zoo
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fn, args = zoo.get("mlp", small=True, abstract=True, training=True)
-        return trace(fn, *args, name="mlp")
 
 
 def _machine(argument_s=2e-6):

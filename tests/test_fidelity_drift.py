@@ -4,7 +4,6 @@ express; ``fit_drift`` fits one ``host_scale`` for every host call (dispatch,
 ``device_put``, call arguments) and recovers it from steps simulated under it."""
 
 import dataclasses
-import warnings
 
 import numpy as np
 import pytest
@@ -14,14 +13,9 @@ from simplace.sim import simulate
 from simplace.validate import fit_drift
 
 
-@pytest.fixture(scope="module")
-def graph():
-    from simplace import trace, zoo
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fn, args = zoo.get("mlp", small=True, abstract=True, training=True)
-        return trace(fn, *args, name="mlp")
+@pytest.fixture()
+def graph(mlp_graph):
+    return mlp_graph
 
 
 def _machine():

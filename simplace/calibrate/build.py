@@ -15,18 +15,10 @@ import numpy as np
 from scipy.optimize import least_squares, nnls
 
 from simplace.calibrate.exclusive import EXCLUSIVE_BELOW, exclusive_groups, overlap
-from simplace.calibrate.fit import fit_link, fit_segments, predict_segments
+from simplace.calibrate.fit import fit_link, fit_segments, predict_segments, rel_errors
 from simplace.calibrate.harness import Timing
 from simplace.cost_model import CostModel, Provenance
 from simplace.errors import CalibrationError
-
-
-def _rel_errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
-    if len(meas) == 0:
-        return {"n": 0, "median_rel_error": None, "p90_rel_error": None}
-    err = np.abs(pred / meas - 1.0)
-    return {"n": int(len(meas)), "median_rel_error": float(np.median(err)),
-            "p90_rel_error": float(np.percentile(err, 90))}
 
 
 def _last_by(records: Sequence[dict], kind: str, key) -> dict:
@@ -107,10 +99,10 @@ def fit_device(seg_records: Sequence[dict], base_s,
     op_part = t - base
     big = op_part >= OP_PART_MIN_S
     report = {
-        "held_out": _rel_errors(pred[held], t[held]),
-        "held_out_op_part": _rel_errors(pred[held & big] - base[held & big],
+        "held_out": rel_errors(pred[held], t[held]),
+        "held_out_op_part": rel_errors(pred[held & big] - base[held & big],
                                         op_part[held & big]),
-        "fitted": _rel_errors(pred[~held], t[~held]),
+        "fitted": rel_errors(pred[~held], t[~held]),
         "classes_fitted": list(fit.classes_fitted),
         "segments_measured": int(len(recs)),
         "ops_in_segments": int(sum(len(r["primitive"]) for r in recs)),
@@ -268,7 +260,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                             bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.1)
         coef[used] = sol.x
         pred = a @ coef
-        report["host"] = dict(_rel_errors(pred, y), steps=len(y))
+        report["host"] = dict(rel_errors(pred, y), steps=len(y))
         for n, k in zip(names, key_of, strict=True):
             if coef[k] > 0:
                 dispatch[n] = float(coef[k])

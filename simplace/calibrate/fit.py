@@ -28,6 +28,16 @@ def _least_squares(residuals, x0, lower, upper):
                          f_scale=LOG_F_SCALE, method="trf", x_scale=1.0, max_nfev=2000)
 
 
+def rel_errors(pred: np.ndarray, meas: np.ndarray) -> dict:
+    """``{"n", "median_rel_error", "p90_rel_error"}`` of ``|pred / meas - 1|`` (None for
+    no points): how the calibration reports every fit's errors."""
+    if len(meas) == 0:
+        return {"n": 0, "median_rel_error": None, "p90_rel_error": None}
+    err = np.abs(pred / meas - 1.0)
+    return {"n": int(len(meas)), "median_rel_error": float(np.median(err)),
+            "p90_rel_error": float(np.percentile(err, 90))}
+
+
 @dataclasses.dataclass(frozen=True)
 class LinkFit:
     """A fitted link: ``t = latency_s + nbytes / bandwidth_bytes_per_s``.

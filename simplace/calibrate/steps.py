@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from simplace.calibrate.fit import rel_errors
 from simplace.errors import CalibrationError
 
 SCALES = ("host", "argument", "compute", "launch", "link")
@@ -149,14 +150,6 @@ class StepFit:
     scales: dict[str, float]
     pinned: tuple[str, ...]
     report: dict[str, Any]
-
-
-def _errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, Any]:
-    if len(meas) == 0:
-        return {"n": 0, "median_rel_error": None, "p90_rel_error": None}
-    err = np.abs(pred / meas - 1.0)
-    return {"n": int(len(meas)), "median_rel_error": float(np.median(err)),
-            "p90_rel_error": float(np.percentile(err, 90))}
 
 
 def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
@@ -286,8 +279,8 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     # alone do; on a noisy host a few steps slowed by something else can pull them the
     # wrong way (on the 2-core VM the fit raised host costs 16% and made held-out steps
     # worse). Then the pieces' own figures stand, and the report says so.
-    held_before = _errors(pred_before[held], meas[held])
-    held_after = _errors(pred_after[held], meas[held])
+    held_before = rel_errors(pred_before[held], meas[held])
+    held_after = rel_errors(pred_after[held], meas[held])
     rejected = None
     if held.any() and held_after["median_rel_error"] >= held_before["median_rel_error"]:
         rejected = (f"the fitted scales predict the {int(held.sum())} held-out steps "
@@ -300,8 +293,8 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     report = {
         "steps": len(items), "graphs": len(base),
         "scales": scales,
-        "before": _errors(pred_before, meas),
-        "fitted": _errors(pred_after[~held], meas[~held]),
+        "before": rel_errors(pred_before, meas),
+        "fitted": rel_errors(pred_after[~held], meas[~held]),
         "held_out": held_after,
         "held_out_before": held_before,
         **({"rejected": rejected, "rejected_scales": fitted_scales} if rejected else {}),
