@@ -49,40 +49,26 @@ def block_moves(units, num_devices: int, limit: int | None = None,
     u = len(units)
     if u == 0 or num_devices < 2:
         return np.zeros((0, u), np.int32)
-    starts = runs(units)
+    # The moves as ranges (``range_moves``: per boundary 2 * reach shifts, per run one
+    # move to each other device), each list rotated to start at ``offset``.
+    moves = range_moves(units, num_devices, reach)
+    nr = len(runs(units)) - 1
+    nb = nr - 1
+    shifts, whole = moves[:nb * 2 * reach], moves[nb * 2 * reach:]
+    if nb:
+        shifts = np.roll(shifts.reshape(nb, -1, 3), -(offset % nb), axis=0).reshape(-1, 3)
+    whole = np.roll(whole.reshape(nr, -1, 3), -(offset % nr), axis=0).reshape(-1, 3)
     cap = np.inf if limit is None else int(limit)
     out, seen = [], {units.tobytes()}
-
-    def add(a) -> bool:
+    for lo, hi, d in np.concatenate([shifts, whole]):
+        a = units.copy()
+        a[lo:hi] = d
         key = a.tobytes()
         if key not in seen:
             seen.add(key)
             out.append(a)
-        return len(out) >= cap
-
-    bounds = starts[1:-1]
-    nb, nr = len(bounds), len(starts) - 1
-    # Boundary shifts: the first unit of run r joins run r-1, or the last unit of run
-    # r-1 joins run r.
-    for i in range(nb):
-        k = (i + offset) % nb
-        b, lo, hi = bounds[k], starts[k], starts[k + 2]
-        for j in range(1, reach + 1):
-            for sl, dev in ((slice(b, min(b + j, hi)), units[b - 1]),
-                            (slice(max(b - j, lo), b), units[b])):
-                a = units.copy()
-                a[sl] = dev
-                if add(a):
-                    return np.stack(out)
-    for i in range(nr):
-        r = (i + offset) % nr
-        lo, hi = starts[r], starts[r + 1]
-        for d in range(num_devices):
-            if d != units[lo]:
-                a = units.copy()
-                a[lo:hi] = d
-                if add(a):
-                    return np.stack(out)
+            if len(out) >= cap:
+                break
     return np.stack(out) if out else np.zeros((0, u), np.int32)
 
 
