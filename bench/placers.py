@@ -19,6 +19,7 @@ import platform
 import time
 
 import simplace
+import simplace.placers
 from simplace import zoo
 from simplace.cli import results_table
 from simplace.placers import compare, optimize
@@ -70,17 +71,17 @@ def main():
 
 
 def _run(graph, cm, methods, args) -> list:
-    """``compare``'s results, except that list schedulers run without a time budget
-    (``--budget-s`` is the search methods'; given one, a list scheduler stops starting
-    runs when it is spent, and its result would depend on the machine's load)."""
+    """``compare``'s results, except that list schedulers run first, without a time
+    budget (``--budget-s`` is the search methods'; given one, a list scheduler stops
+    starting runs when it is spent, and its result would depend on the machine's load).
+    Their results go to ``compare`` as ``prior``: the searches start from them, as they
+    would from any method run before them."""
     if methods is None:
-        return compare(graph, cm, None, seed=args.seed, budget_s=args.budget_s)
-    others = [m for m in methods if m not in LIST_SCHEDULERS]
-    done = {r.method: r for r in compare(graph, cm, others, seed=args.seed,
-                                         budget_s=args.budget_s)} if others else {}
-    for m in methods:
-        if m in LIST_SCHEDULERS:
-            done[m] = optimize(graph, cm, m, seed=args.seed)
+        methods = [m for m in simplace.placers.methods() if m != "exact"]
+    prior = [optimize(graph, cm, m, seed=args.seed) for m in methods
+             if m in LIST_SCHEDULERS]
+    done = {r.method: r for r in compare(graph, cm, methods, seed=args.seed,
+                                         budget_s=args.budget_s, prior=prior)}
     return [done[m] for m in methods if m in done]
 
 

@@ -83,6 +83,17 @@ def test_compare_shares_its_budget_and_searches_start_from_the_best_so_far(nmt, 
         compare(nmt, k40x4, ["single", "nope"])
 
 
+def test_compare_takes_prior_results_as_starts_without_running_them_again(nmt, k40x4):
+    heft = simplace.optimize(nmt, k40x4, "heft")
+    messages = []
+    results = compare(nmt, k40x4, ["single", "heft", "local"], budget_s=4.0,
+                      progress=messages.append, prior=[heft])
+    assert [r.method for r in results] == ["heft", "single", "local"]
+    assert results[0] is heft
+    assert not any("running heft" in m for m in messages)
+    assert results[-1].step_time_s <= heft.step_time_s * (1 + 1e-9)
+
+
 def test_all_returns_the_best_fitting_result(nmt, k40x4):
     best = simplace.optimize(nmt, k40x4, "all", budget_s=2.0)
     check_result(nmt, k40x4, best, expect_fit=True)

@@ -18,7 +18,7 @@ import functools
 import importlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -328,7 +328,8 @@ def is_search(method: str) -> bool:
 
 def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int = 0,
             budget_s: float | None = None,
-            progress: Callable[[str], None] | None = None) -> list[OptimizeResult]:
+            progress: Callable[[str], None] | None = None,
+            prior: Sequence[OptimizeResult] = ()) -> list[OptimizeResult]:
     """Run several methods (default: every one except ``exact``) on one problem, within
     one shared wall-time budget (default ``COMPARE_DEFAULT_BUDGET_S``).
 
@@ -340,8 +341,10 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     search, the time to build a search's first batch (compilation) is outside its part.
     A method that fails is reported through ``progress`` and left out, so one broken
     method does not hide the rest; a search left with under a second is skipped and
-    reported. Returns the results in the
-    order run.
+    reported. ``prior``: results of the same graph and machine computed before (for
+    instance list schedulers run without a budget, so that their result does not depend
+    on the machine's load): not run again, used like the fast methods' results (the
+    searches start from them), and returned first. Returns the results in the order run.
     """
     _load_methods()
     if methods_ is None:
@@ -350,12 +353,14 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     if unknown:
         raise SimplaceError(f"Unknown placement method(s) {', '.join(unknown)}. Available: "
                             f"{', '.join(sorted(_METHODS))}.")
+    done = {r.method for r in prior}
+    methods_ = [m for m in methods_ if m not in done]
     fast = [m for m in methods_ if not is_search(m)]
     searches = sorted((m for m in methods_ if is_search(m)), key=lambda m: (m != "local", m))
     total_s = COMPARE_DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
     t0 = time.perf_counter()
     fast_until = t0 + (_FAST_SHARE * total_s if searches else total_s)
-    results = []
+    results = list(prior)
 
     def run(m, budget, **options):
         if progress:
