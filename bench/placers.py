@@ -2,6 +2,7 @@
 
     python bench/placers.py [--models nmt_2layer,rnnlm,...] [--machines haswell_k40x2,...]
                             [--budget-s 30] [--small] [--out placers.json]
+    python bench/placers.py --summary-of a.json b.json   # the summary of saved rows
 
 For each (model, machine) it prints the table of `simplace optimize --method all`: step
 time, speedup over `single`, gap to the lower bound, peak memory / OOM, wall time of the
@@ -40,7 +41,17 @@ def main():
     ap.add_argument("--small", action="store_true", help="tiny model sizes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write all rows as JSON")
+    ap.add_argument("--summary-of", nargs="+", metavar="ROWS.json",
+                    help="run nothing: print the summary of rows saved by earlier runs "
+                         "(--out), several files together")
     args = ap.parse_args()
+    if args.summary_of:
+        rows = []
+        for path in args.summary_of:
+            with open(path) as f:
+                rows += json.load(f)
+        print(summary(rows))
+        return
 
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}")
@@ -138,7 +149,42 @@ def summary(rows: list[dict]) -> str:
             note = " (m_sct OOM)" if s_oom else (" (expert OOM)" if e_oom else "")
             lines.append(f"  {model:<14} {machine:<18} m_sct/expert {ratio:5.2f}"
                          f"{'  ok' if ratio <= 1.06 and not s_oom else '  no'}{note}")
+    lines += _target_lines(rows)
     return "\n".join(lines)
+
+
+def _target_lines(rows: list[dict]) -> list[str]:
+    """Issue 15's targets row by row: the best RL placer against the best other method
+    (faster by that factor: > 1 means RL wins), and the best of all methods over the
+    lower bound. OOM results count only where nothing fits."""
+    lines = []
+    keys = list(dict.fromkeys((r["model"], r["machine"]) for r in rows))
+    rl_rows, bound_rows = [], []
+    for key in keys:
+        mine = [r for r in rows if (r["model"], r["machine"]) == key]
+        fits = [r for r in mine if not r["oom"]] or mine
+
+        def best(rs):
+            return min((r["step_time_s"] for r in rs), default=None)
+
+        rl = best([r for r in fits if r["method"].startswith("rl-")])
+        other = best([r for r in fits if not r["method"].startswith("rl-")])
+        if rl is not None and other is not None:
+            rl_rows.append((key, other / rl))
+        if mine and mine[0]["lower_bound_s"] > 0:
+            bound_rows.append((key, best(fits) / mine[0]["lower_bound_s"]))
+    if rl_rows:
+        wins = sum(x >= 1.05 for _, x in rl_rows)
+        never_worse = sum(x >= 1 - 1e-9 for _, x in rl_rows)
+        lines.append(f"\nbest RL vs best other method (other / RL step time): RL no slower on "
+                     f"{never_worse} of {len(rl_rows)} rows, >= 5% faster on {wins}")
+        lines += [f"  {m:<14} {mc:<18} {x:6.3f}" for (m, mc), x in rl_rows]
+    if bound_rows:
+        ok = sum(x <= 1.5 for _, x in bound_rows)
+        lines.append(f"\nbest of all methods / lower bound: within 1.5x on {ok} of "
+                     f"{len(bound_rows)} rows")
+        lines += [f"  {m:<14} {mc:<18} {x:6.2f}" for (m, mc), x in bound_rows]
+    return lines
 
 
 if __name__ == "__main__":
