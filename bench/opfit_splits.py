@@ -65,12 +65,15 @@ def splits(segs, t, base, thr, seeds) -> dict:
 
     par = np.array([_has_parallel(r, thr) for r in segs])
     rows, pooled = [], []
+    by_segment: list[list[float]] = [[] for _ in segs]
     for seed in seeds:
         fit, rep = fit_device(segs, base, thr, seed=seed)
         held = np.random.default_rng(seed).random(len(segs)) < 0.25  # fit_device's split
         pred = predict_segments(fit.device(name="p", kind="cpu", memory_bytes=1.0), segs,
                                 base + par * fit.parallel_launch_s)
         pooled += list(np.abs(pred[held] / t[held] - 1.0))
+        for i in np.flatnonzero(held):
+            by_segment[i].append(float(pred[i] / t[i] - 1.0))
         rows.append({"seed": seed, "n": rep["held_out"]["n"],
                      "median": rep["held_out"]["median_rel_error"],
                      "p90": rep["held_out"]["p90_rel_error"],
@@ -80,6 +83,8 @@ def splits(segs, t, base, thr, seeds) -> dict:
     p90 = np.array([r["p90"] for r in rows])
     pooled = np.array(pooled)
     return {"per_seed": rows,
+            "by_segment": [float(np.median(v)) if v else None for v in by_segment],
+            "parallel": par.tolist(),
             "median_of_medians": float(np.median(med)), "median_of_p90s": float(np.median(p90)),
             "medians_range": [float(med.min()), float(med.max())],
             "medians_iqr": [float(np.percentile(med, 25)), float(np.percentile(med, 75))],
@@ -99,6 +104,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=50, help="splits: seeds 0..N-1 (default 50)")
     ap.add_argument("--percentile", type=float, default=None,
                     help="PARALLEL_PERCENTILE for the thresholds (default: simplace's)")
+    ap.add_argument("--worst", type=int, default=0,
+                    help="also list the N segments predicted worst when held out")
     ap.add_argument("--out", default=None, help="write the table here (.txt, and .json beside)")
     args = ap.parse_args(argv)
     from simplace.calibrate import build
@@ -134,6 +141,17 @@ def main(argv=None) -> int:
         + " ".join(argv if argv is not None else sys.argv[1:])
         + f"  (load {os.getloadavg()[0]:.2f}; offline, from records)",
     ]
+    if args.worst:
+        err = np.array([np.nan if e is None else e for e in res["by_segment"]])
+        lines.append("segments predicted worst when held out (median over the splits that "
+                     "held them out; t: measured, base: launch + own call's host time):")
+        for i in np.argsort(-np.nan_to_num(np.abs(err), nan=-1.0))[:args.worst]:
+            r = segs[i]
+            lines.append(
+                f"  {r['model']:<12} ops {r['first']}-{r['stop']} ({len(r['primitive'])}), "
+                f"{r['outputs']} outputs, t {t[i] * 1e6:.1f} us, base {base[i] * 1e6:.1f} us, "
+                f"pool {'yes' if res['parallel'][i] else 'no'}, flops "
+                f"{sum(r['flops']):.3g}: {100 * err[i]:+.0f}%")
     print("\n".join(lines))
     if args.out:
         out = Path(args.out)
