@@ -372,3 +372,26 @@ def test_warm_starts_leave_the_budget_to_the_policy(small_case):
     assert [n for n, _ in _warm_starts(free)[0]] == ["single", "m_topo", "m_etf"]
     early = PlacerContext(g, cm, budget_s=1000.0, options={"warm_start": names})
     assert len(_warm_starts(early)[0]) == 3
+
+
+def test_warm_start_takes_several_placements(small_case):
+    """``warm_start`` as int[K, M] (what ``compare`` passes: every placement found so
+    far, best first): each is a warm start, scored, in the order given; a bad row is
+    named."""
+    from simplace.placers import PlacerContext
+    from simplace.placers.rl import _warm_starts
+
+    g, cm = small_case
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, cm.num_devices, size=(3, g.num_ops))
+    found, scores = _warm_starts(PlacerContext(g, cm, options={"warm_start": rows}))
+    assert [n for n, _ in found] == ["placement[0]", "placement[1]", "placement[2]"]
+    assert all(np.array_equal(p, r) for (_, p), r in zip(found, rows, strict=True))
+    ctx = PlacerContext(g, cm)
+    assert scores == pytest.approx([float(s) for s in ctx.score(rows)], rel=1e-12)
+    one, _ = _warm_starts(PlacerContext(g, cm, options={"warm_start": rows[1]}))
+    assert [n for n, _ in one] == ["placement"]
+    bad = rows.copy()
+    bad[2, 0] = cm.num_devices
+    with pytest.raises(SimplaceError, match=r"warm_start placement\[2\] is invalid"):
+        _warm_starts(PlacerContext(g, cm, options={"warm_start": bad}))

@@ -388,8 +388,11 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         if m == "local":
             options = {"starts": [r.placement for r in results]} if results else {}
         else:
-            best = min(found, key=lambda r: r.step_time_s) if found else None
-            options = {"warm_start": best.placement} if best is not None else {}
+            # Every placement found so far, best first: the policy starts from the best
+            # and its portfolio restarts from the next distinct ones (other basins).
+            ranked = sorted(found, key=lambda r: r.step_time_s)
+            options = {"warm_start": np.stack([r.placement for r in ranked])} \
+                if ranked else {}
         run(m, share_s, **options)
     return results
 

@@ -7,17 +7,17 @@ Options (``optimize(..., **options)``):
   samples: placements per update (K, default 64); any ``RLConfig`` field (reward,
     baseline, lr, entropy, oom...).
   warm_start: a method name, comma-separated names, ``"best"`` (every fast heuristic),
-    or an int[M] placement: the best of them seeds the best-so-far (so the result is
-    never worse) and the policy first imitates it; once training stalls it restarts
-    from the next of the ``portfolio`` (default 3) best distinct ones, then from the
-    run's best (``patience``: updates without progress before a restart, default 100;
-    0: never). Before training, those portfolio starts are polished by op-level moves
-    (``simplace.rl.refine.polish``) within ``polish_share`` (default 0.2) of the time
-    left, and the polished ones (``<name>+polish``, ``info["prepolished"]``) are what
-    the policy trains from; at the end each stint's best is polished again
-    (``polish_batches``: at most that many batches per polish, 0: no polish).
-    Under a time budget, the named heuristics after the first are not begun once 30%
-    of it is spent (``WARM_SHARE``). Default: none.
+    an int[M] placement or several (int[K, M]): the best of them seeds the best-so-far
+    (so the result is never worse) and the policy first imitates it; once training
+    stalls it restarts from the next of the ``portfolio`` (default 3) best distinct
+    ones, then from the run's best (``patience``: updates without progress before a
+    restart, default 100; 0: never). Before training, those portfolio starts are
+    polished by op-level moves (``simplace.rl.refine.polish``) within ``polish_share``
+    (default 0.2) of the time left, and the polished ones (``<name>+polish``,
+    ``info["prepolished"]``) are what the policy trains from; at the end each stint's
+    best is polished again (``polish_batches``: at most that many batches per polish, 0:
+    no polish). Under a time budget, the named heuristics after the first are not begun
+    once 30% of it is spent (``WARM_SHARE``). Default: none.
   units: ``"auto"`` (co-location groups cut to at most ``max_units`` ranges; default 256
     for seq2seq, 1024 for the others), ``"ops"`` or an int. hidden, groups, layers:
     policy sizes.
@@ -119,10 +119,15 @@ def _warm_starts(ctx: PlacerContext):
             found.append((n, check_placement(run_method(ctx.graph, ctx.cost_model, n,
                                                         seed=ctx.seed)[0].placement, m, d)))
     else:
-        try:
-            found = [("placement", check_placement(np.asarray(ws), m, d))]
-        except SimplaceError as err:
-            raise SimplaceError(f"warm_start placement is invalid: {err}") from None
+        arr = np.asarray(ws)
+        rows = [arr] if arr.ndim == 1 else list(arr)  # one placement, or int[K, M]
+        found = []
+        for k, row in enumerate(rows):
+            label = "placement" if arr.ndim == 1 else f"placement[{k}]"
+            try:
+                found.append((label, check_placement(row, m, d)))
+            except SimplaceError as err:
+                raise SimplaceError(f"warm_start {label} is invalid: {err}") from None
     scores = [float(s) for s in ctx.score(np.stack([p for _, p in found]))]
     return found, scores
 
