@@ -336,9 +336,10 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     The fast methods run first, together within 40% of the budget; then the searches
     share what is left, each taking an equal part of the time remaining when it starts:
     ``local`` first, starting from every placement found before it (none is
-    recomputed), then the ``rl-*`` methods, warm-started from the best placement found
-    so far. So no search returns worse than the best method before it. As for one
-    search, the time to build a search's first batch (compilation) is outside its part.
+    recomputed), then the ``rl-*`` methods, warm-started from every placement found so
+    far, best first (the best seeds them; their restarts go to the next ones). So no
+    search returns worse than the best method before it. As for one search, the time
+    to build a search's first batch (compilation) is outside its part.
     A method that fails is reported through ``progress`` and left out, so one broken
     method does not hide the rest; a search left with under a second is skipped and
     reported. ``prior``: results of the same graph and machine computed before (for
