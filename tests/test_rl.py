@@ -395,3 +395,6 @@ def test_warm_start_takes_several_placements(small_case):
     bad[2, 0] = cm.num_devices
     with pytest.raises(SimplaceError, match=r"warm_start placement\[2\] is invalid"):
         _warm_starts(PlacerContext(g, cm, options={"warm_start": bad}))
+    for shape in ((0, g.num_ops), (2, 2, g.num_ops)):
+        with pytest.raises(SimplaceError, match="int\\[K, M\\] placements; got an array"):
+            _warm_starts(PlacerContext(g, cm, options={"warm_start": np.zeros(shape, int)}))

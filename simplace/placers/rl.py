@@ -120,6 +120,11 @@ def _warm_starts(ctx: PlacerContext):
                                                         seed=ctx.seed)[0].placement, m, d)))
     else:
         arr = np.asarray(ws)
+        if arr.ndim not in (1, 2) or arr.size == 0:
+            raise SimplaceError(
+                f"warm_start must be a method name, comma-separated names, 'best', 'none', "
+                f"an int[M] placement or int[K, M] placements; got an array of shape "
+                f"{arr.shape}.")
         rows = [arr] if arr.ndim == 1 else list(arr)  # one placement, or int[K, M]
         found = []
         for k, row in enumerate(rows):
