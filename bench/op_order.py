@@ -15,7 +15,6 @@ Nothing here changes what the executor or the simulators do.
 """
 
 import argparse
-import dataclasses
 import heapq
 import os
 import platform
@@ -58,25 +57,6 @@ def windowed_order(graph: OpGraph, placement: np.ndarray, window: int | None) ->
     return np.asarray(order)
 
 
-def reordered(graph: OpGraph, order: np.ndarray) -> OpGraph:
-    """``graph`` with its ops in ``order`` (a topological order), edges renumbered."""
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    fields = {f.name: getattr(graph, f.name) for f in dataclasses.fields(graph)}
-    for name in ("op", "name_path", "flops", "bytes_accessed", "out_bytes", "signature",
-                 "is_output"):
-        if fields[name] is not None:
-            fields[name] = np.asarray(fields[name])[order]
-    for name in ("in_avals", "out_avals", "attrs"):
-        if fields[name] is not None:
-            fields[name] = tuple(fields[name][k] for k in order.tolist())
-    fields["src"], fields["dst"] = rank[graph.src], rank[graph.dst]
-    if fields["param_op"] is not None:
-        fields["param_op"] = rank[graph.param_op]
-    fields["meta"] = dict(graph.meta)
-    return OpGraph(**fields)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="rnnlm,nmt_2layer")
@@ -94,7 +74,7 @@ def main():
         p = optimize(graph, cm, "local", seed=0, max_evaluations=args.evaluations).placement
         for w in WINDOWS:
             order = windowed_order(graph, p, w)
-            r = simulate(reordered(graph, order), cm, p[order])
+            r = simulate(graph.reordered(order), cm, p[order])
             name = "graph" if w == 0 else ("drain" if w is None else f"W={w}")
             lines.append(f"{model:<12} {name:<12} {r.step_time_s * 1e3:9.3f} "
                          f"{r.num_segments:9d} {r.host_s * 1e3:8.3f}")

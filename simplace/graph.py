@@ -347,27 +347,40 @@ class OpGraph:
             path = " -> ".join(f"{i} ({fields['op'][i]})" for i in cycle)
             raise GraphError(f"The graph has a cycle: {path}. A computation graph must be "
                              "acyclic; remove one of these edges.")
-        rank = np.empty(m, dtype=np.int64)
-        rank[order] = np.arange(m)
-        out = dict(fields)
-        per_op = _OP_STR_FIELDS + _OP_FLOAT_FIELDS + ("is_output",)
-        for f in per_op:
-            if out.get(f) is not None:
-                out[f] = np.asarray(out[f])[order] if m else out[f]
-        for f in _OP_SHAPE_FIELDS:
-            if out.get(f) is not None:
-                rows = _rows(out[f], f)
-                if len(rows) != m:
-                    raise GraphError(f"OpGraph field '{f}' has {len(rows)} entries but 'op' "
-                                     f"has {m}: give one entry per op, or None.")
-                out[f] = tuple(rows[k] for k in order.tolist())
-        out["src"], out["dst"] = rank[src], rank[dst]
-        if out.get("param_op") is not None:
-            out["param_op"] = rank[_index_array(out["param_op"], "param_op")]
+        out = _permuted(dict(fields, src=src, dst=dst), order)
         meta = dict(out.get("meta") or {})
         meta["original_index"] = [int(i) for i in order]
         out["meta"] = meta
         return cls(**out)
+
+    def reordered(self, order) -> OpGraph:
+        """This graph with its ops in ``order`` (int[M], a topological order: op
+        ``order[k]`` becomes op ``k``), edges and parameter uses renumbered; e.g. to
+        simulate a placement whose ops run in another order than the trace's.
+        ``meta['original_index']`` maps the new ops to the original trace's. Raises
+        GraphError if ``order`` is not a permutation of the ops or not topological."""
+        m = self.num_ops
+        order = np.asarray(order)
+        if order.shape != (m,) or not np.array_equal(np.sort(order), np.arange(m)):
+            raise GraphError(f"An op order must list each of the graph's {m} ops "
+                             f"(0..{m - 1}) exactly once; this one (shape {order.shape}) "
+                             "does not.")
+        order = order.astype(np.int64)
+        rank = np.empty(m, dtype=np.int64)
+        rank[order] = np.arange(m)
+        late = np.flatnonzero(rank[self.src] >= rank[self.dst])
+        if len(late):
+            e = int(late[0])
+            raise GraphError(f"The op order puts op {int(self.dst[e])} before op "
+                             f"{int(self.src[e])}, whose output it reads: give a "
+                             "topological order.")
+        out = _permuted({f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                        order)
+        meta = dict(self.meta)
+        original = meta.get("original_index", range(m))
+        meta["original_index"] = [int(original[i]) for i in order]
+        out["meta"] = meta
+        return OpGraph(**out)
 
     # ------------------------------------------------------------------ sizes and derived
     @property
@@ -610,6 +623,29 @@ class OpGraph:
     def __repr__(self) -> str:
         return (f"OpGraph(name={self.name!r}, ops={self.num_ops}, edges={self.num_edges}, "
                 f"params={self.num_params}, hash={self.hash[:12]})")
+
+
+def _permuted(fields: dict, order: np.ndarray) -> dict:
+    """OpGraph fields (``src`` and ``dst`` given as index arrays) with op ``order[k]``
+    made op ``k``: per-op fields reordered, edges and parameter uses renumbered."""
+    m = len(order)
+    rank = np.empty(m, dtype=np.int64)
+    rank[order] = np.arange(m)
+    out = dict(fields)
+    for f in _OP_STR_FIELDS + _OP_FLOAT_FIELDS + ("is_output",):
+        if out.get(f) is not None:
+            out[f] = np.asarray(out[f])[order] if m else out[f]
+    for f in _OP_SHAPE_FIELDS:
+        if out.get(f) is not None:
+            rows = _rows(out[f], f)
+            if len(rows) != m:
+                raise GraphError(f"OpGraph field '{f}' has {len(rows)} entries but 'op' "
+                                 f"has {m}: give one entry per op, or None.")
+            out[f] = tuple(rows[k] for k in order.tolist())
+    out["src"], out["dst"] = rank[np.asarray(out["src"])], rank[np.asarray(out["dst"])]
+    if out.get("param_op") is not None:
+        out["param_op"] = rank[_index_array(out["param_op"], "param_op")]
+    return out
 
 
 def _remake_args(name) -> str:

@@ -65,6 +65,30 @@ def test_from_unordered_sorts_topologically_and_remaps():
     assert g.meta["original_index"] == [1, 2, 0]
 
 
+def test_reordered_renumbers_ops_edges_and_parameters():
+    # 0 -> 1 -> 3 and 0 -> 2 -> 3: ops 1 and 2 may run in either order.
+    g = OpGraph(op=["a", "b", "c", "d"], name_path=[""] * 4, flops=[1.0, 2.0, 3.0, 4.0],
+                bytes_accessed=[0.0] * 4, out_bytes=[10.0, 20.0, 30.0, 40.0],
+                signature=["a", "b", "c", "d"], src=[0, 0, 1, 2], dst=[1, 2, 3, 3],
+                edge_bytes=[5.0, 6.0, 7.0, 8.0], param_names=["w"], param_sizes=[4.0],
+                param_op=[1], param_index=[0], is_output=[False, False, False, True])
+    h = g.reordered([0, 2, 1, 3])
+    assert h.op.tolist() == ["a", "c", "b", "d"]
+    assert h.flops.tolist() == [1.0, 3.0, 2.0, 4.0]
+    assert h.meta["original_index"] == [0, 2, 1, 3]
+    # Every edge keeps its tensor: (original src, original dst) -> bytes.
+    back = np.asarray(h.meta["original_index"])
+    assert {(int(back[s]), int(back[d])): b for s, d, b in
+            zip(h.src, h.dst, h.edge_bytes, strict=True)} == \
+        {(int(s), int(d)): b for s, d, b in zip(g.src, g.dst, g.edge_bytes, strict=True)}
+    assert h.param_bytes.tolist() == [0.0, 0.0, 4.0, 0.0]  # op "b" reads w
+    assert g.reordered(np.arange(4)).hash == g.hash
+    with pytest.raises(GraphError, match="reads: give a topological order"):
+        g.reordered([0, 3, 1, 2])
+    with pytest.raises(GraphError, match="exactly once"):
+        g.reordered([0, 1, 1, 3])
+
+
 def test_json_round_trip_keeps_hash(tmp_path):
     g = make()
     path = tmp_path / "g.json"

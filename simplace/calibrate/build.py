@@ -458,12 +458,11 @@ def rate_warnings(fit, key: tuple[str, str], cpu_count: int) -> list[str]:
     remedy = ("calibrate again on an idle machine (--overwrite) with larger --models "
               "(segments that do more work); the records are kept, so --refit after "
               "adding measurements")
-    for rate in getattr(fit, "unpinned", ()):
+    for rate in fit.unpinned:
         out.append(f"the timed segments do not pin the {what}' {rate} (the fit ran to its "
                    "bound: their times are per-op and launch costs): ops with much more "
                    f"work than these segments will be mispredicted; {remedy}.")
-    if key[0] == "cpu" and cpu_count >= 1 and "peak compute rate" not in getattr(
-            fit, "unpinned", ()):
+    if key[0] == "cpu" and cpu_count >= 1 and "peak compute rate" not in fit.unpinned:
         best = fit.peak_flops_per_s * max(fit.efficiency.values(), default=1.0)
         most = CPU_CORE_FLOPS_MAX * cpu_count
         if best > most:
