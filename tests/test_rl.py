@@ -349,6 +349,7 @@ def test_portfolio_restarts_and_polish_are_deterministic(small_case):
     # patience 0: one stint; polish_batches 0: no polish.
     c = optimize(g, cm, method="rl-gnn", **{**kw, "patience": 0, "polish_batches": 0})
     assert "restarts" not in c.info and "polish_gain" not in c.info
+    assert "portfolio" not in c.info  # no restarts: the best warm start alone
     with pytest.raises(SimplaceError, match="patience"):
         optimize(g, cm, method="rl-gnn", **{**kw, "patience": -1})
 

@@ -174,7 +174,7 @@ def _prepolish(ctx: PlacerContext, session, cfg, warm, warm_scores):
     if not warm or not cfg.polish_batches:
         return warm, warm_scores, {}
     t0 = time.perf_counter()
-    starts = portfolio_starts(warm, warm_scores, cfg.portfolio if cfg.patience else 1)
+    starts = portfolio_starts(warm, warm_scores, cfg.stint_starts)
     score_of = {n: s for (n, _), s in zip(warm, warm_scores, strict=True)}
     end = t0 + cfg.polish_share * (session.deadline - t0) if \
         math.isfinite(session.deadline) else math.inf
@@ -218,7 +218,7 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     # portfolio's others: simplace.rl.reinforce, "Restarts") change device, so that the
     # policy can represent each exactly (a majority vote over coarser units can be far
     # slower). One label per combination of their devices marks every such cut.
-    starts = portfolio_starts(t_warm, t_scores, cfg.portfolio if cfg.patience else 1)
+    starts = portfolio_starts(t_warm, t_scores, cfg.stint_starts)
     split = None
     if starts:
         split = np.unique(np.stack([p for _, p in starts], axis=1), axis=0,

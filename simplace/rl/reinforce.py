@@ -196,6 +196,12 @@ class RLConfig:
             raise SimplaceError(f"self_imitation must be >= 0 (0: off), got "
                                 f"{self.self_imitation}.")
 
+    @property
+    def stint_starts(self) -> int:
+        """How many distinct warm starts a run trains from (``portfolio_starts``):
+        ``portfolio``, or 1 without restarts (``patience`` 0)."""
+        return int(self.portfolio) if self.patience else 1
+
     @classmethod
     def from_options(cls, options: dict) -> RLConfig:
         """The fields of ``options`` that name config fields (others are ignored)."""
@@ -739,7 +745,7 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             info["probe_suspect_fraction"] = float(suspect.mean())
         # The stints (module docstring, "Restarts"): the first trains from the best warm
         # start (imitated above); the others' starts as unit placements.
-        starts = portfolio_starts(warm_starts, warm_scores, int(cfg.portfolio))
+        starts = portfolio_starts(warm_starts, warm_scores, cfg.stint_starts)
         stints = {"next": 1, "at": 0, "stall": 0,
                   "best": session.best_score if session.best is not None else math.inf,
                   "starts": [[n, trainer.units.unit_placement(p).tolist()]
