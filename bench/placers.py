@@ -20,10 +20,10 @@ import platform
 import time
 
 import simplace
-import simplace.placers
 from simplace import zoo
 from simplace.cli import results_table
 from simplace.placers import compare, optimize
+from simplace.placers import methods as all_methods
 from simplace.sim import lower_bound
 
 DEFAULT_MODELS = "nmt_2layer,nmt_4layer,rnnlm,resnet50,inception_v3,transformer"
@@ -88,7 +88,7 @@ def _run(graph, cm, methods, args) -> list:
     Their results go to ``compare`` as ``prior``: the searches start from them, as they
     would from any method run before them."""
     if methods is None:
-        methods = [m for m in simplace.placers.methods() if m != "exact"]
+        methods = [m for m in all_methods() if m != "exact"]
     prior = [optimize(graph, cm, m, seed=args.seed) for m in methods
              if m in LIST_SCHEDULERS]
     done = {r.method: r for r in compare(graph, cm, methods, seed=args.seed,
