@@ -151,3 +151,65 @@ def test_units_split_by_a_warm_start_represent_it_exactly(gnn_case):
     # Each piece lies inside one coarse unit (a refinement of the grouping).
     pieces = split_by_placement(coarse, warm)
     assert all(len(set(coarse[pieces == k])) == 1 for k in range(int(pieces.max()) + 1))
+
+
+@pytest.mark.parametrize("policy", ["seq2seq", "hierarchical"])
+def test_initial_parameters_are_flax_trees_drawn_with_numpy(gnn_case, policy):
+    """The policies draw their parameters with numpy (no program compiled per
+    initialiser) in the trees the flax modules apply, with flax's scales: LeCun-normal
+    kernels truncated at two deviations, orthogonal recurrent kernels, zero biases."""
+    import flax.linen as nn
+
+    from simplace.rl.policies._nets import init_dense, init_lstm, param_rng
+
+    rng = param_rng(jax.random.key(5))
+    mine = init_lstm(rng, 32, 48)
+    carry = (jnp.zeros((1, 32)), jnp.zeros((1, 32)))
+    flax_tree = nn.OptimizedLSTMCell(32).init(jax.random.key(0), carry,
+                                              jnp.zeros((1, 48)))["params"]
+    shapes = jax.tree.map(lambda a: (a.shape, a.dtype), mine)
+    assert shapes == jax.tree.map(lambda a: (a.shape, a.dtype), flax_tree)
+    h = np.asarray(mine["hf"]["kernel"])
+    np.testing.assert_allclose(h @ h.T, np.eye(32), atol=1e-5)
+    assert not np.any(np.asarray(mine["hf"]["bias"]))
+    w = np.asarray(init_dense(rng, 300, 400)["kernel"])
+    assert w.std() * 20 == pytest.approx(1.0, rel=0.03)  # variance 1 / fan-in
+    assert np.abs(w).max() * 20 <= 2 / 0.8796 + 1e-6  # truncated at two deviations
+    # The policy's own parameters: a fixed function of the key, and the policy runs.
+    units = gnn_case[3]
+    pol = make_policy(policy, units, 3, hidden=16)
+    a, b, c = (pol.init(jax.random.key(s)) for s in (1, 1, 2))
+    same = jax.tree.map(lambda x, y: bool(np.array_equal(x, y)), a, b)
+    assert all(jax.tree.leaves(same))
+    assert not all(jax.tree.leaves(jax.tree.map(lambda x, y: bool(np.array_equal(x, y)),
+                                                a, c)))
+    s = pol.sample(a, jax.random.key(0), 4)
+    assert np.all(np.isfinite(np.asarray(s.logp)))
+
+
+@pytest.mark.parametrize("policy", ["seq2seq", "hierarchical"])
+def test_imitation_runs_on_the_update_programs_and_only_moves_the_policy(gnn_case, policy):
+    """A warm start by imitation is the update's policy and learning steps with the
+    policy gradient weighted 0: it compiles nothing else, the likelihood of the target
+    rises to ``imitation_target``, and the elite (the target), the baseline and the
+    update count are left as an imitation finds them."""
+    g, cm, inp, units = gnn_case
+    pol = make_policy(policy, units, 3, hidden=16)
+    tr = Trainer(g, inp, units, pol, RLConfig(samples=8, imitation_target=0.9), seed=2)
+    target = np.arange(units.num_units) * 3 // units.num_units
+    state0 = tr.init_state()
+    with jax.enable_x64(True):
+        ll0 = float(jax.jit(pol.imitation_logp)(state0.params, jnp.asarray(target)))
+    state, n, lik = tr.imitate(state0, target, 3e-2)
+    assert lik >= 0.9 > np.exp(ll0) and 1 <= n <= tr.cfg.imitation_steps
+    np.testing.assert_array_equal(np.asarray(state.opt_state["elite"]), target)
+    ref = tr.simulator(True)(target[units.unit_of_op][None]).step_time_s[0]
+    assert float(state.opt_state["elite_score"]) == pytest.approx(ref, rel=1e-6)
+    assert int(state.opt_state["updates"]) == 0 and np.isnan(float(state.baseline))
+    # One compilation of each program serves the imitation and the updates.
+    step = tr.update_fn("exact")
+    with jax.enable_x64(True):
+        state, *_ = step(state, jnp.float32(1e-2), jnp.float32(0.1), jnp.float64(np.nan))
+    policy_jit, learn_jit = tr._programs()
+    assert policy_jit._cache_size() == 1 and learn_jit._cache_size() == 1
+    assert int(state.opt_state["updates"]) == 1 and np.isfinite(float(state.baseline))

@@ -7,9 +7,12 @@ teacher forcing and the loss are ordinary JAX functions of ``(params, key)``.
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 F32 = jnp.float32
 
@@ -20,8 +23,43 @@ def dense(features: int) -> nn.Dense:
     return nn.Dense(features, dtype=F32, param_dtype=F32)
 
 
-def init_dense(key, features: int, in_dim: int):
-    return dense(features).init(key, jnp.zeros((1, in_dim), F32))["params"]
+def f32(x) -> jnp.ndarray:
+    """A float32 JAX array of numpy data, converted on the host: ``jnp.zeros`` or
+    ``jnp.asarray(x, float32)`` would each compile a small program."""
+    return jnp.asarray(np.asarray(x, np.float32))
+
+
+def param_rng(key) -> np.random.Generator:
+    """A numpy generator seeded from a JAX key: parameters are drawn with numpy, because
+    flax's initialisers run eagerly and compile a small program each (dozens per policy,
+    3-5 s of a short run's budget on a loaded 2-core machine)."""
+    return np.random.default_rng(np.asarray(jax.random.key_data(key), np.uint32).ravel()
+                                 .tolist())
+
+
+def lecun_normal(rng: np.random.Generator, in_dim: int, out_dim: int):
+    """float32[in, out] drawn as flax's default kernel initialiser: a normal truncated at
+    two standard deviations, scaled to variance 1 / in_dim."""
+    # 0.8796... is the standard deviation of a unit normal truncated to [-2, 2].
+    std = 1.0 / math.sqrt(max(in_dim, 1)) / 0.87962566103423978
+    w = rng.standard_normal((in_dim, out_dim))
+    bad = np.abs(w) > 2
+    while bad.any():  # redraw until every entry lies in [-2, 2]
+        w[bad] = rng.standard_normal(int(bad.sum()))
+        bad = np.abs(w) > 2
+    return f32(w * std)
+
+
+def orthogonal(rng: np.random.Generator, n: int):
+    """float32[n, n], a random orthogonal matrix (flax's recurrent kernel initialiser)."""
+    q, r = np.linalg.qr(rng.standard_normal((n, n)))
+    return f32(q * np.sign(np.diag(r))[None])
+
+
+def init_dense(rng: np.random.Generator, features: int, in_dim: int) -> dict:
+    """The parameters of ``dense(features)`` on inputs of width ``in_dim``."""
+    return {"kernel": lecun_normal(rng, in_dim, features),
+            "bias": f32(np.zeros(features))}
 
 
 def apply_dense(params, features: int, x):
@@ -32,9 +70,14 @@ def lstm(hidden: int) -> nn.OptimizedLSTMCell:
     return nn.OptimizedLSTMCell(hidden, dtype=F32, param_dtype=F32)
 
 
-def init_lstm(key, hidden: int, in_dim: int):
-    carry = (jnp.zeros((1, hidden), F32), jnp.zeros((1, hidden), F32))
-    return lstm(hidden).init(key, carry, jnp.zeros((1, in_dim), F32))["params"]
+def init_lstm(rng: np.random.Generator, hidden: int, in_dim: int) -> dict:
+    """The parameters of ``lstm(hidden)`` on inputs of width ``in_dim``, in flax's tree
+    (``OptimizedLSTMCell``: input kernels ``i*`` without bias, recurrent kernels ``h*``
+    with bias, one per gate)."""
+    p = {f"i{g}": {"kernel": lecun_normal(rng, in_dim, hidden)} for g in "ifgo"}
+    p.update({f"h{g}": {"kernel": orthogonal(rng, hidden), "bias": f32(np.zeros(hidden))}
+              for g in "ifgo"})
+    return p
 
 
 def run_lstm(params, hidden: int, xs, reverse: bool = False):
@@ -63,14 +106,14 @@ class AttentionDecoder:
     def __init__(self, hidden: int, num_devices: int, attention: int = 32):
         self.h, self.d, self.a = hidden, num_devices, attention
 
-    def init(self, key, enc_dim: int) -> dict:
-        k = jax.random.split(key, 5)
+    def init(self, rng: np.random.Generator, enc_dim: int) -> dict:
+        """Fresh parameters drawn from ``rng`` (``param_rng``)."""
         return {
-            "cell": init_lstm(k[0], self.h, enc_dim + self.h),
-            "dev_emb": 0.1 * jax.random.normal(k[1], (self.d + 1, self.h), F32),
-            "att_k": init_dense(k[2], self.a, enc_dim),
-            "att_q": init_dense(k[3], self.a, self.h),
-            "out": init_dense(k[4], self.d, self.h + enc_dim),
+            "cell": init_lstm(rng, self.h, enc_dim + self.h),
+            "dev_emb": f32(0.1 * rng.standard_normal((self.d + 1, self.h))),
+            "att_k": init_dense(rng, self.a, enc_dim),
+            "att_q": init_dense(rng, self.a, self.h),
+            "out": init_dense(rng, self.d, self.h + enc_dim),
         }
 
     def __call__(self, p, enc, key, num_samples: int, forced=None, bias=None):

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from simplace.rl.policies import Policy, Sample
 from simplace.rl.policies._nets import (
     F32,
     AttentionDecoder,
     apply_dense,
+    f32,
     init_dense,
     init_lstm,
+    param_rng,
     range_prior,
     run_lstm,
     sample_categorical,
@@ -43,16 +46,15 @@ class Hierarchical(Policy):
         self.dec = AttentionDecoder(self.h, self.num_devices, attention)
 
     def init(self, key):
-        k = jax.random.split(key, 7)
-        f = self.feat.shape[1]
-        return {"g1": init_dense(k[0], self.gh, f), "g2": init_dense(k[1], self.g, self.gh),
-                "embed": init_dense(k[2], self.h, f + 1),
-                "fwd": init_lstm(k[3], self.h, self.h), "bwd": init_lstm(k[4], self.h, self.h),
-                "merge": init_dense(k[5], self.h, 2 * self.h),
-                "dec": self.dec.init(k[6], self.h),
+        rng, f = param_rng(key), self.feat.shape[1]
+        return {"g1": init_dense(rng, self.gh, f), "g2": init_dense(rng, self.g, self.gh),
+                "embed": init_dense(rng, self.h, f + 1),
+                "fwd": init_lstm(rng, self.h, self.h), "bwd": init_lstm(rng, self.h, self.h),
+                "merge": init_dense(rng, self.h, 2 * self.h),
+                "dec": self.dec.init(rng, self.h),
                 # A free device preference per group: groups whose embeddings are alike
                 # (early on, all of them) can still go to different devices.
-                "group_bias": jnp.zeros((self.g, self.num_devices), F32)}
+                "group_bias": f32(np.zeros((self.g, self.num_devices)))}
 
     def _group_logits(self, params):
         x = jax.nn.relu(apply_dense(params["g1"], self.gh, self.feat))

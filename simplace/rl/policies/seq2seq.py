@@ -13,6 +13,7 @@ from simplace.rl.policies._nets import (
     apply_dense,
     init_dense,
     init_lstm,
+    param_rng,
     run_lstm,
 )
 
@@ -30,10 +31,9 @@ class Seq2Seq(Policy):
         self.dec = AttentionDecoder(self.h, self.num_devices, attention)
 
     def init(self, key):
-        k = jax.random.split(key, 3)
-        f = self.feat.shape[1]
-        return {"embed": init_dense(k[0], self.h, f), "enc": init_lstm(k[1], self.h, self.h),
-                "dec": self.dec.init(k[2], self.h)}
+        rng, f = param_rng(key), self.feat.shape[1]
+        return {"embed": init_dense(rng, self.h, f), "enc": init_lstm(rng, self.h, self.h),
+                "dec": self.dec.init(rng, self.h)}
 
     def _encode(self, params):
         x = jnp.tanh(apply_dense(params["embed"], self.h, self.feat))[None]  # [1, U, H]
