@@ -277,9 +277,6 @@ class Trainer:
         self._sims: dict = {}
         self._sims_jit: dict = {}
         self._steps: dict = {}
-        # The jitted policy and learning steps (``_programs``); they do not depend on
-        # the simulator's inputs, so a drift correction (``use_inputs``) keeps them.
-        self._jitted = None
         self._imitate = None
         # Wall seconds spent in each part of the updates run so far (see update_fn).
         self.timing = {"policy_s": 0.0, "simulator_s": 0.0, "learn_s": 0.0,
@@ -374,15 +371,9 @@ class Trainer:
         return key, out, vjp_fn, unit_dev, unit_dev[:, self.unit_of_op]  # [K, M]
 
     def _learn_impl(self, state: _State, key, out, vjp_fn, unit_dev, placements,
-                    step_t, oom, unverified, lr, beta, t_ref, pg):
-        """The learning half of an update (rewards, the backward pass, Adam). ``pg`` 1
-        weights the policy gradient in (an update); ``pg`` 0
-        makes it an imitation step (``imitate``): only the self-imitation term of the
-        loss, on the ``elite`` the policy step was given; the elite, baseline and update
-        count stay as they were."""
+                    step_t, oom, unverified, lr, beta, t_ref):
         cfg, k = self.cfg, self.k
         logp, ent, elite_ll = out
-        learning = jnp.asarray(pg) > 0
         # t_ref NaN: the first update sets it to this batch's mean step time (of those
         # that fit; of all when none fits).
         fit_t = jnp.where(oom, 0.0, step_t)
@@ -412,28 +403,27 @@ class Trainer:
             adv = adv / (reward.std() + 1e-6)
         adv = jnp.where(oom, jnp.minimum(adv, 0.0), adv)  # OOM is never reinforced
         u = max(1, self.policy.num_units)
-        ct_logp = jnp.where(learning, -adv / k, 0.0).astype(logp.dtype)
-        ct_ent = jnp.where(learning, jnp.full_like(ent, -beta / k), 0.0).astype(ent.dtype)
+        ct_logp = (-adv / k).astype(logp.dtype)
+        ct_ent = jnp.full_like(ent, -beta / k)
         mem = state.opt_state
         # Self-imitation: the run's best unit placement before this batch (kept in the
         # optimizer state, so checkpoints carry it; none before the first batch unless
         # warm-started) is made more likely: the loss gets -w x its log-likelihood
         # summed over units.
         w = cfg.self_imitation * self.policy.num_units
-        ct_sil = jnp.where(jnp.isfinite(mem["elite_score"]) | ~learning, -w, 0.0).astype(
+        ct_sil = jnp.where(jnp.isfinite(mem["elite_score"]), -w, 0.0).astype(
             elite_ll.dtype)
         (grads,) = vjp_fn((ct_logp, ct_ent, ct_sil))
         # Unverified placements (see _simulate) are never the batch's best.
         score = jnp.where(oom | unverified, step_t + OOM_PENALTY, step_t)
         j = jnp.argmin(score)
-        better = (score[j].astype(jnp.float32) < mem["elite_score"]) & learning
+        better = score[j].astype(jnp.float32) < mem["elite_score"]
         elite = jnp.where(better, unit_dev[j], mem["elite"])
         elite_score = jnp.where(better, score[j].astype(jnp.float32), mem["elite_score"])
         updates, adam = self.tx.update(grads, mem["adam"], state.params)
         params = jax.tree.map(lambda p, g: p - lr * g, state.params, updates)
         opt_state = {"adam": adam, "elite": elite, "elite_score": elite_score,
-                     "updates": mem["updates"] + learning.astype(jnp.int32)}
-        new_baseline = jnp.where(learning, new_baseline, state.baseline)
+                     "updates": mem["updates"] + 1}
         fit = ~oom
         n_fit = jnp.sum(fit)
         stats = {
@@ -447,13 +437,6 @@ class Trainer:
         new = _State(params, opt_state, key, jnp.asarray(new_baseline, jnp.float32))
         return new, placements[j], score[j], stats
 
-    def _programs(self):
-        """The jitted policy step and learning step, compiled once per trainer: every
-        update, whatever its simulator mode, and the warm start's imitation use them."""
-        if self._jitted is None:
-            self._jitted = (jax.jit(self._policy_impl), jax.jit(self._learn_impl))
-        return self._jitted
-
     def update_fn(self, mode: str):
         """The update ``(state, lr, beta, t_ref) -> (state, best placement of the batch
         int32[M], its score, stats)``; run it under ``jax.enable_x64(True)``.
@@ -465,9 +448,9 @@ class Trainer:
         not once more inside every program that uses it. The wall time of each part is
         added to ``timing`` (``policy_s``, ``simulator_s``, ``learn_s``, ``updates``)."""
         if mode not in self._steps:
-            policy_step, learn = self._programs()
+            policy_step = jax.jit(self._policy_impl)
+            learn = jax.jit(self._learn_impl)
             timing = self.timing
-            one = jnp.float32(1.0)
 
             def step(state: _State, lr, beta, t_ref):
                 t0 = time.perf_counter()
@@ -479,7 +462,7 @@ class Trainer:
                 jax.block_until_ready(step_t)
                 t2 = time.perf_counter()
                 out = learn(state, key, outs, vjp_fn, unit_dev, placements, step_t,
-                            oom, unver, lr, beta, t_ref, one)
+                            oom, unver, lr, beta, t_ref)
                 jax.block_until_ready(out)
                 t3 = time.perf_counter()
                 state, p_best, s_best, stats = self._refine(mode, *out)
@@ -545,49 +528,18 @@ class Trainer:
             return _State(params, opt, key, jnp.float32(jnp.nan))
 
     # ------------------------------------------------------------------ warm start
-    def _imitation_step(self):
-        """``(state, target int32[U], lr) -> (state, mean log-likelihood of target per
-        unit before the step)``: one Adam step on that likelihood. With self-imitation
-        on, it is an update's own policy and learning steps with the policy gradient
-        weighted 0 (the target as the elite), so the warm start compiles no program of
-        its own: that program took 2-4 s to compile on a 2-core machine, as long as a
-        short run's first update. Without self-imitation the update does not compute
-        the likelihood, and the step is a program of its own."""
-        if self.cfg.self_imitation > 0:
-            policy_step, learn = self._programs()
-            k = self.k
-            with jax.enable_x64(True):
-                # Stand-ins for the batch's scores and the schedule, of the types the
-                # updates pass (one compilation for both): the policy-gradient half they
-                # feed is weighted 0.
-                step_t, t_ref = jnp.asarray(np.ones(k)), jnp.float64(1.0)
-                flags = jnp.asarray(np.zeros(k, bool))
-                zero = jnp.float32(0.0)
-
-            def via_update(s, target, lr):
-                key, outs, vjp_fn, unit_dev, placements = policy_step(s.params, s.key,
-                                                                      target)
-                new, _, _, _ = learn(s, key, outs, vjp_fn, unit_dev, placements, step_t,
-                                     flags, flags, jnp.float32(lr), zero, t_ref, zero)
-                return new, outs[2]
-
-            return via_update
-
-        def step(s, target, lr):
-            ll, g = jax.value_and_grad(
-                lambda p: self.policy.imitation_logp(p, target))(s.params)
-            g = jax.tree.map(lambda x: -x, g)
-            upd, adam = self.tx.update(g, s.opt_state["adam"], s.params)
-            params = jax.tree.map(lambda p, d: p - lr * d, s.params, upd)
-            return s._replace(params=params, opt_state={**s.opt_state, "adam": adam}), ll
-
-        return jax.jit(step)
-
     def imitate(self, state: _State, unit_devices, lr: float):
         """Adam steps on the log-likelihood of ``unit_devices`` int32[U]; returns
         (state, steps taken, final mean likelihood per unit)."""
         if self._imitate is None:
-            self._imitate = self._imitation_step()
+            def step(s, target, lr):
+                ll, g = jax.value_and_grad(
+                    lambda p: self.policy.imitation_logp(p, target))(s.params)
+                g = jax.tree.map(lambda x: -x, g)
+                upd, adam = self.tx.update(g, s.opt_state["adam"], s.params)
+                params = jax.tree.map(lambda p, d: p - lr * d, s.params, upd)
+                return s._replace(params=params, opt_state={**s.opt_state, "adam": adam}), ll
+            self._imitate = jax.jit(step)
         target_np = np.asarray(unit_devices, np.int32)
         target = jnp.asarray(target_np)
         ll, n = -np.inf, 0
