@@ -399,3 +399,37 @@ def test_warm_start_takes_several_placements(small_case):
     for shape in ((0, g.num_ops), (2, 2, g.num_ops)):
         with pytest.raises(SimplaceError, match="int\\[K, M\\] placements; got an array"):
             _warm_starts(PlacerContext(g, cm, options={"warm_start": np.zeros(shape, int)}))
+
+
+def test_compare_skips_a_search_whose_part_is_shorter_than_a_first_batch(monkeypatch):
+    """compare's searches may overrun their parts by their first batch (compilation);
+    a later search whose part is shorter than the longest first batch seen is skipped
+    and reported, so that the whole overruns by about one first batch, not each."""
+    import simplace.placers as placers
+
+    clock = [0.0]
+    monkeypatch.setattr(placers.time, "perf_counter", lambda: clock[0])
+    ran = []
+
+    def fake_optimize(graph, cost_model, method, *, budget_s=None, **kw):
+        ran.append((method, budget_s))
+        first = {"local": 0.2, "rl-gnn": 5.0}.get(method, 9.0)
+        clock[0] += first + budget_s  # compiles, then uses its whole part
+        return types.SimpleNamespace(method=method, oom=False, step_time_s=1.0,
+                                     placement=np.zeros(3, np.int32),
+                                     info={"first_batch_s": first})
+
+    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    said = []
+    out = compare(None, None, ["local", "rl-gnn", "rl-hierarchical", "rl-seq2seq"],
+                  budget_s=60.0, progress=said.append)
+    # Parts of the time left: local 60 / 4 = 15 s (ends at 15.2 s), rl-gnn 44.8 / 3 (ends
+    # at 35.1 s), rl-hierarchical 24.9 / 2 = 12.4 s (ends at 56.6 s); rl-seq2seq would
+    # get the last 3.4 s, under rl-hierarchical's first batch (9 s): skipped.
+    assert [m for m, _ in ran] == ["local", "rl-gnn", "rl-hierarchical"]
+    assert ran[0][1] == pytest.approx(15.0) and ran[1][1] == pytest.approx(44.8 / 3)
+    assert ran[2][1] == pytest.approx((60 - 15.2 - 44.8 / 3 - 5.0) / 2)
+    assert [r.method for r in out] == ["local", "rl-gnn", "rl-hierarchical"]
+    skipped = [m for m in said if "skipped" in m]
+    assert len(skipped) == 1 and skipped[0].startswith("rl-seq2seq skipped")
+    assert "first batch took 9.0 s" in skipped[0] and "--budget-s" in skipped[0]

@@ -339,13 +339,17 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     recomputed), then the ``rl-*`` methods, warm-started from every placement found so
     far, best first (the best seeds them; their restarts go to the next ones). So no
     search returns worse than the best method before it. As for one search, the time
-    to build a search's first batch (compilation) is outside its part.
-    A method that fails is reported through ``progress`` and left out, so one broken
-    method does not hide the rest; a search left with under a second is skipped and
-    reported. ``prior``: results of the same graph and machine computed before (for
-    instance list schedulers run without a budget, so that their result does not depend
-    on the machine's load): not run again, used like the fast methods' results (the
-    searches start from them), and returned first. Returns the results in the order run.
+    to build a search's first batch (compilation) is outside its part, so the whole
+    can overrun the budget by a first batch; to keep it to about one, a search is
+    skipped (and reported) when its part is shorter than the longest first batch of the
+    searches run before it: it would spend its part compiling, return its warm start,
+    and add its compilation to the overrun. A search left with under a second is skipped
+    too. A method that fails is reported through ``progress`` and left out, so one
+    broken method does not hide the rest. ``prior``: results of the same graph and
+    machine computed before (for instance list schedulers run without a budget, so that
+    their result does not depend on the machine's load): not run again, used like the
+    fast methods' results (the searches start from them), and returned first. Returns
+    the results in the order run.
     """
     _load_methods()
     if methods_ is None:
@@ -377,13 +381,16 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         # Fast methods that honour a budget (the list schedulers) stop starting runs
         # when the fast share is spent; the others ignore it.
         run(m, max(fast_until - time.perf_counter(), 0.05 * total_s))
+    first_batch_s = 0.0  # the longest first batch of the searches run so far
     for i, m in enumerate(searches):
         left_s = t0 + total_s - time.perf_counter()
         share_s = left_s / (len(searches) - i)
-        if share_s < _MIN_SEARCH_S:
+        if share_s < max(_MIN_SEARCH_S, first_batch_s):
             if progress:
+                why = (f"; a search's first batch took {first_batch_s:.1f} s here"
+                       if first_batch_s > _MIN_SEARCH_S else "")
                 progress(f"{m} skipped: {max(left_s, 0.0):.1f} s of the {total_s:g} s "
-                         "budget left (give more with --budget-s)")
+                         f"budget left{why} (give more with --budget-s)")
             continue
         found = [r for r in results if not r.oom] or results
         if m == "local":
@@ -394,7 +401,10 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
             ranked = sorted(found, key=lambda r: r.step_time_s)
             options = {"warm_start": np.stack([r.placement for r in ranked])} \
                 if ranked else {}
+        n_before = len(results)
         run(m, share_s, **options)
+        if len(results) > n_before:
+            first_batch_s = max(first_batch_s, results[-1].info.get("first_batch_s") or 0.0)
     return results
 
 
