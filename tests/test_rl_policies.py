@@ -72,6 +72,11 @@ def test_gnn_warm_start_reproduces_the_target_up_to_a_few_deviations(gnn_case):
         params = pol.warm_start(pol.init(jax.random.key(0)), target)
         s = np.asarray(pol.sample(params, jax.random.key(1), 2000).unit_devices)
         ll = float(pol.imitation_logp(params, target))
+        # The host's likelihood (what the trainer reports) is the policy's.
+        assert pol.host_imitation_logp(params, target) == pytest.approx(ll, abs=1e-5)
+        other = np.roll(target, 3)
+        assert pol.host_imitation_logp(params, other) == pytest.approx(
+            float(pol.imitation_logp(params, other)), abs=1e-5)
     wrong = (s != target[None]).sum(1)
     assert 0.1 < (wrong == 0).mean() < 0.9  # explores, but stays close
     assert np.median(wrong) <= 2 and np.exp(ll) > 0.8

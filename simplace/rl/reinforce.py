@@ -557,12 +557,11 @@ class Trainer:
                                           "elite_score": jnp.float32(score)})
         if hasattr(self.policy, "warm_start"):
             # The policy can put itself on the warm start directly (a bias with a
-            # temperature around it): one exact step instead of Adam steps.
+            # temperature around it): one exact step instead of Adam steps,
             with jax.enable_x64(True):
                 params = self.policy.warm_start(state.params, np.asarray(unit_devices))
-                if "imitation_ll" not in self._steps:  # one program, kept for restarts
-                    self._steps["imitation_ll"] = jax.jit(self.policy.imitation_logp)
-                ll = float(self._steps["imitation_ll"](params, target))
+                # and says how likely the target is on the host (nothing to compile)
+                ll = self.policy.host_imitation_logp(params, target_np)
             return state._replace(params=params), 1, math.exp(ll)
         with jax.enable_x64(True):
             for n in range(1, self.cfg.imitation_steps + 1):  # noqa: B007

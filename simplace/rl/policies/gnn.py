@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from simplace.rl.policies import Policy, Sample
-from simplace.rl.policies._nets import F32, apply_dense
+from simplace.rl.policies._nets import apply_dense, f32, param_rng
 
 # The free tables enter the logits times this: Adam moves a parameter by about the
 # learning rate per update, and a warm start puts table entries at logits of 5 or more,
@@ -57,34 +57,34 @@ class GNN(Policy):
         self.g = max(1, min(int(groups or 20 * self.num_devices), max(u, 1)))
         self.explore = float(explore)
         self._net_logits_jit = None  # compiled on the first warm start (warm_start)
-        self.feat = jnp.asarray(units.features, F32)
+        # Constants built with numpy: eager JAX ops would compile a small program each.
+        src, dst = np.asarray(units.src, np.int32), np.asarray(units.dst, np.int32)
+        self.feat = f32(units.features)
         self.group_of_unit = jnp.asarray((np.arange(u) * self.g) // max(u, 1), jnp.int32)
-        self.src = jnp.asarray(units.src, jnp.int32)
-        self.dst = jnp.asarray(units.dst, jnp.int32)
-        self.efeat = jnp.asarray(units.edge_feat, F32)[:, None]
-        self.deg_in = jnp.maximum(jnp.zeros(u, F32).at[self.dst].add(1.0), 1.0)[:, None]
-        self.deg_out = jnp.maximum(jnp.zeros(u, F32).at[self.src].add(1.0), 1.0)[:, None]
+        self.src, self.dst = jnp.asarray(src), jnp.asarray(dst)
+        self.efeat = f32(np.asarray(units.edge_feat)[:, None])
+        self.deg_in = f32(np.maximum(np.bincount(dst, minlength=u), 1)[:, None])
+        self.deg_out = f32(np.maximum(np.bincount(src, minlength=u), 1)[:, None])
         # Unit 0 has no predecessor to follow.
-        self.first = jnp.arange(u) == 0
+        self.first = jnp.asarray(np.arange(u) == 0)
 
     def init(self, key):
         """Fresh parameters from ``key``, drawn with numpy (LeCun-normal kernels, zero
         biases, as flax's ``Dense``): flax's initialisers would compile a dozen small
         programs, seconds on a loaded machine."""
-        seed = np.asarray(jax.random.key_data(key), np.uint32).ravel().tolist()
-        rng = np.random.default_rng(seed)
+        rng = param_rng(key)
         f, h, d = self.feat.shape[1], self.h, self.num_devices
 
         def dense(out, inp):
-            w = rng.normal(0.0, 1.0 / math.sqrt(max(inp, 1)), (inp, out)).astype(np.float32)
-            return {"kernel": jnp.asarray(w), "bias": jnp.zeros((out,), F32)}
+            w = rng.normal(0.0, 1.0 / math.sqrt(max(inp, 1)), (inp, out))
+            return {"kernel": f32(w), "bias": f32(np.zeros(out))}
 
         p = {"embed": dense(h, f), "dev": dense(d, h), "follow": dense(1, h),
              # Free per-unit and per-group tables: the warm start is written into them,
              # and they let units whose embeddings are alike go different ways.
-             "unit_bias": jnp.zeros((self.num_units, d), F32),
-             "follow_bias": jnp.zeros((self.num_units,), F32),
-             "group_bias": jnp.zeros((self.g, d), F32)}
+             "unit_bias": f32(np.zeros((self.num_units, d))),
+             "follow_bias": f32(np.zeros(self.num_units)),
+             "group_bias": f32(np.zeros((self.g, d)))}
         for i in range(self.layers):
             p[f"gate{i}"] = dense(1, 1)
             p[f"mp{i}"] = dense(h, 3 * h)
@@ -175,6 +175,29 @@ class GNN(Policy):
         p = jnp.where(same, s, 0.0) + (1 - s) * q
         return jnp.log(p + 1e-9).mean()
 
+    def _host_net_logits(self, params) -> tuple[np.ndarray, np.ndarray]:
+        """``_net_logits`` as numpy arrays, from one compiled program kept for restarts
+        (not a few dozen eager ops that each compile: seconds of a short run's budget
+        on a loaded 2-core machine)."""
+        if self._net_logits_jit is None:
+            self._net_logits_jit = jax.jit(self._net_logits)
+        a, f = self._net_logits_jit(params)
+        return np.asarray(a, np.float64), np.asarray(f, np.float64)
+
+    def host_imitation_logp(self, params, unit_devices) -> float:
+        """``imitation_logp`` computed on the host (numpy) from the program that the
+        warm start compiles anyway: the trainer reports a warm start's likelihood
+        without compiling ``imitation_logp`` for it."""
+        a_net, f_net = self._host_net_logits(params)
+        a = a_net + TABLE_SCALE * np.asarray(params["unit_bias"], np.float64)
+        f = f_net + TABLE_SCALE * np.asarray(params["follow_bias"], np.float64)
+        d_u = np.asarray(unit_devices, np.int64)
+        a = a - a.max(axis=1, keepdims=True)
+        q = np.exp(a[np.arange(len(d_u)), d_u]) / np.exp(a).sum(axis=1)
+        s = np.where(np.asarray(self.first), 0.0, 1.0 / (1.0 + np.exp(-f)))
+        same = np.concatenate([[False], d_u[1:] == d_u[:-1]])
+        return float(np.log(np.where(same, s, 0.0) + (1 - s) * q + 1e-9).mean())
+
     def warm_start(self, params, unit_devices):
         """Parameters whose samples reproduce ``unit_devices`` int32[U] up to about
         ``explore`` fresh deviations per sample: each unit's fresh draw keeps its target
@@ -188,17 +211,13 @@ class GNN(Policy):
         eps = max(eps, 1e-4)
         # softmax(c e_t) puts 1 - eps on t: c = log((1 - eps) (D - 1) / eps)
         c = math.log((1 - eps) * max(d - 1, 1) / eps)
-        # One compiled program (kept for restarts), not a few dozen eager ops that each
-        # compile: seconds of a short run's budget on a loaded 2-core machine.
-        if self._net_logits_jit is None:
-            self._net_logits_jit = jax.jit(self._net_logits)
-        a_net, f_net = self._net_logits_jit(params)
+        a_net, f_net = self._host_net_logits(params)
         want_a = c * np.eye(d, dtype=np.float32)[target]
         same = np.zeros(u, bool)
         same[1:] = target[1:] == target[:-1]
         # follow logit 0 (p 1/2) inside a run; at a device change log(eps / (1 - eps))
         want_f = np.where(same, 0.0, math.log(eps / (1 - eps))).astype(np.float32)
         new = dict(params)
-        new["unit_bias"] = (jnp.asarray(want_a, F32) - a_net) / TABLE_SCALE
-        new["follow_bias"] = (jnp.asarray(want_f, F32) - f_net) / TABLE_SCALE
+        new["unit_bias"] = f32((want_a - a_net) / TABLE_SCALE)
+        new["follow_bias"] = f32((want_f - f_net) / TABLE_SCALE)
         return new
