@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simplace.errors import SimplaceError
 from simplace.rl.policies import Policy, Sample
 from simplace.rl.policies._nets import apply_dense, f32, param_rng
 
@@ -56,6 +57,9 @@ class GNN(Policy):
         u = self.num_units
         self.g = max(1, min(int(groups or 20 * self.num_devices), max(u, 1)))
         self.explore = float(explore)
+        if not self.explore > 0:
+            raise SimplaceError(f"explore (fresh deviations per sample after a warm start) "
+                                f"must be > 0, got {explore!r}.")
         self._net_logits_jit = None  # compiled on the first warm start (warm_start)
         # Constants built with numpy: eager JAX ops would compile a small program each.
         src, dst = np.asarray(units.src, np.int32), np.asarray(units.dst, np.int32)
