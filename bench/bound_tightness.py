@@ -28,6 +28,7 @@ import platform
 import time
 
 import numpy as np
+from report import load_average
 
 import simplace
 from simplace import zoo
@@ -75,7 +76,7 @@ def main():
     out = args.out or f"bench/results/bound_tightness_{datetime.date.today()}_vm.txt"
     found = best_found(args.placers)
     lines = [f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-             f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}",
+             f"{time.strftime('%Y-%m-%d %H:%M')}, load average {load_average()}",
              f"best found: {args.placers}", ""]
     head = (f"{'model':12s} {'machine':18s} {'ops':>6s} {'old ms':>9s} {'new ms':>9s} "
             f"{'binds':>6s} {'chain0':>9s} {'chain':>9s} {'work':>9s} {'window':>9s} "
@@ -130,7 +131,7 @@ def main():
             "  bound is not the old bound recomputed now: the cost model or graph changed",
             "  since, so that step time is left out of best); best = min(single, found).",
             "lb s: seconds lower_bound took (the first call imports scipy).",
-            f"load average at the end: {_load()}"]
+            f"load average at the end: {load_average()}"]
     print("\n".join(tail))
     with open(out, "w") as f:
         f.write("\n".join(lines + tail) + "\n")
@@ -141,12 +142,6 @@ def _ratio(best: float, bound: float) -> str:
     """``best / bound`` as ``1.52x``, or ``-`` where no placement that fits is known."""
     return f"{best / bound:7.2f}x" if np.isfinite(best) else f"{'-':>8s}"
 
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -17,13 +17,9 @@ through how far ``local`` gets in its budget.
 """
 
 import argparse
-import io
-import os
-import platform
-import time
 
-import simplace
-from simplace.models import load_graph
+from report import Transcript, load_average, machine_line, problems
+
 from simplace.placers import optimize
 from simplace.sim import lower_bound
 
@@ -40,18 +36,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
-    out = io.StringIO()
-
-    def say(line=""):
-        print(line, flush=True)
-        out.write(line + "\n")
-
-    say(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}")
-    for row in args.rows.split(","):
-        model, machine = row.split(":")
-        g = load_graph(model)
-        cm = simplace.CostModel.load(machine)
+    out = Transcript()
+    say = out.say
+    say(machine_line())
+    for model, machine, g, cm in problems(args.rows):
         bound = lower_bound(g, cm)
         found = [optimize(g, cm, m, seed=args.seed) for m in STARTS]
         found.append(optimize(g, cm, "local", seed=args.seed, budget_s=args.local_budget_s,
@@ -66,17 +54,9 @@ def main():
                 f"{r.host_s * 1e3:>9.3f} {100 * r.host_s / r.step_time_s:>6.0f}% "
                 f"{r.num_segments:>9,} {r.num_transfers:>10,}  "
                 + " ".join(f"{b * 1e3:.2f}" for b in r.busy_s) + flag)
-    say(f"\nload average at the end: {_load()}")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(out.getvalue())
+    say(f"\nload average at the end: {load_average()}")
+    out.save(args.out)
 
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

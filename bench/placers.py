@@ -15,9 +15,8 @@ expert" row by row. Wall times are for the machine it runs on, and the load aver
 
 import argparse
 import json
-import os
-import platform
-import time
+
+from report import load_average, machine_line
 
 import simplace
 from simplace import zoo
@@ -53,8 +52,7 @@ def main():
         print(summary(rows))
         return
 
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}")
+    print(machine_line())
     rows = []
     for model in args.models.split(","):
         fn, ex = zoo.get(model, training=True, small=args.small)
@@ -75,7 +73,7 @@ def main():
                              "unit": r.info.get("unit"),
                              "segments": r.num_segments})
     print(summary(rows))
-    print(f"\nload average at the end: {_load()}")
+    print(f"\nload average at the end: {load_average()}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
@@ -95,12 +93,6 @@ def _run(graph, cm, methods, args) -> list:
                                          budget_s=args.budget_s, prior=prior)}
     return [done[m] for m in methods if m in done]
 
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 LIST_SCHEDULERS = ("heft", "m_topo", "m_etf", "m_sct")

@@ -17,11 +17,10 @@ quote its load (printed) with the figures.
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
-import time
+
+from report import load_average, machine_line
 
 _CHILD = r"""
 import json, os, sys, time
@@ -50,8 +49,7 @@ def main():
     ap.add_argument("--small", action="store_true", help="tiny model sizes")
     ap.add_argument("--out", help="write the rows as JSON")
     args = ap.parse_args()
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}")
+    print(machine_line())
     print(f"{'model':<12} {'ops':>6} {'method':<16} {'units':>6} {'imit':>5} "
           f"{'first batch s':>14} {'wall s':>8}")
     rows = []
@@ -70,17 +68,11 @@ def main():
             print(f"{model:<12} {row['ops']:>6} {method:<16} {row['units'] or 0:>6} "
                   f"{row['imitation_steps'] or 0:>5} {row['first_batch_s']:>14.2f} "
                   f"{row['wall_s']:>8.2f}", flush=True)
-    print(f"load average at the end: {_load()}")
+    print(f"load average at the end: {load_average()}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
 
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -12,15 +12,10 @@ this machine's: quote its load (printed per row) with the figures.
 """
 
 import argparse
-import io
-import os
-import platform
-import time
 
 import numpy as np
+from report import Transcript, load_average, machine_line, problems
 
-import simplace
-from simplace.models import load_graph
 from simplace.placers import optimize
 
 STARTS = ("single", "expert", "heft", "m_topo", "m_etf", "m_sct")
@@ -36,24 +31,16 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
-    out = io.StringIO()
-
-    def say(line=""):
-        print(line, flush=True)
-        out.write(line + "\n")
-
-    say(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}, load average {_load()}")
-    for row in args.rows.split(","):
-        model, machine = row.split(":")
-        g = load_graph(model)
-        cm = simplace.CostModel.load(machine)
+    out = Transcript()
+    say = out.say
+    say(machine_line())
+    for model, machine, g, cm in problems(args.rows):
         found = [optimize(g, cm, m, seed=args.seed) for m in STARTS]
         loc = optimize(g, cm, "local", seed=args.seed, budget_s=args.budget_s,
                        starts=[r.placement for r in found])
         found = sorted((r for r in found + [loc] if not r.oom), key=lambda r: r.step_time_s)
         say(f"\n{model} x {machine}: local {loc.step_time_s * 1e3:.3f} ms in "
-            f"{loc.wall_s:.1f} s (load {_load()})")
+            f"{loc.wall_s:.1f} s (load {load_average()})")
         for ex in args.explore.split(","):
             r = optimize(g, cm, "rl-gnn", seed=args.seed, budget_s=args.budget_s,
                          warm_start=np.stack([x.placement for x in found]),
@@ -62,17 +49,9 @@ def main():
                 f"{loc.step_time_s / r.step_time_s:.3f}, {r.info.get('updates')} updates, "
                 f"{r.info.get('restarts')} restarts, first batch "
                 f"{r.info.get('first_batch_s', 0):.1f} s, wall {r.wall_s:.1f} s "
-                f"(load {_load()})")
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(out.getvalue())
+                f"(load {load_average()})")
+    out.save(args.out)
 
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,51 @@
+"""What the benchmark scripts share: the machine and its load (figures are quoted with
+it), a transcript printed and saved, and the ``model:machine`` rows they run
+(``python bench/<script>.py`` puts this folder on the path)."""
+
+import os
+import platform
+import time
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages as ``"0.71 1.54 2.04"`` (``"unknown"`` where
+    the platform has none)."""
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def machine_line() -> str:
+    """``machine: <host> <arch>, <N> cores, <date time>, load average <...>``."""
+    return (f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}, load average {load_average()}")
+
+
+class Transcript:
+    """Lines printed as they come (a long benchmark shows progress) and kept, to be
+    written to a results file at the end."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def say(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def save(self, path: str | None) -> None:
+        """Write the lines to ``path`` (nothing when None)."""
+        if path:
+            with open(path, "w") as f:
+                f.write("\n".join(self.lines) + "\n")
+
+
+def problems(rows: str):
+    """Each ``model:machine`` of the comma-separated ``rows``, as (model, machine, training
+    graph, cost model)."""
+    import simplace
+    from simplace.models import load_graph
+
+    for row in rows.split(","):
+        model, machine = row.split(":")
+        yield model, machine, load_graph(model), simplace.CostModel.load(machine)
