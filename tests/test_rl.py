@@ -228,8 +228,10 @@ def test_bad_input_is_a_clear_error(small_case):
         optimize(g, cm, method="rl-gnn", episodes=16, samples="many")
     with pytest.raises(SimplaceError, match=r"explore .* must be > 0, got 0"):
         optimize(g, cm, method="rl-gnn", episodes=16, explore=0)
-    with pytest.raises(SimplaceError, match="explore"):  # a gnn option only
-        optimize(g, cm, method="rl-seq2seq", episodes=16, explore=2)
+    with pytest.raises(SimplaceError, match=r"explore .* must be > 0, got 'many'"):
+        optimize(g, cm, method="rl-seq2seq", episodes=16, explore="many")
+    with pytest.raises(SimplaceError, match="explore"):  # gnn's and seq2seq's only
+        optimize(g, cm, method="rl-hierarchical", episodes=16, explore=2)
 
 
 def test_a_foreign_npz_is_not_taken_for_a_checkpoint(tmp_path):

@@ -194,9 +194,10 @@ def test_initial_parameters_are_flax_trees_drawn_with_numpy(gnn_case, policy):
 
 @pytest.mark.parametrize("policy", ["seq2seq", "hierarchical"])
 def test_imitation_puts_the_policy_on_the_warm_start_and_scores_it(gnn_case, policy):
-    """A warm start by imitation raises the likelihood of the target to
-    ``imitation_target`` and makes it the self-imitation elite, scored as the batched
-    simulator scores it; the baseline and the update count are left for the updates."""
+    """A warm start puts the policy on the target (seq2seq directly, hierarchical by
+    imitation up to ``imitation_target``) and makes it the self-imitation elite, scored
+    as the batched simulator scores it; the baseline and the update count are left for
+    the updates."""
     g, cm, inp, units = gnn_case
     pol = make_policy(policy, units, 3, hidden=16)
     tr = Trainer(g, inp, units, pol, RLConfig(samples=8, imitation_target=0.9), seed=2)
@@ -205,8 +206,30 @@ def test_imitation_puts_the_policy_on_the_warm_start_and_scores_it(gnn_case, pol
     with jax.enable_x64(True):
         ll0 = float(jax.jit(pol.imitation_logp)(state0.params, jnp.asarray(target)))
     state, n, lik = tr.imitate(state0, target, 3e-2)
-    assert lik >= 0.9 > np.exp(ll0) and 1 <= n <= tr.cfg.imitation_steps
+    if policy == "seq2seq":  # set on the target directly (its warm_start): one step
+        assert n == 1 and lik == pytest.approx(1 - 2 / units.num_units, rel=1e-4)
+    else:  # Adam steps until the likelihood reaches the target
+        assert lik >= 0.9 > np.exp(ll0) and 1 <= n <= tr.cfg.imitation_steps
     np.testing.assert_array_equal(np.asarray(state.opt_state["elite"]), target)
     ref = tr.simulator(True)(target[units.unit_of_op][None]).step_time_s[0]
     assert float(state.opt_state["elite_score"]) == pytest.approx(ref, rel=1e-6)
     assert int(state.opt_state["updates"]) == 0 and np.isnan(float(state.baseline))
+
+
+def test_seq2seq_warm_start_decodes_the_target_up_to_a_few_deviations(gnn_case):
+    """seq2seq's warm start cancels the network's logits along the target: samples keep
+    the target but for about ``explore`` units, and the host's likelihood (what the
+    trainer reports) is the policy's own."""
+    _, _, _, units = gnn_case
+    u = units.num_units
+    target = (np.arange(u) * 3 // u).astype(np.int32)
+    pol = make_policy("seq2seq", units, 3, hidden=16, explore=1.0)
+    with jax.enable_x64(True):
+        params = pol.warm_start(pol.init(jax.random.key(0)), target)
+        s = np.asarray(pol.sample(params, jax.random.key(1), 2000).unit_devices)
+        ll = float(jax.jit(pol.imitation_logp)(params, jnp.asarray(target)))
+        assert pol.host_imitation_logp(params, target) == pytest.approx(ll, abs=1e-5)
+    assert np.exp(ll) == pytest.approx(1 - 1 / u, rel=1e-4)
+    wrong = (s != target[None]).sum(1)
+    assert 0.2 < (wrong == 0).mean() < 0.6  # about e^-1 of the samples are the target
+    assert np.median(wrong) <= 2

@@ -20,7 +20,8 @@ Options (``optimize(..., **options)``):
     once 30% of it is spent (``WARM_SHARE``). Default: none.
   units: ``"auto"`` (co-location groups cut to at most ``max_units`` ranges; default 256
     for seq2seq, 1024 for the others), ``"ops"`` or an int. hidden, groups, layers:
-    policy sizes. explore (gnn): expected fresh deviations per sample from a warm start.
+    policy sizes. explore (gnn, seq2seq): expected deviations per sample from a warm
+    start.
   history: a JSON path for the per-update reward curve; plot: a PNG path for its plot
     (default: the history path with ``.png``).
   checkpoint, checkpoint_every, checkpoint_every_s: resume from / save to a ``.npz``
@@ -57,13 +58,13 @@ _NOT_WARM = ("local", "exact", "all")
 # share of it is spent: the policy needs the rest to compile and train (with every
 # heuristic, nmt_2layer's first update came after the whole 30 s budget).
 WARM_SHARE = 0.3
-_POLICY_KW = {"seq2seq": ("hidden", "attention"),
+_POLICY_KW = {"seq2seq": ("hidden", "attention", "explore"),
               "hierarchical": ("hidden", "groups", "grouper_hidden", "attention"),
               "gnn": ("hidden", "groups", "layers", "explore")}
 _POLICY_DOC = {"hidden": "hidden width of the policy", "attention": "use attention",
                "groups": "groups the grouper pools units into",
                "grouper_hidden": "hidden width of the grouper", "layers": "GNN layers",
-               "explore": "fresh deviations per sample after a warm start (default 2)"}
+               "explore": "deviations per sample after a warm start (default 2)"}
 
 
 def _options(policy: str) -> dict[str, str]:

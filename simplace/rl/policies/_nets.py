@@ -14,7 +14,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simplace.errors import SimplaceError
+
 F32 = jnp.float32
+
+# The free tables enter the logits times this: Adam moves a parameter by about the
+# learning rate per update, and a warm start puts table entries at logits of 5 or more,
+# which training must be able to undo within a few hundred updates.
+TABLE_SCALE = 10.0
+
+
+def check_explore(explore) -> float:
+    """``explore`` (the deviations per sample a warm-started policy draws) as a float,
+    or a clear error."""
+    try:
+        val = float(explore)
+    except (TypeError, ValueError):
+        val = math.nan
+    if not val > 0:
+        raise SimplaceError(f"explore (deviations per sample after a warm start) must be "
+                            f"> 0, got {explore!r}.")
+    return val
 
 
 def dense(features: int) -> nn.Dense:

@@ -33,14 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simplace.errors import SimplaceError
 from simplace.rl.policies import Policy, Sample
-from simplace.rl.policies._nets import apply_dense, f32, param_rng
-
-# The free tables enter the logits times this: Adam moves a parameter by about the
-# learning rate per update, and a warm start puts table entries at logits of 5 or more,
-# which training must be able to undo within a few hundred updates.
-TABLE_SCALE = 10.0
+from simplace.rl.policies._nets import TABLE_SCALE, apply_dense, check_explore, f32, param_rng
 
 
 class GNN(Policy):
@@ -56,10 +50,7 @@ class GNN(Policy):
         self.h, self.layers = int(hidden), int(layers)
         u = self.num_units
         self.g = max(1, min(int(groups or 20 * self.num_devices), max(u, 1)))
-        self.explore = float(explore)
-        if not self.explore > 0:
-            raise SimplaceError(f"explore (fresh deviations per sample after a warm start) "
-                                f"must be > 0, got {explore!r}.")
+        self.explore = check_explore(explore)
         self._net_logits_jit = None  # compiled on the first warm start (warm_start)
         # Constants built with numpy: eager JAX ops would compile a small program each.
         src, dst = np.asarray(units.src, np.int32), np.asarray(units.dst, np.int32)
