@@ -116,7 +116,7 @@ class RLConfig:
     imitation_steps, imitation_target: warm start by imitation, at most this many Adam
       steps, stopping once the mean per-unit likelihood of the warm start's placement
       reaches ``imitation_target`` (leaving room to explore). A policy with its own
-      ``warm_start`` (gnn) is set on the warm start directly instead.
+      ``warm_start`` (gnn, seq2seq) is set on the warm start directly instead.
     self_imitation: weight of self-imitation (Oh et al. 2018): every update also raises
       the likelihood of the best placement the run has sampled (or its warm start),
       this weight times its log-likelihood summed over units; 0 turns it off.
