@@ -511,7 +511,7 @@ class Trainer:
             state = state._replace(opt_state={**mem, "elite": jnp.asarray(units, jnp.int32),
                                               "elite_score": jnp.float32(score)})
             if score < float(s_best):
-                p_best = jnp.asarray(units[np.asarray(self.unit_of_op)], jnp.int32)
+                p_best = jnp.asarray(units[self.units.unit_of_op], jnp.int32)
                 s_best = jnp.float64(score)
         return state, p_best, s_best, {**stats, "refine_gain": jnp.float32(max(gain, 0.0))}
 
@@ -546,7 +546,7 @@ class Trainer:
         # The warm start is the first elite of self-imitation, scored as its units
         # expand (K copies: the updates' compiled simulator). Indexing and the score
         # are numpy's: eager JAX ops would each compile a small program.
-        p = np.broadcast_to(target_np[np.asarray(self.unit_of_op)],
+        p = np.broadcast_to(target_np[self.units.unit_of_op],
                             (self.k, self.graph.num_ops))
         with jax.enable_x64(True):
             step_t, oom = (np.asarray(x) for x in self._bound_sim()(p))
@@ -588,7 +588,7 @@ class Trainer:
         op placements, simulated outside the jit: decides the memory mode."""
         rng = np.random.default_rng([self.seed, 1])
         units = rng.integers(0, self.inputs.num_devices, (self.k, self.policy.num_units))
-        p = units[:, np.asarray(self.unit_of_op)].astype(np.int32)
+        p = units[:, self.units.unit_of_op].astype(np.int32)
         if extra is not None and len(extra):
             p = np.concatenate([p, np.asarray(extra, np.int32)])
         if len(p) != self.k:  # another batch size than the updates': the plain simulator
