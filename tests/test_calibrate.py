@@ -9,6 +9,7 @@ The segment fit itself is tested in ``test_calibrate_segments``."""
 
 import copy
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -777,6 +778,124 @@ def test_refit_reproduces_the_model_from_records(tmp_path):
     assert r1["devices"]["cpu:0"]["held_out"] == r2["devices"]["cpu:0"]["held_out"]
     with pytest.raises(CalibrationError, match="does not exist"):
         refit("other", records_dir=tmp_path / "rec", cost_model_dir=tmp_path / "cm")
+
+
+def chain_records(pairs, *, bound=True, hops=15, sizes=(256, 2 ** 16, 2 ** 20)):
+    """``link_chain`` records: for each ``(a, b): latency`` of ``pairs``, chains whose
+    copies cost ``latency`` plus bytes over the pair's mean bandwidth per hop (the
+    made-up machine's), device-bound unless ``bound`` is False."""
+    rng = np.random.default_rng(11)
+    recs = []
+    for (a, b), latency in pairs.items():
+        bw_ab, bw_ba = LINK[(_kind(a), _kind(b))][1], LINK[(_kind(b), _kind(a))][1]
+        for n in sizes:
+            alone = (hops + 1) * 100e-6
+            chain = alone + hops * (latency + 0.5 * (n / bw_ab + n / bw_ba))
+            recs.append({"kind": "link_chain", "a": a, "b": b, "nbytes": n, "hops": hops,
+                         "loop": {"a": 8, "b": 8}, "alone_a": _timing(rng, alone),
+                         "alone_b": _timing(rng, alone), "chain": _timing(rng, chain),
+                         "chain_host": _timing(rng, (0.3 if bound else 0.9) * chain)})
+    return recs
+
+
+def test_build_links_take_their_latency_from_copies_in_context():
+    """Copies timed one by one include waking the receiving side; chained between two
+    busy devices they cost less (on the VM: 3 us against 60 us). Each pair's chains
+    scale both directions' latency by one factor (the asymmetry of copies alone is
+    kept), pairs of the same kinds of device share the median factor, a pair without
+    chains takes it, and bandwidths stay those of the copies alone."""
+    from simplace.calibrate.cli import format_report
+
+    recs = synthetic_records()
+    base, _ = build_cost_model(copy.deepcopy(recs))
+    recs += chain_records({("cpu:0", "cpu:1"): 2e-6, ("cpu:0", "gpu:0"): 4e-6})
+    model, report = build_cost_model(recs)
+    names = model.device_names
+    i0, i1, g = names.index("cpu:0"), names.index("cpu:1"), names.index("gpu:0")
+    assert model.latency_s[i0, i1] == pytest.approx(2e-6, rel=0.05)
+    assert model.latency_s[i1, i0] == pytest.approx(2e-6, rel=0.05)
+    f = 4e-6 / (0.5 * (base.latency_s[i0, g] + base.latency_s[g, i0]))
+    for i, j in ((i0, g), (g, i0), (i1, g), (g, i1)):  # cpu:1<->gpu:0 shares the factor
+        assert model.latency_s[i, j] == pytest.approx(f * base.latency_s[i, j], rel=1e-3)
+    assert np.array_equal(model.bandwidth_bytes_per_s, base.bandwidth_bytes_per_s)
+    lc = report["link_context"]
+    assert set(lc["pairs"]) == {"cpu:0<->cpu:1", "cpu:0<->gpu:0"}
+    assert lc["factor"]["cpu:cpu+gpu:FakeGPU"] == pytest.approx(f, rel=1e-3)
+    for r in lc["pairs"].values():  # the model now predicts every chained size
+        assert r["used"] and max(map(abs, r["model_rel_error"].values())) < 0.05
+    assert "cpu:1->gpu:0" in lc["scaled"]
+    assert ("copies in context (chains of segments alternating between two devices, 2 of 2 "
+            "pairs device-bound)") in format_report(model, report)
+
+    # a host-bound chain says nothing about the copies: latency as timed alone
+    recs = synthetic_records() + chain_records({("cpu:0", "cpu:1"): 2e-6}, bound=False)
+    model, report = build_cost_model(recs)
+    assert np.array_equal(model.latency_s, base.latency_s)
+    r = report["link_context"]["pairs"]["cpu:0<->cpu:1"]
+    assert not r["used"] and r["why"].startswith("host-bound")
+
+
+def test_context_latency_pools_the_pairs_of_one_kind():
+    """One pair's difference of two chain totals is noisy: every pair of the same kinds
+    takes the median factor, and a median below 0 (noise around a free copy) is 0."""
+    from simplace.calibrate.build import context_latency
+
+    names = [f"cpu:{k}" for k in range(4)]
+    lat, bw = np.full((4, 4), 50e-6), np.full((4, 4), 1e10)
+    np.fill_diagonal(lat, 0.0)
+
+    def t(s):
+        return robust_stats([s] * 3).to_dict()
+
+    def chains(per_hop):
+        return {(a, b, 256): {"nbytes": 256, "hops": 10, "alone_a": t(1e-3),
+                              "alone_b": t(1e-3), "chain": t(1e-3 + 10 * h),
+                              "chain_host": t(2e-4)}
+                for (a, b), h in zip(itertools.combinations(names, 2), per_hop, strict=True)}
+
+    per_hop = [5e-6, 2e-6, -10e-6, 4e-6, 30e-6, 3e-6]  # one factor each, ~-0.2 to 0.6
+    report = {}
+    new = context_latency(chains(per_hop), names, ["cpu"] * 4, lat, bw, report)
+    want = float(np.median([(h - 256 / 1e10) / 50e-6 for h in per_hop]))
+    assert report["link_context"]["factor"] == {"cpu+cpu": pytest.approx(want)}
+    off = ~np.eye(4, dtype=bool)
+    assert np.allclose(new[off], want * 50e-6) and np.all(np.diag(new) == 0)
+    assert len(report["link_context"]["scaled"]) == 12
+    new = context_latency(chains([-3e-6] * 6), names, ["cpu"] * 4, lat, bw, {})
+    assert np.all(new == 0.0)
+
+
+def test_a_link_chain_record_round_trips_and_is_checked(tmp_path):
+    recs = synthetic_records(segments_per_kind=8, host_steps=2)
+    recs += chain_records({("cpu:0", "cpu:1"): 2e-6})
+    path = tmp_path / "records.jsonl"
+    write_records(path, recs)
+    assert read_records(path) == recs
+    with pytest.raises(CalibrationError, match="'hops' of a link_chain record must be 1"):
+        check_record(dict(recs[-1], hops=0), "line 9")
+    with pytest.raises(CalibrationError, match="line 9: field 'chain'"):
+        check_record(dict(recs[-1], chain={"samples_s": []}), "line 9")
+    bad = {k: v for k, v in recs[-1].items() if k != "alone_b"}
+    with pytest.raises(CalibrationError, match=r"'alone_b' is missing \(a link_chain"):
+        check_record(bad, "line 9")
+
+
+def test_time_link_chain_on_two_cpu_devices():
+    """The real measurement, briefly: the same segment length on devices of one kind,
+    the chain device-bound, every size timed."""
+    import jax
+
+    from simplace.calibrate.links import time_link_chain
+
+    a, b = jax.devices("cpu")[:2]
+    out = time_link_chain(a, b, [256, 4096], hops=3, rounds=1, repeats=2, budget_s=1.0,
+                          same_loop=True)
+    assert out["loop"]["a"] == out["loop"]["b"] >= 1 and out["hop_host_s"] > 0
+    assert sorted(out["sizes"]) == [256, 4096]
+    for t in out["sizes"].values():
+        assert set(t) == {"alone_a", "alone_b", "chain", "chain_host"}
+        assert all(x.repeats == 2 and x.median_s > 0 for x in t.values())
+        assert t["chain_host"].median_s < t["chain"].median_s
 
 
 # --------------------------------------------------------------------------- CostModel

@@ -114,6 +114,14 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
         assert all(0 < a <= b for a, b in zip(after, block, strict=True))
     phases = {r["phase"]: r for r in _kinds(recs, "phase")}
     assert phases["links"]["skipped_for_budget"] == 1
+    # copies in context: the one pair, chained at each size, both devices alike
+    chains = _kinds(recs, "link_chain")
+    assert [(r["a"], r["b"], r["nbytes"]) for r in chains] == [
+        ("cpu:0", "cpu:1", n) for n in (256, 2 ** 16, 2 ** 20)]
+    for r in chains:
+        assert r["hops"] == 15 and r["loop"]["a"] == r["loop"]["b"] >= 1
+        assert 0 < r["chain_host"]["median_s"] < r["chain"]["median_s"]
+    assert phases["link_chains"]["measured"] == 1
     assert [(r["a"], r["b"]) for r in _kinds(recs, "exclusive")] == [("cpu:0", "cpu:1")]
 
     model = CostModel.load(cm_path)
@@ -134,6 +142,9 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert model.put_s[0, 1] > 0 and model.put_s[1, 0] > 0
     assert model.latency_s[0, 1] >= 0 and model.bandwidth_bytes_per_s[0, 1] > 0
     assert model.latency_s[1, 0] == model.latency_s[0, 1]  # the median of the one fitted
+    context = prov.meta["fit_report"]["link_context"]
+    assert set(context["pairs"]) == {"cpu:0<->cpu:1"}
+    assert context["scaled"] == ["cpu:0->cpu:1", "cpu:1->cpu:0"]
     assert model.bandwidth_bytes_per_s[1, 0] == model.bandwidth_bytes_per_s[0, 1]
 
     # A link record cut mid-write (power loss) is dropped and measured again on --resume,

@@ -156,6 +156,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
     segs = [r for r in records if r["kind"] == "segment"]
     links = _last_by(records, "link", lambda r: (r["src"], r["dst"], r["nbytes"]))
     excl = _last_by(records, "exclusive", lambda r: (r["a"], r["b"]))
+    chains = _last_by(records, "link_chain", lambda r: (r["a"], r["b"], r["nbytes"]))
     unknown = sorted({r["device"] for r in segs} - set(names))
     if unknown:
         raise CalibrationError(f"Segment records name device {unknown[0]!r}, which is not in "
@@ -355,6 +356,10 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             if put[i, j] == 0.0:
                 put[i, j] = float(np.median([put[a, b] for a, b in have]))
 
+    if chains:
+        lat = context_latency(chains, names, [":".join(keys[k]) for k in key_of], lat, bw,
+                              report)
+
     pairs = {}
     for (a, b), r in sorted(excl.items()):
         ov = overlap(*(Timing.from_dict(r[k]).median_s for k in ("alone_a", "alone_b",
@@ -446,6 +451,84 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
 # No CPU core computes faster than this (fp32; a 2026 server core with two 512-bit FMA
 # units at 4 GHz does ~0.26 TFLOP/s): a fit beyond it has not pinned the compute rate.
 CPU_CORE_FLOPS_MAX = 1e12
+
+
+# A chain is device-bound (its copies on the devices' path, not hidden behind the
+# host's calls) when it takes at least this many times the host's time to dispatch it.
+CHAIN_MIN_HOST_RATIO = 1.5
+
+
+def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
+                    kind_of: Sequence[str], lat: np.ndarray, bw: np.ndarray,
+                    report: dict) -> np.ndarray:
+    """Link latencies as a running step sees them, from ``link_chain`` records.
+
+    A copy timed alone (``link`` records) waits for the receiving side to wake up; in a
+    chain of segments that alternate between two devices it costs
+    ``(chain - (alone_a + alone_b) / 2) / hops`` per hop (on the 2-core VM: 0-3 us
+    against 30-79 us alone, for 256 bytes). Each device-bound pair gives the factor
+    that makes the model's mean copy of its smallest chained size (latency plus bytes
+    over bandwidth, both directions) cost what the chain measured; the latencies of
+    every pair of the same kinds of device are scaled by the median factor of those
+    pairs (at least 0), as devices of the same hardware share their segment fit: one
+    pair's difference of two totals is noisy, the median of several is not. The
+    asymmetry of copies timed alone is kept, and so are their bandwidths; the report
+    checks the model against the larger chained sizes. Returns the new latency matrix;
+    ``report["link_context"]`` says what was done."""
+    idx = {n: i for i, n in enumerate(names)}
+    by_pair: dict[tuple[str, str], list[dict]] = {}
+    for (a, b, _), r in sorted(chains.items(), key=lambda kv: (kv[0][0], kv[0][1],
+                                                                float(kv[0][2]))):
+        if a in idx and b in idx and a != b:
+            by_pair.setdefault((a, b), []).append(r)
+    pairs: dict[str, Any] = {}
+    factors: dict[tuple, list[float]] = {}
+    used_rows: dict[tuple[str, str], list] = {}
+    for (a, b), recs in by_pair.items():
+        i, j = idx[a], idx[b]
+        rows = []
+        for r in recs:
+            t = {k: Timing.from_dict(r[k]).median_s
+                 for k in ("alone_a", "alone_b", "chain", "chain_host")}
+            per_hop = (t["chain"] - 0.5 * (t["alone_a"] + t["alone_b"])) / int(r["hops"])
+            rows.append((float(r["nbytes"]), per_hop,
+                         t["chain"] >= CHAIN_MIN_HOST_RATIO * t["chain_host"]))
+        entry: dict[str, Any] = {"per_hop_s": {str(int(n)): h for n, h, _ in rows}}
+        used = [row for row in rows if row[2]]
+        pairs[f"{a}<->{b}"] = entry
+        mean_lat = 0.5 * (lat[i, j] + lat[j, i])
+        if not used or mean_lat <= 0:
+            entry["used"] = False
+            entry["why"] = ("no latency to scale" if used else
+                            "host-bound: the chain took less than "
+                            f"{CHAIN_MIN_HOST_RATIO}x the host's time to dispatch it")
+            continue
+        n0, h0, _ = min(used)
+        f = (h0 - 0.5 * (n0 / bw[i, j] + n0 / bw[j, i])) / mean_lat
+        entry.update(used=True, factor=f)
+        factors.setdefault(tuple(sorted((kind_of[i], kind_of[j]))), []).append(f)
+        used_rows[(a, b)] = used
+    median = {k: max(float(np.median(v)), 0.0) for k, v in factors.items()}
+    new = lat.copy()
+    scaled = []
+    for i, j in itertools.permutations(range(len(names)), 2):
+        k = tuple(sorted((kind_of[i], kind_of[j])))
+        if k in median:
+            new[i, j] = lat[i, j] * median[k]
+            scaled.append(f"{names[i]}->{names[j]}")
+    for (a, b), used in used_rows.items():
+        i, j = idx[a], idx[b]
+        # How the model (context latency, bandwidth of copies alone) predicts each
+        # chained size of the pair: relative error against the per-hop time measured.
+        pairs[f"{a}<->{b}"]["model_rel_error"] = {
+            str(int(n)): (0.5 * (new[i, j] + new[j, i] + n / bw[i, j] + n / bw[j, i]) - h)
+            / abs(h) if h else None for n, h, _ in used}
+    report["link_context"] = {
+        "pairs": pairs, "scaled": scaled,
+        "factor": {"+".join(k): v for k, v in median.items()},
+        "latency_alone_s": float(np.median(lat[lat > 0])) if (lat > 0).any() else 0.0,
+        "latency_in_context_s": float(np.median(new[lat > 0])) if (lat > 0).any() else 0.0}
+    return new
 
 
 def rate_warnings(fit, key: tuple[str, str], cpu_count: int) -> list[str]:

@@ -99,6 +99,30 @@ def quick_cpu_devices(args, environ=None) -> int | None:
     return QUICK_CPU_DEVICES if _cpu_only_host(environ) else None
 
 
+def _resumed_cpu_devices(name: str, args) -> int | None:
+    """How many virtual CPU devices the calibration being resumed measured (its header
+    names cpu:0..cpu:N-1 and no other device), or None: leave JAX alone (accelerators,
+    one CPU device, a device count already in XLA_FLAGS, records that cannot be read:
+    the resume itself then says what is wrong)."""
+    import os
+
+    from simplace.calibrate import core
+    from simplace.calibrate.records import read_records
+
+    if (args.devices is not None
+            or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")):
+        return None
+    try:
+        rec, _ = core.paths(name, args.records_dir, args.cost_model_dir)
+        head = read_records(rec)[0]
+    except (CalibrationError, OSError):
+        return None
+    names = [d.get("name") for d in head.get("devices", [])]
+    if len(names) > 1 and names == [f"cpu:{k}" for k in range(len(names))]:
+        return len(names)
+    return None
+
+
 def _set_cpu_devices(n: int) -> None:
     from simplace._devices import use_cpu_devices
 
@@ -136,6 +160,16 @@ def format_report(model, report: dict) -> str:
                          f"{model.name} --overwrite` on an idle machine.")
         else:
             lines.append(f"  {key:<14} not measured (median of the others)")
+    lc = report.get("link_context")
+    if lc:
+        n_used = sum(bool(r.get("used")) for r in lc["pairs"].values())
+        factors = ", ".join(f"{k} {v:.3f}" for k, v in lc["factor"].items()) or "none"
+        lines.append(
+            f"copies in context (chains of segments alternating between two devices, "
+            f"{n_used} of {len(lc['pairs'])} pairs device-bound): latency "
+            f"{1e6 * lc['latency_in_context_s']:.1f} us (timed alone: "
+            f"{1e6 * lc['latency_alone_s']:.1f} us); factor per kind of pair: "
+            f"{factors}")
     groups: dict[str, list[str]] = {}
     for dev in model.devices:
         groups.setdefault(dev.exclusive_group, []).append(dev.name)
@@ -199,6 +233,9 @@ def run(args) -> int:
     else:
         if args.cpu_devices is not None:
             _set_cpu_devices(args.cpu_devices)
+        elif args.resume and (n := _resumed_cpu_devices(name, args)) is not None:
+            # The records name virtual CPU devices: split the CPU as their run did.
+            _set_cpu_devices(n)
         elif (n := quick_cpu_devices(args)) is not None:
             from simplace._devices import use_cpu_devices
 

@@ -37,6 +37,9 @@ from simplace.progress import Progress
 # graphs the calibration never saw (nothing of them is fitted).
 FIDELITY_MODELS = ("mlp", "tiny_cnn", "rnnlm")
 DEFAULT_MODELS_QUICK = ("alexnet", "transformer")
+# Sizes of the copies timed in context (``links.time_link_chain``), capped by the
+# settings' largest link size: the smallest sets the latency, the others check it.
+CHAIN_SIZES = (256, 2 ** 16, 2 ** 20)
 # The largest zoo graphs take minutes to compile segment by segment: left out by default.
 _DEFAULT_SKIP = FIDELITY_MODELS + ("inception_v3", "resnet50", "nmt_8layer")
 
@@ -56,6 +59,10 @@ class Settings:
     link_budget_s: float = 5.0
     link_rounds: int = 5
     link_repeats: int = 5
+    chain_hops: int = 15
+    chain_rounds: int = 5
+    chain_repeats: int = 5
+    chain_budget_s: float = 1.5
     excl_size: int = 384
     excl_steps: int = 20
     excl_budget_s: float = 1.0
@@ -73,7 +80,8 @@ class Settings:
         return dataclasses.replace(base, op_min_repeats=3, op_max_repeats=30, op_budget_s=0.03,
                                    op_rel_tol=0.05, link_max_nbytes=8 * 2 ** 20,
                                    link_factor=4, link_budget_s=1.0, link_rounds=3,
-                                   link_repeats=3, excl_size=256, excl_steps=10,
+                                   link_repeats=3, chain_rounds=3, chain_repeats=3,
+                                   chain_budget_s=0.5, excl_size=256, excl_steps=10,
                                    excl_budget_s=0.3)
 
     def to_dict(self) -> dict[str, Any]:
@@ -213,6 +221,7 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
     done_ops: set = set()
     done_links: set = set()
     done_excl: set = set()
+    done_chains: set = set()
     if resume:
         if not rec_path.exists():
             raise CalibrationError(f"Nothing to resume: {rec_path} does not exist. Run "
@@ -250,6 +259,8 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
                 done_links.add((r["src"], r["dst"], int(r["nbytes"])))
             elif r["kind"] == "exclusive":
                 done_excl.add((r["a"], r["b"]))
+            elif r["kind"] == "link_chain":
+                done_chains.add((r["a"], r["b"], int(r["nbytes"])))
     else:
         if rec_path.exists() and not overwrite:
             raise CalibrationError(
@@ -261,7 +272,8 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
         _check_models(settings.models)
         write_records(rec_path, [_header(name, devs, settings)])
 
-    _measure(rec_path, devs, settings, budget_s, done_ops, done_links, done_excl, progress)
+    _measure(rec_path, devs, settings, budget_s, done_ops, done_links, done_excl,
+             done_chains, progress)
     return _fit_and_save(rec_path, cm_path, name)
 
 
@@ -277,7 +289,7 @@ def _check_models(models: Sequence[str]) -> None:
 
 
 def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links, done_excl,
-             show: bool) -> None:
+             done_chains, show: bool) -> None:
     import jax
     import numpy as np
 
@@ -298,13 +310,21 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
             link_todo.append((a, b, todo))
     excl_todo = [(a, b) for a, b in itertools.combinations(devs, 2)
                  if (device_name(a), device_name(b)) not in done_excl]
+    chain_sizes = sorted({min(n, settings.link_max_nbytes) for n in CHAIN_SIZES})
+    chain_todo = []
+    for a, b in itertools.combinations(devs, 2):
+        todo = [n for n in chain_sizes if (device_name(a), device_name(b), n) not in done_chains]
+        if todo:
+            chain_todo.append((a, b, todo))
     # Weights in rough seconds, so the ETA is sensible from the first step on.
     w_rt = 0.5
     w_model = 4.0 + 20 * settings.op_budget_s
     w_link = settings.link_budget_s
     w_excl = 3 * settings.excl_budget_s + 1.0
+    w_chain = settings.chain_budget_s + 0.5
     bar = Progress(w_rt * len(devs) + w_model * len(models) + w_link * len(link_todo)
-                   + w_excl * len(excl_todo), stream=sys.stderr if show else None)
+                   + w_chain * len(chain_todo) + w_excl * len(excl_todo),
+                   stream=sys.stderr if show else None)
     seg_kw = dict(min_repeats=settings.op_min_repeats, max_repeats=settings.op_max_repeats,
                   budget_s=settings.op_budget_s, rel_tol=settings.op_rel_tol)
 
@@ -410,6 +430,30 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
         out.write({"kind": "phase", "phase": "links", "wall_s": time.perf_counter() - t0,
                    "measured": n_done, "skipped_for_budget": n_cut})
 
+        t0, n_done, n_cut = time.perf_counter(), 0, 0
+        for k, (a, b, todo) in enumerate(chain_todo):
+            if over(0.9) and k:  # past the budget: other pairs take the median factor
+                n_cut += 1
+                continue
+            try:
+                res = links_mod.time_link_chain(a, b, todo, hops=settings.chain_hops,
+                                                rounds=settings.chain_rounds,
+                                                repeats=settings.chain_repeats,
+                                                budget_s=settings.chain_budget_s,
+                                                same_loop=_same_hardware(a, b))
+            except CalibrationError as err:  # host-bound: the copies alone are kept
+                print(f"simplace calibrate: {err}", file=sys.stderr)
+                continue
+            for n, tm in res["sizes"].items():
+                out.write({"kind": "link_chain", "a": device_name(a), "b": device_name(b),
+                           "nbytes": n, "hops": settings.chain_hops, "loop": res["loop"],
+                           **{key: t.to_dict() for key, t in tm.items()}})
+            n_done += 1
+            bar.step(w_chain, f"copies in context {device_name(a)}<->{device_name(b)}")
+        out.write({"kind": "phase", "phase": "link_chains",
+                   "wall_s": time.perf_counter() - t0, "measured": n_done,
+                   "skipped_for_budget": n_cut})
+
         t0 = time.perf_counter()
         if excl_todo:
             work, x = excl_mod.make_work(settings.excl_size, settings.excl_steps)
@@ -425,6 +469,12 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                    "measured": len(excl_todo), "skipped_for_budget": 0})
     bar.step(0, "done", force=True)
     bar.close()
+
+
+def _same_hardware(a, b) -> bool:
+    """Whether two JAX devices are the same hardware (virtual CPUs of one host, or
+    identical accelerators)."""
+    return (a.platform, str(a.device_kind)) == (b.platform, str(b.device_kind))
 
 
 def _host_record(model: str, graph, placement, h: dict) -> dict:

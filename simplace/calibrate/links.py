@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from simplace.calibrate.harness import Timing, robust_stats
+from simplace.errors import CalibrationError
 
 
 def link_sizes(max_nbytes: int, factor: int) -> list[int]:
@@ -56,3 +58,122 @@ def time_link(src, dst, sizes: Sequence[int], *, rounds: int, repeats: int,
                 blocking[n].append(t2 - t0)
                 after[n].append(t2 - t1)
     return {n: (robust_stats(blocking[n]), robust_stats(after[n])) for n in sizes}
+
+
+# Segments of a chain: each is made this many times longer than the host's cost of one
+# hop (a call and a device_put), so that the devices, not the host, set the pace.
+CHAIN_DEVICE_BOUND = 4.0
+# ... and at least this long (seconds), above the timer's and the launch's noise.
+CHAIN_MIN_SEGMENT_S = 60e-6
+# Matmul loop lengths tried per device, doubling, before a chain is given up.
+_CHAIN_MAX_LOOP = 4096
+
+
+def _chain_work(loop: int):
+    """A jitted segment: ``loop`` small matmuls whose result scales its input (so the
+    output has the input's size and depends on all the work)."""
+    import jax
+    import jax.numpy as jnp
+
+    def seg(x, w):
+        m = jax.lax.fori_loop(0, loop, lambda _, m: jnp.tanh(m @ w), w * x[0])
+        return x * 0.999 + jnp.sum(m) * 1e-9
+
+    return jax.jit(seg)
+
+
+def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repeats: int,
+                    budget_s: float, same_loop: bool = False) -> dict[str, Any]:
+    """Copies between ``a`` and ``b`` timed in context: a chain of ``hops + 1`` segments
+    alternating between the devices, each fed by a ``jax.device_put`` of the previous
+    one's output, against the same segments chained on each device alone.
+
+    Copies timed one at a time from idle (``time_link``) include waking the receiving
+    side: on this project's 2-core VM that was 36-79 us per copy, while inside a
+    running step a copy cost 10-25 us beyond its call (2026-11-24). What a step waits
+    for is the copy inside the pipeline, so that is what this measures. Each device's
+    segment is a loop of small matmuls, lengthened until it takes ``CHAIN_DEVICE_BOUND``
+    times the host's cost of a hop, so that the devices set the pace and the chain's
+    time beyond the devices' own work is the copies'. With ``same_loop`` (devices of the
+    same hardware) both take the longer of their two lengths, so that the chains alone
+    take the same time and their difference from the alternating one is less noisy.
+
+    Returns ``{"loop": {"a": n, "b": n}, "sizes": {nbytes: {"alone_a", "alone_b", "chain",
+    "chain_host": Timing}}}`` (``chain_host``: the host time of dispatching the chain,
+    to check that it was device-bound), or raises ``CalibrationError`` when no loop
+    length makes the chain device-bound."""
+    import time
+
+    import jax
+
+    w0 = (np.eye(64, dtype=np.float32) * 0.5 + 0.01)
+    ws = {0: jax.device_put(w0, a), 1: jax.device_put(w0, b)}
+    devs = (a, b)
+
+    def run(fns, x, pattern):
+        """Dispatch the chain (pattern: the device of each segment); returns (host, total)."""
+        t0 = time.perf_counter()
+        y = x
+        for k, d in enumerate(pattern):
+            if k and d != pattern[k - 1]:
+                y = jax.device_put(y, devs[d])
+            y = fns[d](y, ws[d])
+        t1 = time.perf_counter()
+        jax.block_until_ready(y)
+        return t1 - t0, time.perf_counter() - t0
+
+    n = hops + 1
+    alt = [k % 2 for k in range(n)]
+    small = min(sizes)
+    x_small = {d: jax.device_put(np.ones(max(small // 4, 1), np.float32), devs[d])
+               for d in (0, 1)}
+    # The host's cost of one hop, with the shortest segments.
+    fns = {d: _chain_work(1) for d in (0, 1)}
+    for _ in range(3):
+        run(fns, x_small[0], alt)
+    hop_host = float(np.median([run(fns, x_small[0], alt)[0] for _ in range(7)])) / n
+    target = max(CHAIN_DEVICE_BOUND * hop_host, CHAIN_MIN_SEGMENT_S)
+    loop = {}
+    for d in (0, 1):
+        k = 1
+        while True:
+            f = _chain_work(k)
+            for _ in range(2):
+                run({d: f}, x_small[d], [d] * n)
+            per_seg = float(np.median([run({d: f}, x_small[d], [d] * n)[1]
+                                       for _ in range(5)])) / n
+            if per_seg >= target:
+                break
+            if k >= _CHAIN_MAX_LOOP:
+                raise CalibrationError(
+                    f"A chain of segments on {devs[d]} stays host-bound ({per_seg * 1e6:.1f} "
+                    f"us a segment at {k} matmuls, the host {hop_host * 1e6:.1f} us a hop): "
+                    "copies cannot be timed in context on it.")
+            k = max(2 * k, int(k * target / max(per_seg, 1e-9)) + 1) if per_seg > 0 else 2 * k
+            k = min(k, _CHAIN_MAX_LOOP)
+        loop[d] = k
+    if same_loop:
+        loop[0] = loop[1] = max(loop.values())
+    out: dict[str, Any] = {"loop": {"a": loop[0], "b": loop[1]},
+                           "hop_host_s": hop_host, "sizes": {}}
+    start = time.perf_counter()
+    fns = {d: _chain_work(loop[d]) for d in (0, 1)}
+    for nbytes in sorted(sizes):
+        xs = {d: jax.device_put(np.ones(max(nbytes // 4, 1), np.float32), devs[d])
+              for d in (0, 1)}
+        cases = {"alone_a": (xs[0], [0] * n), "alone_b": (xs[1], [1] * n),
+                 "chain": (xs[0], alt)}
+        samples: dict[str, list[float]] = {k: [] for k in (*cases, "chain_host")}
+        for r in range(rounds):
+            if r and time.perf_counter() - start > budget_s:
+                break
+            # Interleaved, so that drift in the machine's speed hits all three alike.
+            for key, (x, pattern) in cases.items():
+                run(fns, x, pattern)  # warm-up (compilation on the first round)
+                for _ in range(repeats):
+                    host, total = run(fns, x, pattern)
+                    samples[key].append(total)
+                    if key == "chain":
+                        samples["chain_host"].append(host)
+        out["sizes"][int(nbytes)] = {k: robust_stats(v) for k, v in samples.items()}
+    return out

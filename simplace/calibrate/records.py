@@ -24,10 +24,16 @@
 * ``link`` records: ``nbytes`` sent from ``src`` to ``dst`` with ``jax.device_put``
   (``timing``: blocking, from the call to the arrival; ``after_call``, optional: from
   the call's return to the arrival);
+* ``link_chain`` records: copies between ``a`` and ``b`` timed in context: a chain of
+  ``hops + 1`` segments alternating between the two devices, each fed by a
+  ``jax.device_put`` of ``nbytes`` (``chain``, and ``chain_host``: the host time of
+  dispatching it), against the same segments chained on ``a`` alone and on ``b`` alone
+  (``alone_a``, ``alone_b``); ``loop``: each device's segment length (recorded since
+  2026-11-24);
 * ``exclusive`` records: the same work timed on devices ``a`` and ``b`` alone and
   together (``alone_a``, ``alone_b``, ``together`` timings);
 * ``phase`` records: a phase (``runtime``, ``segments``, ``model:NAME``, ``links``,
-  ``exclusive``) finished, so that
+  ``link_chains``, ``exclusive``) finished, so that
   ``--resume`` knows what is left.
 
 A run appends and flushes one line per measurement, so an interrupted run keeps all it
@@ -72,11 +78,15 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "link": {"src": (str,), "dst": (str,), "nbytes": _NUM, "timing": (dict,)},
     "exclusive": {"a": (str,), "b": (str,), "alone_a": (dict,), "alone_b": (dict,),
                   "together": (dict,)},
+    "link_chain": {"a": (str,), "b": (str,), "nbytes": _NUM, "hops": (int,),
+                   "alone_a": (dict,), "alone_b": (dict,), "chain": (dict,),
+                   "chain_host": (dict,)},
     "phase": {"phase": (str,)},
 }
 _TIMING_FIELDS = {"op": ("timing",), "link": ("timing",), "runtime": ("block", "host"),
                   "put_host": ("timing",), "segment": ("timing",), "host": ("timing",),
-                  "exclusive": ("alone_a", "alone_b", "together")}
+                  "exclusive": ("alone_a", "alone_b", "together"),
+                  "link_chain": ("alone_a", "alone_b", "chain", "chain_host")}
 # Timings a record may hold besides its required ones (``after_call``: a link's copy
 # time from the put call's return, recorded since 2026-11-23).
 _OPTIONAL_TIMING_FIELDS = {"link": ("after_call",)}
@@ -101,6 +111,9 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
             Timing.from_dict(rec[field])
         except CalibrationError as err:
             raise CalibrationError(f"{where}: field {field!r}: {err}") from None
+    if kind == "link_chain" and rec["hops"] < 1:
+        raise CalibrationError(f"{where}: field 'hops' of a link_chain record must be 1 or "
+                               f"more, got {rec['hops']!r}.")
     if kind == "header":
         check_schema(rec, SCHEMA, SCHEMA_VERSION, CalibrationError, where,
                      "calibration records file", older={1: _VERSION_1})
