@@ -131,6 +131,42 @@ def test_validate_reports_every_candidate_and_writes_records(mlp, tmp_path):
     assert len(rep2.rows) == 1
 
 
+def test_validate_warms_every_candidate_before_timing_any(mlp, monkeypatch):
+    """The first runs after a compilation are slow: every candidate is compiled and run
+    WARM_RUNS times before the first timed round, so no round's samples carry them."""
+    from simplace.validate import executor, hardware
+
+    fn, args, program, graph = mlp
+    cm = cpu_model(2)
+    m = graph.num_ops
+    placements = [np.zeros(m, np.int32), np.ones(m, np.int32)]
+    runs, timed_after = {}, []
+    real_place, real_measure = program.place, executor.measure
+
+    def place(a, **kw):
+        placed = real_place(a, **kw)
+        key = tuple(np.asarray(a).tolist())
+        real_run = placed.run
+
+        def run(*xs, **kws):
+            runs[key] = runs.get(key, 0) + 1
+            return real_run(*xs, **kws)
+
+        monkeypatch.setattr(placed, "run", run)
+        return placed
+
+    def measure(placed, *a, **kw):
+        timed_after.append(dict(runs))
+        return real_measure(placed, *a, **kw)
+
+    monkeypatch.setattr(program, "place", place)
+    monkeypatch.setattr(executor, "measure", measure)
+    validate(graph, cm, placements, program=program, args=args, timing=TIMING, rounds=2)
+    assert len(timed_after) == 4  # two candidates, two rounds
+    assert all(n >= hardware.WARM_RUNS for n in timed_after[0].values())
+    assert len(timed_after[0]) == 2
+
+
 def test_validate_reports_raw_and_corrected_predictions(mlp):
     fn, args, program, graph = mlp
     cm = cpu_model(2)
