@@ -863,6 +863,12 @@ def test_context_latency_pools_the_pairs_of_one_kind():
     assert len(report["link_context"]["scaled"]) == 12
     new = context_latency(chains([-3e-6] * 6), names, ["cpu"] * 4, lat, bw, {})
     assert np.all(new == 0.0)
+    # chained copies 12x slower than copies from idle: refused, with a warning
+    report = {}
+    new = context_latency(chains([600e-6] * 6), names, ["cpu"] * 4, lat, bw, report)
+    assert np.array_equal(new, lat) and report["link_context"]["scaled"] == []
+    assert "12.0x the latency of copies timed alone" in report["warnings"][0]
+    assert "cpu+cpu" in report["link_context"]["refused"]
 
 
 def test_a_link_chain_record_round_trips_and_is_checked(tmp_path):

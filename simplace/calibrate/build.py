@@ -456,6 +456,9 @@ CPU_CORE_FLOPS_MAX = 1e12
 # A chain is device-bound (its copies on the devices' path, not hidden behind the
 # host's calls) when it takes at least this many times the host's time to dispatch it.
 CHAIN_MIN_HOST_RATIO = 1.5
+# A factor beyond this (chained copies many times slower than copies from idle) is
+# refused as a measurement gone wrong.
+CHAIN_MAX_FACTOR = 10.0
 
 
 def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
@@ -473,8 +476,9 @@ def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
     pairs (at least 0), as devices of the same hardware share their segment fit: one
     pair's difference of two totals is noisy, the median of several is not. The
     asymmetry of copies timed alone is kept, and so are their bandwidths; the report
-    checks the model against the larger chained sizes. Returns the new latency matrix;
-    ``report["link_context"]`` says what was done."""
+    checks the model against the larger chained sizes. A factor above
+    ``CHAIN_MAX_FACTOR`` is refused with a warning (latencies as timed alone). Returns
+    the new latency matrix; ``report["link_context"]`` says what was done."""
     idx = {n: i for i, n in enumerate(names)}
     by_pair: dict[tuple[str, str], list[dict]] = {}
     for (a, b, _), r in sorted(chains.items(), key=lambda kv: (kv[0][0], kv[0][1],
@@ -509,6 +513,19 @@ def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
         factors.setdefault(tuple(sorted((kind_of[i], kind_of[j]))), []).append(f)
         used_rows[(a, b)] = used
     median = {k: max(float(np.median(v)), 0.0) for k, v in factors.items()}
+    refused = {}
+    for k, f in list(median.items()):
+        if f > CHAIN_MAX_FACTOR:
+            # Copies in a chain costing many times a copy from idle means the chains
+            # measured something else (a device that was not idle between segments?):
+            # never written silently; the copies timed alone stay.
+            refused["+".join(k)] = (
+                f"chained copies cost {f:.1f}x the latency of copies timed alone (more than "
+                f"{CHAIN_MAX_FACTOR:g}x): not used; calibrate again on an idle machine "
+                "(--overwrite) to time the chains again")
+            del median[k]
+    if refused:
+        report.setdefault("warnings", []).extend(refused.values())
     new = lat.copy()
     scaled = []
     for i, j in itertools.permutations(range(len(names)), 2):
@@ -524,7 +541,7 @@ def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
             str(int(n)): (0.5 * (new[i, j] + new[j, i] + n / bw[i, j] + n / bw[j, i]) - h)
             / abs(h) if h else None for n, h, _ in used}
     report["link_context"] = {
-        "pairs": pairs, "scaled": scaled,
+        "pairs": pairs, "scaled": scaled, "refused": refused,
         "factor": {"+".join(k): v for k, v in median.items()},
         "latency_alone_s": float(np.median(lat[lat > 0])) if (lat > 0).any() else 0.0,
         "latency_in_context_s": float(np.median(new[lat > 0])) if (lat > 0).any() else 0.0}
