@@ -15,6 +15,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -188,7 +189,8 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
         (default, as ``apply`` does and the simulator models it) or ``"segment"``.
       rounds: the candidates are timed in this many interleaved rounds, each with
         ``1/rounds`` of the timing budget, and each one's samples pooled (robust median);
-        before the first, every candidate is compiled and run ``WARM_RUNS`` times.
+        before the first, every candidate is compiled and run up to ``WARM_RUNS`` times
+        (no longer than a round's budget after the first run).
       progress: called with a line per candidate.
 
     Returns:
@@ -248,10 +250,16 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
     # after a compilation are slow (on the 2-core VM the first round's median was 6-13%
     # above the others', up to 2x), and in rounds interleaved with compilations of the
     # other candidates that slowness would land in the first round's samples only.
+    # The runs after the first (which compiles) stop once they have taken a round's
+    # timing budget, so that slow steps do not stretch a validation's time.
     for *_, placed in jobs:
         placed_args = placed.place_args(*run_args)
-        for _ in range(WARM_RUNS):
+        jax.block_until_ready(placed.run(placed_args))
+        start = time.perf_counter()
+        for _ in range(WARM_RUNS - 1):
             jax.block_until_ready(placed.run(placed_args))
+            if time.perf_counter() - start > per_round["budget_s"]:
+                break
     for _ in range(int(rounds)):
         for k, (*_, placed) in enumerate(jobs):
             m = measure(placed, run_args, **per_round)
