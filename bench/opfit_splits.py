@@ -104,6 +104,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=50, help="splits: seeds 0..N-1 (default 50)")
     ap.add_argument("--percentile", type=float, default=None,
                     help="PARALLEL_PERCENTILE for the thresholds (default: simplace's)")
+    ap.add_argument("--segment-flops", type=float, default=None, metavar="F",
+                    help="also charge the pool launch to a segment whose ops add up to F "
+                         "flops or more (XLA:CPU runs an executable of fewer than 1000 "
+                         "flops by its HloCostAnalysis inline on the calling thread, others "
+                         "on a worker thread: PjRt's CPU client, cheap_computation_); a "
+                         "rule the simulators do not apply yet")
     ap.add_argument("--worst", type=int, default=0,
                     help="also list the N segments predicted worst when held out")
     ap.add_argument("--out", default=None, help="write the table here (.txt, and .json beside)")
@@ -112,6 +118,10 @@ def main(argv=None) -> int:
 
     if args.percentile is not None:
         build.PARALLEL_PERCENTILE = args.percentile
+    if args.segment_flops is not None:
+        by_op = build._has_parallel
+        build._has_parallel = lambda rec, thr: (by_op(rec, thr)
+                                                or sum(rec["flops"]) >= args.segment_flops)
     with open(args.records) as f:
         records = [json.loads(line) for line in f]
     segs, t, base, thr = segment_inputs(records)
@@ -121,7 +131,9 @@ def main(argv=None) -> int:
     lines = [
         f"op-cost fit over {args.seeds} splits of {len(segs)} segments "
         f"({Path(args.records).parent.name}; PARALLEL_PERCENTILE {build.PARALLEL_PERCENTILE:g}; "
-        f"{len(thr)} primitives with a pool threshold)",
+        f"{len(thr)} primitives with a pool threshold"
+        + (f"; also segments of {args.segment_flops:g} flops or more" if args.segment_flops
+           is not None else "") + ")",
         f"  seed 0 (what simplace calibrate prints): held-out median {pct(s0['median'])}, "
         f"p90 {pct(s0['p90'])}; op part median {pct(s0['op_part_median'])}, "
         f"p90 {pct(s0['op_part_p90'])}",
