@@ -1,0 +1,88 @@
+"""Which jitted computations XLA:CPU runs inline on the calling thread, and what the others
+cost when they wake a worker thread.
+
+PjRt's CPU client runs an executable whose flop count (XLA's HloCostAnalysis, what
+``jax.jit(f).lower(x).compile().cost_analysis()["flops"]`` reports) is under 1000 on the
+thread that calls it, and hands the others to a worker thread (``cheap_computation_`` in
+``xla/pjrt/cpu/cpu_client.cc``). This times one jitted computation of a few elementwise
+ops over sizes either side of that threshold: the host time of a call when calls are
+pipelined, the time per call of the pipeline, and a blocking call from idle (which pays
+the worker's wake-up). The simulator does not model the rule yet (the cost model
+charges a thread-pool wake-up per op by size, ``parallel_min_bytes``); this is the
+evidence for doing so.
+
+    python bench/cpu_inline_rule.py [--out bench/results/cpu_inline_rule_DATE_vm.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+
+import numpy as np  # noqa: E402
+
+SIZES = (100, 200, 400, 480, 520, 600, 1000, 4000, 16000)
+
+
+def probe(n: int, *, calls: int = 200, blocking: int = 50) -> dict:
+    """Host, pipelined and blocking time of one call of ``x * 1.0001 + 0.5`` then
+    ``sin`` over ``n`` float32s, with XLA's flop count."""
+    import jax
+    import jax.numpy as jnp
+
+    jf = jax.jit(lambda x: jnp.sin(x * 1.0001 + 0.5))
+    x = jax.device_put(np.ones(n, np.float32), jax.devices()[0])
+    ca = jf.lower(x).compile().cost_analysis()
+    ca = ca[0] if isinstance(ca, list) else ca
+    for _ in range(5):
+        jf(x).block_until_ready()
+    t0 = time.perf_counter()
+    y = x
+    for _ in range(calls):
+        y = jf(y)
+    t1 = time.perf_counter()
+    y.block_until_ready()
+    t2 = time.perf_counter()
+    bl = []
+    for _ in range(blocking):
+        s = time.perf_counter()
+        jf(x).block_until_ready()
+        bl.append(time.perf_counter() - s)
+    return {"n": n, "xla_flops": float(ca.get("flops", float("nan"))),
+            "host_per_call_s": (t1 - t0) / calls, "pipelined_per_call_s": (t2 - t0) / calls,
+            "blocking_call_s": float(np.median(bl))}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="write the table here (.txt)")
+    args = ap.parse_args(argv)
+    import platform
+
+    lines = [f"XLA:CPU inline rule on {platform.node()} ({os.cpu_count()} cores), "
+             f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, load "
+             f"{os.getloadavg()[0]:.2f}",
+             f"{'elements':>8} {'XLA flops':>9} {'host/call':>10} {'pipelined':>10} "
+             f"{'blocking':>9}  (us)"]
+    for n in SIZES:
+        r = probe(n)
+        lines.append(f"{r['n']:>8} {r['xla_flops']:>9.0f} {1e6 * r['host_per_call_s']:>10.2f} "
+                     f"{1e6 * r['pipelined_per_call_s']:>10.2f} "
+                     f"{1e6 * r['blocking_call_s']:>9.2f}")
+    lines.append("command: python bench/cpu_inline_rule.py "
+                 + " ".join(argv if argv is not None else sys.argv[1:]))
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
