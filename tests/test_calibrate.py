@@ -886,17 +886,24 @@ def test_a_link_chain_record_round_trips_and_is_checked(tmp_path):
         check_record(bad, "line 9")
 
 
-def test_time_link_chain_on_two_cpu_devices():
-    """The real measurement, briefly: the same segment length on devices of one kind,
-    the chain device-bound, every size timed."""
+@pytest.mark.parametrize("same_loop", [True, False])
+def test_time_link_chain_on_two_cpu_devices(same_loop):
+    """The real measurement, briefly: the chain device-bound, every size timed; devices
+    of one kind share the segment length (``same_loop``), others (a CPU and an
+    accelerator) get their own."""
     import jax
 
-    from simplace.calibrate.links import time_link_chain
+    from simplace.calibrate.links import CHAIN_MIN_SEGMENT_S, time_link_chain
 
     a, b = jax.devices("cpu")[:2]
     out = time_link_chain(a, b, [256, 4096], hops=3, rounds=1, repeats=2, budget_s=1.0,
-                          same_loop=True)
-    assert out["loop"]["a"] == out["loop"]["b"] >= 1 and out["hop_host_s"] > 0
+                          same_loop=same_loop)
+    assert min(out["loop"].values()) >= 1 and out["hop_host_s"] > 0
+    if same_loop:
+        assert out["loop"]["a"] == out["loop"]["b"]
+    # each device's segments were lengthened until they set the pace
+    alone = out["sizes"][256]
+    assert alone["alone_a"].median_s >= 0.5 * 4 * CHAIN_MIN_SEGMENT_S
     assert sorted(out["sizes"]) == [256, 4096]
     for t in out["sizes"].values():
         assert set(t) == {"alone_a", "alone_b", "chain", "chain_host"}
