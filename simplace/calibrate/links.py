@@ -89,8 +89,8 @@ def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repea
     one's output, against the same segments chained on each device alone.
 
     Copies timed one at a time from idle (``time_link``) include waking the receiving
-    side: on this project's 2-core VM that was 36-79 us per copy, while inside a
-    running step a copy cost 10-25 us beyond its call (2026-11-24). What a step waits
+    side: on this project's 2-core VM that was 30-79 us per copy, while in a chain of
+    busy devices a 256-byte copy cost 0-3 us beyond its call (2026-11-24). What a step waits
     for is the copy inside the pipeline, so that is what this measures. Each device's
     segment is a loop of small matmuls, lengthened until it takes ``CHAIN_DEVICE_BOUND``
     times the host's cost of a hop, so that the devices set the pace and the chain's
@@ -98,9 +98,10 @@ def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repea
     same hardware) both take the longer of their two lengths, so that the chains alone
     take the same time and their difference from the alternating one is less noisy.
 
-    Returns ``{"loop": {"a": n, "b": n}, "sizes": {nbytes: {"alone_a", "alone_b", "chain",
-    "chain_host": Timing}}}`` (``chain_host``: the host time of dispatching the chain,
-    to check that it was device-bound), or raises ``CalibrationError`` when no loop
+    Returns ``{"loop": {"a": n, "b": n}, "hop_host_s": s, "sizes": {nbytes: {"alone_a",
+    "alone_b", "chain", "chain_host": Timing}}}`` (``hop_host_s``: the host's cost of a
+    hop with the shortest segments; ``chain_host``: the host time of dispatching the
+    chain, to check that it was device-bound), or raises ``CalibrationError`` when no loop
     length makes the chain device-bound."""
     import time
 
