@@ -17,7 +17,6 @@ evidence for doing so.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import sys
 import time
@@ -25,6 +24,7 @@ import time
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
 import numpy as np  # noqa: E402
+from report import Transcript, machine_line  # noqa: E402
 
 SIZES = (100, 200, 400, 480, 520, 600, 1000, 4000, 16000)
 
@@ -62,25 +62,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the table here (.txt)")
     args = ap.parse_args(argv)
-    import platform
-
-    lines = [f"XLA:CPU inline rule on {platform.node()} ({os.cpu_count()} cores), "
-             f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, load "
-             f"{os.getloadavg()[0]:.2f}",
-             f"{'elements':>8} {'XLA flops':>9} {'host/call':>10} {'pipelined':>10} "
-             f"{'blocking':>9}  (us)"]
+    out = Transcript()
+    out.say(f"XLA:CPU inline rule; {machine_line()}")
+    out.say(f"{'elements':>8} {'XLA flops':>9} {'host/call':>10} {'pipelined':>10} "
+            f"{'blocking':>9}  (us)")
     for n in SIZES:
         r = probe(n)
-        lines.append(f"{r['n']:>8} {r['xla_flops']:>9.0f} {1e6 * r['host_per_call_s']:>10.2f} "
-                     f"{1e6 * r['pipelined_per_call_s']:>10.2f} "
-                     f"{1e6 * r['blocking_call_s']:>9.2f}")
-    lines.append("command: python bench/cpu_inline_rule.py "
-                 + " ".join(argv if argv is not None else sys.argv[1:]))
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        out.say(f"{r['n']:>8} {r['xla_flops']:>9.0f} {1e6 * r['host_per_call_s']:>10.2f} "
+                f"{1e6 * r['pipelined_per_call_s']:>10.2f} "
+                f"{1e6 * r['blocking_call_s']:>9.2f}")
+    out.say("command: python bench/cpu_inline_rule.py "
+            + " ".join(argv if argv is not None else sys.argv[1:]))
+    out.save(args.out)
     return 0
 
 

@@ -18,9 +18,8 @@ through how far ``local`` gets in its budget.
 
 import argparse
 
-from report import Transcript, load_average, machine_line, problems
+from report import Transcript, load_average, machine_line, problems, starts_then_local
 
-from simplace.placers import optimize
 from simplace.sim import lower_bound
 
 DEFAULT_ROWS = ("rnnlm:cpu_h100x4_nvlink,nmt_2layer:cpu_h100x4_nvlink,"
@@ -41,9 +40,9 @@ def main():
     say(machine_line())
     for model, machine, g, cm in problems(args.rows):
         bound = lower_bound(g, cm)
-        found = [optimize(g, cm, m, seed=args.seed) for m in STARTS]
-        found.append(optimize(g, cm, "local", seed=args.seed, budget_s=args.local_budget_s,
-                              starts=[r.placement for r in found]))
+        found, loc = starts_then_local(g, cm, STARTS, seed=args.seed,
+                                       budget_s=args.local_budget_s)
+        found.append(loc)
         say(f"\n{model} (train, {g.num_ops:,} ops) on {machine}: lower bound "
             f"{bound * 1e3:.3f} ms")
         say(f"  {'method':<8} {'step ms':>9} {'/bound':>7} {'host ms':>9} {'host %':>7} "
@@ -56,7 +55,6 @@ def main():
                 + " ".join(f"{b * 1e3:.2f}" for b in r.busy_s) + flag)
     say(f"\nload average at the end: {load_average()}")
     out.save(args.out)
-
 
 
 if __name__ == "__main__":

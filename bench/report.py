@@ -40,6 +40,17 @@ class Transcript:
                 f.write("\n".join(self.lines) + "\n")
 
 
+def starts_then_local(graph, cost_model, starts, *, seed: int, budget_s: float):
+    """``(found, local)``: each method of ``starts`` run on the graph and machine, then
+    ``local`` for ``budget_s`` from all of them."""
+    from simplace.placers import optimize
+
+    found = [optimize(graph, cost_model, m, seed=seed) for m in starts]
+    loc = optimize(graph, cost_model, "local", seed=seed, budget_s=budget_s,
+                   starts=[r.placement for r in found])
+    return found, loc
+
+
 def problems(rows: str):
     """Each ``model:machine`` of the comma-separated ``rows``, as (model, machine, training
     graph, cost model)."""

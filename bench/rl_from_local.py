@@ -14,7 +14,7 @@ this machine's: quote its load (printed per row) with the figures.
 import argparse
 
 import numpy as np
-from report import Transcript, load_average, machine_line, problems
+from report import Transcript, load_average, machine_line, problems, starts_then_local
 
 from simplace.placers import optimize
 
@@ -35,9 +35,7 @@ def main():
     say = out.say
     say(machine_line())
     for model, machine, g, cm in problems(args.rows):
-        found = [optimize(g, cm, m, seed=args.seed) for m in STARTS]
-        loc = optimize(g, cm, "local", seed=args.seed, budget_s=args.budget_s,
-                       starts=[r.placement for r in found])
+        found, loc = starts_then_local(g, cm, STARTS, seed=args.seed, budget_s=args.budget_s)
         found = sorted((r for r in found + [loc] if not r.oom), key=lambda r: r.step_time_s)
         say(f"\n{model} x {machine}: local {loc.step_time_s * 1e3:.3f} ms in "
             f"{loc.wall_s:.1f} s (load {load_average()})")
@@ -51,7 +49,6 @@ def main():
                 f"{r.info.get('first_batch_s', 0):.1f} s, wall {r.wall_s:.1f} s "
                 f"(load {load_average()})")
     out.save(args.out)
-
 
 
 if __name__ == "__main__":

@@ -234,3 +234,32 @@ def test_cli_unknown_model_is_refused_before_measuring(tmp_path):
     with pytest.raises(ValueError, match="Unknown model"):
         _run(["--name", "x", "--models", "no_such_model", "--devices", "cpu:0"], tmp_path)
     assert not (tmp_path / "calibration" / "x" / "records.jsonl").exists()
+
+
+def test_resume_splits_the_cpu_as_the_records_did(tmp_path, monkeypatch):
+    """``calibrate --resume`` without --cpu-devices asks JAX for as many virtual CPU
+    devices as the records' header names; records of other machines, one CPU device, a
+    count already in XLA_FLAGS, --devices or unreadable records leave JAX alone."""
+    monkeypatch.setenv("XLA_FLAGS", "")
+    args = argparse.Namespace(devices=None, records_dir=str(tmp_path), cost_model_dir=None)
+
+    def header(names):
+        path = tmp_path / "m" / "records.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        recs = synthetic_records(segments_per_kind=8, host_steps=2)
+        recs[0]["devices"] = [dict(recs[0]["devices"][0], name=n) for n in names]
+        path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+
+    header([f"cpu:{k}" for k in range(4)])
+    assert cli._resumed_cpu_devices("m", args) == 4
+    assert cli._resumed_cpu_devices("m", argparse.Namespace(**{**vars(args),
+                                                                "devices": "cpu:0"})) is None
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert cli._resumed_cpu_devices("m", args) is None
+    monkeypatch.setenv("XLA_FLAGS", "")
+    for names in (["cpu:0"], ["cpu:0", "cuda:0"]):
+        header(names)
+        assert cli._resumed_cpu_devices("m", args) is None
+    (tmp_path / "m" / "records.jsonl").write_text("{not json\n")
+    assert cli._resumed_cpu_devices("m", args) is None
+    assert cli._resumed_cpu_devices("absent", args) is None

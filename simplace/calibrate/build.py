@@ -481,8 +481,7 @@ def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
     the new latency matrix; ``report["link_context"]`` says what was done."""
     idx = {n: i for i, n in enumerate(names)}
     by_pair: dict[tuple[str, str], list[dict]] = {}
-    for (a, b, _), r in sorted(chains.items(), key=lambda kv: (kv[0][0], kv[0][1],
-                                                                float(kv[0][2]))):
+    for (a, b, _), r in sorted(chains.items()):
         if a in idx and b in idx and a != b:
             by_pair.setdefault((a, b), []).append(r)
     pairs: dict[str, Any] = {}

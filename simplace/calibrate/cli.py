@@ -104,20 +104,21 @@ def _resumed_cpu_devices(name: str, args) -> int | None:
     names cpu:0..cpu:N-1 and no other device), or None: leave JAX alone (accelerators,
     one CPU device, a device count already in XLA_FLAGS, records that cannot be read:
     the resume itself then says what is wrong)."""
+    import json
     import os
 
     from simplace.calibrate import core
-    from simplace.calibrate.records import read_records
 
     if (args.devices is not None
             or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")):
         return None
-    try:
+    try:  # the header (first line) only: the resume reads and checks the whole file
         rec, _ = core.paths(name, args.records_dir, args.cost_model_dir)
-        head = read_records(rec)[0]
-    except (CalibrationError, OSError):
+        with open(rec) as f:
+            head = json.loads(f.readline())
+        names = [d.get("name") for d in head.get("devices", [])]
+    except (CalibrationError, OSError, ValueError, AttributeError, TypeError):
         return None
-    names = [d.get("name") for d in head.get("devices", [])]
     if len(names) > 1 and names == [f"cpu:{k}" for k in range(len(names))]:
         return len(names)
     return None

@@ -107,7 +107,7 @@ def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repea
 
     import jax
 
-    w0 = (np.eye(64, dtype=np.float32) * 0.5 + 0.01)
+    w0 = np.eye(64, dtype=np.float32) * 0.5 + 0.01
     ws = {0: jax.device_put(w0, a), 1: jax.device_put(w0, b)}
     devs = (a, b)
 
@@ -150,8 +150,8 @@ def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repea
                     f"A chain of segments on {devs[d]} stays host-bound ({per_seg * 1e6:.1f} "
                     f"us a segment at {k} matmuls, the host {hop_host * 1e6:.1f} us a hop): "
                     "copies cannot be timed in context on it.")
-            k = max(2 * k, int(k * target / max(per_seg, 1e-9)) + 1) if per_seg > 0 else 2 * k
-            k = min(k, _CHAIN_MAX_LOOP)
+            k = min(max(2 * k, int(k * target / per_seg) + 1) if per_seg > 0 else 2 * k,
+                    _CHAIN_MAX_LOOP)
         loop[d] = k
     if same_loop:
         loop[0] = loop[1] = max(loop.values())
