@@ -11,12 +11,13 @@ seed the CLI prints.
 
 Segments' bases are what ``build_cost_model`` uses first: the device's launch (a tiny
 call's blocking minus host time, median over the devices) plus the segment's own call's
-host time (``call_host_s``); thread-pool thresholds from the op records
-(``build.parallel_thresholds``; ``--percentile`` sets ``PARALLEL_PERCENTILE``, 50 gives the
-rule before 2026-11-23's change on these records).
+host time (``call_host_s``); the segments that pay a worker thread's wake-up are those
+whose flops reach the threshold the op records show (``build.parallel_min_flops``;
+``--percentile`` sets ``PARALLEL_PERCENTILE``; ``--segment-flops F`` imposes F instead).
 
     python bench/opfit_splits.py [--records calibration/cpu_vm2core_x4/records.jsonl]
-        [--seeds 50] [--percentile 75] [--out bench/results/opfit_splits_<date>.txt]
+        [--seeds 50] [--percentile 75] [--segment-flops F]
+        [--out bench/results/opfit_splits_<date>.txt]
 """
 
 from __future__ import annotations
@@ -34,10 +35,11 @@ REPO = Path(__file__).resolve().parents[1]
 TARGET_MEDIAN, TARGET_P90 = 0.10, 0.25
 
 
-def segment_inputs(records: list[dict]) -> tuple[list[dict], np.ndarray, np.ndarray, dict]:
-    """``(segment records, times, bases, thresholds)`` of the first kind of device, as
+def segment_inputs(records: list[dict]) -> tuple[list[dict], np.ndarray, np.ndarray,
+                                                  float | None]:
+    """``(segment records, times, bases, min flops)`` of the first kind of device, as
     ``build_cost_model`` gives them to ``fit_device`` (the "own call" base)."""
-    from simplace.calibrate.build import _device_key, parallel_thresholds
+    from simplace.calibrate.build import _device_key, parallel_min_flops
     from simplace.calibrate.harness import Timing
 
     info = records[0]["devices"]
@@ -54,7 +56,7 @@ def segment_inputs(records: list[dict]) -> tuple[list[dict], np.ndarray, np.ndar
     base = np.array([launch + float(r["call_host_s"]) for r in segs])
     t = np.array([Timing.from_dict(r["timing"]).median_s for r in segs])
     ops = [r for r in records if r["kind"] == "op" and r["device"] in members]
-    thr = parallel_thresholds(ops, float(np.median(block)))
+    thr, _ = parallel_min_flops(ops, float(np.median(block)))
     return segs, t, base, thr
 
 
@@ -105,11 +107,9 @@ def main(argv=None) -> int:
     ap.add_argument("--percentile", type=float, default=None,
                     help="PARALLEL_PERCENTILE for the thresholds (default: simplace's)")
     ap.add_argument("--segment-flops", type=float, default=None, metavar="F",
-                    help="also charge the pool launch to a segment whose ops add up to F "
-                         "flops or more (XLA:CPU runs an executable of fewer than 1000 "
-                         "flops by its HloCostAnalysis inline on the calling thread, others "
-                         "on a worker thread: PjRt's CPU client, cheap_computation_); a "
-                         "rule the simulators do not apply yet")
+                    help="charge the wake-up to segments whose ops add up to F flops or "
+                         "more (default: the threshold the op records show, as "
+                         "simplace calibrate takes it)")
     ap.add_argument("--worst", type=int, default=0,
                     help="also list the N segments predicted worst when held out")
     ap.add_argument("--out", default=None, help="write the table here (.txt, and .json beside)")
@@ -118,22 +118,19 @@ def main(argv=None) -> int:
 
     if args.percentile is not None:
         build.PARALLEL_PERCENTILE = args.percentile
-    if args.segment_flops is not None:
-        by_op = build._has_parallel
-        build._has_parallel = lambda rec, thr: (by_op(rec, thr)
-                                                or sum(rec["flops"]) >= args.segment_flops)
     with open(args.records) as f:
         records = [json.loads(line) for line in f]
     segs, t, base, thr = segment_inputs(records)
+    if args.segment_flops is not None:
+        thr = args.segment_flops
     res = splits(segs, t, base, thr, range(args.seeds))
     s0 = res["per_seed"][0]
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
     lines = [
         f"op-cost fit over {args.seeds} splits of {len(segs)} segments "
         f"({Path(args.records).parent.name}; PARALLEL_PERCENTILE {build.PARALLEL_PERCENTILE:g}; "
-        f"{len(thr)} primitives with a pool threshold"
-        + (f"; also segments of {args.segment_flops:g} flops or more" if args.segment_flops
-           is not None else "") + ")",
+        + ("no segment pays a wake-up" if thr is None
+           else f"segments of {thr:.6g} flops or more pay a wake-up") + ")",
         f"  seed 0 (what simplace calibrate prints): held-out median {pct(s0['median'])}, "
         f"p90 {pct(s0['p90'])}; op part median {pct(s0['op_part_median'])}, "
         f"p90 {pct(s0['op_part_p90'])}",
@@ -170,7 +167,7 @@ def main(argv=None) -> int:
         out.write_text("\n".join(lines) + "\n")
         out.with_suffix(".json").write_text(json.dumps(
             {"records": args.records, "seeds": args.seeds,
-             "parallel_percentile": build.PARALLEL_PERCENTILE, "thresholds": thr,
+             "parallel_percentile": build.PARALLEL_PERCENTILE, "min_segment_flops": thr,
              "date": datetime.date.today().isoformat()} | res, indent=1) + "\n")
     return 0
 

@@ -251,7 +251,7 @@ _DEVICE_REQUIRED = ("name", "kind", "memory_bytes", "peak_flops_per_s",
                     "memory_bandwidth_bytes_per_s", "overhead_s", "launch_s", "dispatch_s")
 _DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s", "class_overhead_s",
                     "fused_bytes_fraction", "parallel_launch_s", "parallel_min_bytes",
-                    "unfused_overhead_s", "argument_s")
+                    "parallel_min_segment_flops", "unfused_overhead_s", "argument_s")
 # Classes whose ops XLA fuses into a neighbour's loop inside a segment: their
 # intermediate tensors mostly stay in registers/cache, so only ``fused_bytes_fraction``
 # of their bytes are charged.
@@ -323,6 +323,9 @@ def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
     out["parallel_min_bytes"] = types.MappingProxyType(
         {k: _number(v, f"{_where(where, 'parallel_min_bytes')}[{k!r}]", min_value=0)
          for k, v in sorted(pm.items())})
+    psf = fields.get("parallel_min_segment_flops")
+    out["parallel_min_segment_flops"] = None if psf is None else _number(
+        psf, _where(where, "parallel_min_segment_flops"), min_value=0, strict=True)
 
     # Per-class launch costs where they differ from overhead_s (measured CPU models: a
     # small matmul calls into a BLAS thread pool and costs ~5x an elementwise loop).
@@ -358,11 +361,15 @@ class Device:
       dispatch_s: host time of the jitted call that dispatches one segment.
       fused_bytes_fraction: the part of ``bytes_accessed`` charged to elementwise (and
         working ``free``) ops, which XLA fuses with their neighbours; in [0, 1].
-      parallel_launch_s: extra launch time, paid once, of a segment holding an op the
-        runtime spreads over a thread pool (XLA:CPU wakes its pool, ~25 us on a small
-        VM, for a dot, a convolution or a reduction above a small size).
-      parallel_min_bytes: primitive -> the ``bytes_accessed`` from which its ops are
-        run that way (measured); primitives not listed never are.
+      parallel_launch_s: extra launch time, paid once, of a segment the runtime runs on
+        a worker thread rather than inline in the calling thread (XLA:CPU: one of 1000
+        flops or more by its cost analysis; the thread wakes up for it, ~25 us on a
+        small VM).
+      parallel_min_segment_flops: the flops (the tracer's count, summed over a
+        segment's ops) from which a segment is run that way (measured; None: no rule).
+      parallel_min_bytes: primitive -> the ``bytes_accessed`` from which a segment
+        holding one of its ops is run that way, whatever the segment's flops (older
+        models: the rule fitted per op); primitives not listed never are.
       unfused_overhead_s: extra cost of an elementwise (or working ``free``) op none of
         whose inputs comes from its own segment: it cannot fuse into an in-segment
         producer's loop and runs a loop of its own.
@@ -397,6 +404,7 @@ class Device:
     fused_bytes_fraction: float = 1.0
     parallel_launch_s: float = 0.0
     parallel_min_bytes: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    parallel_min_segment_flops: float | None = None
     unfused_overhead_s: float = 0.0
     argument_s: float = 0.0
 
@@ -449,9 +457,12 @@ class Device:
             "exclusive_group": self.exclusive_group,
             "op_times_s": dict(self.op_times_s),
         } | ({"class_overhead_s": dict(self.class_overhead_s)} if self.class_overhead_s
-             else {}) | ({"parallel_launch_s": self.parallel_launch_s,
-                          "parallel_min_bytes": dict(self.parallel_min_bytes)}
-                         if self.parallel_min_bytes else {}) | (
+             else {}) | ({"parallel_launch_s": self.parallel_launch_s}
+                         if self.parallel_min_bytes or self.parallel_min_segment_flops
+                         else {}) | ({"parallel_min_bytes": dict(self.parallel_min_bytes)}
+                                     if self.parallel_min_bytes else {}) | (
+            {"parallel_min_segment_flops": self.parallel_min_segment_flops}
+            if self.parallel_min_segment_flops else {}) | (
             {"argument_s": self.argument_s} if self.argument_s else {})
 
     @classmethod
@@ -812,21 +823,36 @@ class CostModel:
             out[:, k] = t
         return out
 
-    def op_launch_times(self, graph) -> np.ndarray:
-        """float64[M, D]: the extra launch a segment pays on device d for holding op i:
-        ``parallel_launch_s`` where the op is run on a thread pool (its primitive is in
-        ``parallel_min_bytes`` and its ``bytes_accessed`` reaches the threshold), else 0.
-        The simulators charge the largest of a segment's ops once."""
+    def pool_rule(self, graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which segments run on a worker thread, as the simulators take it:
+        ``(op_pool_work float64[M, D], pool_min_work float64[D], pool_launch_s
+        float64[D])``; a segment on device d whose ops' pool work adds up to
+        ``pool_min_work[d]`` pays ``pool_launch_s[d]`` (``parallel_launch_s``) once.
+
+        The work is each op's flops, the minimum ``parallel_min_segment_flops``; an op
+        at or above its primitive's ``parallel_min_bytes`` counts the whole minimum by
+        itself. With only ``parallel_min_bytes``, an op counts 1 or 0 and the minimum
+        is 1; with neither rule (or no launch), the minimum is inf."""
         ops = graph.op.tolist()
         nbytes = graph.bytes_accessed
-        out = np.zeros((len(ops), self.num_devices), dtype=np.float64)
+        flops = np.asarray(graph.flops, dtype=np.float64)
+        work = np.zeros((len(ops), self.num_devices), dtype=np.float64)
+        min_work = np.full(self.num_devices, np.inf)
+        launch = np.zeros(self.num_devices)
         for k, dev in enumerate(self.devices):
-            if dev.parallel_min_bytes and dev.parallel_launch_s:
+            seg_flops = dev.parallel_min_segment_flops
+            if not dev.parallel_launch_s or not (dev.parallel_min_bytes or seg_flops):
+                continue
+            launch[k] = dev.parallel_launch_s
+            min_work[k] = seg_flops or 1.0
+            if seg_flops:
+                work[:, k] = flops
+            if dev.parallel_min_bytes:
                 table = dev.parallel_min_bytes
                 thr = np.fromiter((table.get(p, math.inf) for p in ops), dtype=np.float64,
                                   count=len(ops))
-                out[:, k] = np.where(nbytes >= thr, dev.parallel_launch_s, 0.0)
-        return out
+                work[:, k] += np.where(nbytes >= thr, min_work[k], 0.0)
+        return work, min_work, launch
 
     def op_unfused_times(self, graph) -> np.ndarray:
         """float64[M, D]: what op i adds on device d when none of its inputs comes from

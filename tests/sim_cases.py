@@ -118,8 +118,14 @@ def random_inputs(rng: np.random.Generator, m: int, d: int, *, exclusive: bool =
             return v * (rng.random() >= p_zero)
 
         host = dict(launch_s=costs(d, 1e-3), dispatch_s=costs(d, 1e-3),
-                    put_s=costs((d, d), 1e-3), op_launch_s=costs((m, d), 1e-3, 0.5),
-                    op_unfused_s=costs((m, d), 1e-3, 0.5))
+                    put_s=costs((d, d), 1e-3), op_unfused_s=costs((m, d), 1e-3, 0.5))
+        # A pool launch for segments whose ops' pool work (flops, say) reaches a
+        # minimum: some devices never, the others from 1 to 4 units (a whole number,
+        # so that sums of whole-number work cross it exactly).
+        host.update(op_pool_work=rng.integers(0, 3, (m, d)).astype(float),
+                    pool_min_work=np.where(rng.random(d) < 0.25, np.inf,
+                                           rng.integers(1, 5, d).astype(float)),
+                    pool_launch_s=costs(d, 1e-3, 0.4))
     if link_classes is not None:
         kind = rng.integers(0, link_classes, (d, d))
         put = host.get("put_s", np.zeros((d, d)))

@@ -11,6 +11,7 @@ from simplace import groups as G
 from simplace import zoo
 from simplace.sim import critical_path_s, lower_bound, make_sim_inputs, sim_inputs, simulate
 from simplace.sim.bounds import (
+    _pool_launch_lb,
     chain_bound_s,
     chain_tables,
     tail_table,
@@ -20,11 +21,13 @@ from simplace.sim.bounds import (
 from tests import sim_cases
 
 
-def machine(t, *, launch, dispatch, group=None, put=0.0, op_launch=None, unfused=None):
+def machine(t, *, launch, dispatch, group=None, put=0.0, pool=None, unfused=None):
+    """``pool``: (op_pool_work, pool_min_work, pool_launch_s), or None for no pool."""
     t = np.asarray(t, dtype=float)
     d = t.shape[1]
     return make_sim_inputs(t, np.zeros((d, d)), np.full((d, d), np.inf), np.full(d, 1e12),
-                           group, launch, dispatch, np.full((d, d), put), op_launch, unfused)
+                           group, launch, dispatch, np.full((d, d), put),
+                           *(pool or (None, None, None)), unfused)
 
 
 def best_step(g, inp):
@@ -59,17 +62,18 @@ def test_work_bound_of_one_exclusive_group_is_tight():
     assert best_step(g, inp) == pytest.approx(4.3)
 
 
-def test_op_launch_and_unfused_costs_count():
-    # Op 0 has no inputs (never fuses: +0.5 s unfused on either device); op 1 needs a
-    # thread pool (+0.7 s on device 0, +0.9 s on device 1).
+def test_pool_launch_and_unfused_costs_count():
+    # Op 0 has no inputs (never fuses: +0.5 s unfused on either device); op 1 alone has
+    # the pool work of a worker thread (+0.7 s on device 0, +0.9 s on device 1).
     g = sim_cases.make_graph([0], [1], m=2)
     inp = machine(np.ones((2, 2)), launch=[0.0, 0.0], dispatch=[0.0, 0.0],
-                  op_launch=[[0.0, 0.0], [0.7, 0.9]], unfused=[[0.5, 0.5], [0.5, 0.5]])
-    # critical path (1 + 0.5) + 1 = 2.5; work (2.5 + 0 + max_i min_d op_launch 0.7) / 2
+                  pool=([[0.0, 0.0], [1.0, 1.0]], [1.0, 1.0], [0.7, 0.9]),
+                  unfused=[[0.5, 0.5], [0.5, 0.5]])
+    # critical path (1 + 0.5) + 1 = 2.5; work (2.5 + 0 + max_i min_d pool launch 0.7) / 2
     # = 1.6. One device: 0.7 + 1.5 + 1 = 3.2, which is also the best placement.
     assert lower_bound(g, inp) == pytest.approx(2.5)
-    one = machine(np.ones((2, 1)), launch=[0.0], dispatch=[0.0], op_launch=[[0.0], [0.7]],
-                  unfused=[[0.5], [0.5]])
+    one = machine(np.ones((2, 1)), launch=[0.0], dispatch=[0.0],
+                  pool=([[0.0], [1.0]], [1.0], [0.7]), unfused=[[0.5], [0.5]])
     assert lower_bound(g, one) == pytest.approx(3.2)
     assert simulate(g, one, np.zeros(2, int)).step_time_s == pytest.approx(3.2)
     assert best_step(g, inp) >= lower_bound(g, inp)
@@ -84,7 +88,8 @@ def test_bound_is_valid_on_random_machines_and_tight_on_one_device():
         inp = make_sim_inputs(
             *inp[:5], rng.uniform(0, scale, d), rng.uniform(0, scale, d),
             rng.uniform(0, scale, (d, d)),
-            rng.uniform(0, scale, (m, d)) * (rng.random((m, d)) < 0.3),
+            rng.integers(0, 3, (m, d)) * (rng.random((m, d)) < 0.5),
+            rng.integers(1, 4, d), rng.uniform(0, scale, d),
             rng.uniform(0, scale, (m, d)) * (rng.random((m, d)) < 0.5))
         lb = lower_bound(g, inp)
         for p in sim_cases.random_placements(rng, 6, m, d):
@@ -138,7 +143,7 @@ def old_chain_bound(g, inp):
 def chain_tables_by_loops(g, inp):
     """``chain_tables`` written op by op, device by device, from its docstring."""
     m, d = inp.num_ops, inp.num_devices
-    t, ol, uf = inp.op_time_s, inp.op_launch_s, inp.op_unfused_s
+    t, ol, uf = inp.op_time_s, _pool_launch_lb(inp), inp.op_unfused_s
     launch, dispatch, put = inp.launch_s, inp.dispatch_s, inp.put_s
     size = {}  # (producer, output) -> bytes: the largest edge carrying it
     for s, k, nb in zip(g.src.tolist(), g.edge_output.tolist(), g.edge_bytes.tolist(),

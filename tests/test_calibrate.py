@@ -214,7 +214,9 @@ PUT_READY_S = 5e-6  # host time of a device_put call of a small ready array
 LINK = {("cpu", "cpu"): (20e-6, 1e10), ("cpu", "gpu"): (15e-6, 2e10),
         ("gpu", "cpu"): (18e-6, 2.5e10)}  # latency, bandwidth
 LINK_SIZES = (4, 1024, 2 ** 16, 2 ** 20, 2 ** 24)
-PARALLEL_MIN_BYTES = 1e5  # dot_general from this size runs on the CPU's thread pool
+# Computations of this many flops or more run on a worker thread of the CPU (the split
+# between the op records' 5e5 and 2e6 flops).
+PARALLEL_MIN_FLOPS = 1e6
 WALL_S = {"runtime": 0.5, "segments": 10.0, "links": 2.0, "exclusive": 1.0}
 
 
@@ -229,8 +231,10 @@ def _kind(name):
 
 
 def _holds_parallel(seg):
-    return any(p == "dot_general" and b >= PARALLEL_MIN_BYTES
-               for p, b in zip(seg["primitive"], seg["bytes_accessed"], strict=True))
+    total = 0.0
+    for f in seg["flops"]:
+        total += f
+    return total >= PARALLEL_MIN_FLOPS
 
 
 def segment_base_s(kind):
@@ -262,18 +266,19 @@ def synthetic_records(seed=3, name="syn", segments_per_kind=60, host_steps=12,
                 recs.append({"kind": "put_host", "src": a, "dst": b,
                              "timing": _timing(rng, PUT_READY_S)})
     recs.append({"kind": "phase", "phase": "runtime", "wall_s": WALL_S["runtime"]})
-    # Single ops alone on one CPU device: dot_general from PARALLEL_MIN_BYTES wakes the
-    # thread pool; add never does.
+    # Single ops alone on one CPU device: from PARALLEL_MIN_FLOPS on, whatever the
+    # primitive, they wake a worker thread.
     base = segment_base_s("cpu")
-    for nb in (1e3, 1e4, PARALLEL_MIN_BYTES, 1e6, 1e7):
-        extra = 40e-6 if nb >= PARALLEL_MIN_BYTES else 2e-6
-        recs.append({"kind": "op", "device": "cpu:0", "signature": f"dot|{nb:g}",
-                     "primitive": "dot_general", "op_class": "matmul", "flops": nb,
-                     "bytes_accessed": nb, "set": "model",
+    for f in (1e4, 1e5, 5e5, 2e6, 1e7):
+        extra = 40e-6 if f >= PARALLEL_MIN_FLOPS else 2e-6
+        recs.append({"kind": "op", "device": "cpu:0", "signature": f"dot|{f:g}",
+                     "primitive": "dot_general", "op_class": "matmul", "flops": f,
+                     "bytes_accessed": f / 10, "set": "model",
                      "timing": _timing(rng, base + extra)})
-        recs.append({"kind": "op", "device": "cpu:0", "signature": f"add|{nb:g}",
-                     "primitive": "add", "op_class": "elementwise", "flops": nb / 8,
-                     "bytes_accessed": nb, "set": "model", "timing": _timing(rng, base + 1e-6)})
+        recs.append({"kind": "op", "device": "cpu:0", "signature": f"add|{f:g}",
+                     "primitive": "add", "op_class": "elementwise", "flops": f,
+                     "bytes_accessed": 12 * f, "set": "model",
+                     "timing": _timing(rng, base + extra)})
     # Host time of whole steps: segment calls per device and puts per link.
     for k in range(host_steps):
         segs = [int(x) for x in rng.integers(0, 20, len(names))]
@@ -583,17 +588,20 @@ def test_build_segment_costs_per_kind_of_hardware(built):
     # devices of the same hardware share one fit; another kind gets its own
     shared = ("peak_flops_per_s", "memory_bandwidth_bytes_per_s", "efficiency",
               "class_overhead_s", "fused_bytes_fraction", "parallel_launch_s",
-              "parallel_min_bytes", "unfused_overhead_s")
+              "parallel_min_segment_flops", "unfused_overhead_s")
     assert all(getattr(cpu0, f) == getattr(cpu1, f) for f in shared)
     assert cpu0.peak_flops_per_s != gpu.peak_flops_per_s
     assert report["devices"]["cpu:0"]["shared_with"] == ["cpu:0", "cpu:1"]
     assert report["devices"]["gpu:0"]["shared_with"] == ["gpu:0"]
-    # the thread pool: dot_general from PARALLEL_MIN_BYTES (the op records), and what a
-    # segment holding one pays (fitted with the segments); the accelerator has none
-    assert dict(cpu0.parallel_min_bytes) == {"dot_general": PARALLEL_MIN_BYTES}
+    # the worker thread: from PARALLEL_MIN_FLOPS (the op records), and what a segment of
+    # so many flops pays (fitted with the segments); the accelerator has none
+    assert cpu0.parallel_min_segment_flops == pytest.approx(PARALLEL_MIN_FLOPS)
     assert cpu0.parallel_launch_s == pytest.approx(true_fit("cpu").parallel_launch_s, rel=0.15)
-    assert dict(gpu.parallel_min_bytes) == {} and gpu.parallel_launch_s == 0.0
-    assert report["devices"]["cpu:0"]["parallel_min_bytes"] == {"dot_general": PARALLEL_MIN_BYTES}
+    assert gpu.parallel_min_segment_flops is None and gpu.parallel_launch_s == 0.0
+    assert dict(cpu0.parallel_min_bytes) == {} == dict(gpu.parallel_min_bytes)
+    rep0 = report["devices"]["cpu:0"]
+    assert rep0["parallel_min_segment_flops"] == pytest.approx(PARALLEL_MIN_FLOPS)
+    assert rep0["parallel_rule_agreement"] == 1.0
     for d, dev in (("cpu:0", cpu0), ("gpu:0", gpu)):
         truth = true_fit(_kind(d))
         assert dev.unfused_overhead_s == pytest.approx(truth.unfused_overhead_s, rel=0.25), d

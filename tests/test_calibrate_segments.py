@@ -1,20 +1,23 @@
 """The segment fit of calibration, without hardware: segments made up from a known device
 (``predict_segments``) are fitted back (``fit_segments``, ``build.fit_device``) and the
-fitted device must predict segments it never saw; which ops run on a thread pool
-(``build.parallel_thresholds``); and the pure helpers of ``calibrate.segments`` (how
+fitted device must predict segments it never saw; from how many flops a computation runs
+on a worker thread (``build.parallel_min_flops``); and the pure helpers of ``calibrate.segments`` (how
 placements are cut, what a segment's ops are).
 
 ``true_fit``, ``random_segments`` and ``segment_times`` are shared with
 ``test_calibrate`` (synthetic calibration records)."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 from simplace.calibrate.build import (
     OP_PART_MIN_S,
+    PARALLEL_MIN_AGREEMENT,
     PARALLEL_MIN_EXTRA_S,
     fit_device,
-    parallel_thresholds,
+    parallel_min_flops,
 )
 from simplace.calibrate.fit import SegmentFit, fit_segments, predict_segments
 from simplace.calibrate.harness import robust_stats
@@ -338,15 +341,19 @@ def _holds(seg, prim, min_bytes):
                for p, b in zip(seg["primitive"], seg["bytes_accessed"], strict=True))
 
 
+def _flops(seg):
+    return sum(seg["flops"])
+
+
 def test_fit_device_pays_parallel_launch_by_threshold_and_reports_held_out_errors():
     rng = np.random.default_rng(14)
     segs = random_segments(rng, 100)
-    thr = {"dot_general": 2e5}
-    par = np.array([_holds(s, "dot_general", 2e5) for s in segs])
+    min_flops = 3e6  # segments of this many flops or more run on a worker thread
+    par = np.array([_flops(s) >= min_flops for s in segs])
     assert 20 < par.sum() < 80
     t = segment_times(TRUE_CPU, segs, BASE_S, par, rng, noise=0.005)
     recs = _seg_records(segs, t)
-    fit, rep = fit_device(recs, BASE_S, thr, seed=3)
+    fit, rep = fit_device(recs, BASE_S, min_flops, seed=3)
     assert fit.parallel_launch_s == pytest.approx(TRUE_CPU.parallel_launch_s, rel=0.1)
     held = np.random.default_rng(3).random(100) < 0.25  # the seeded held-out split
     assert rep["held_out"]["n"] == held.sum() and rep["fitted"]["n"] == (~held).sum()
@@ -364,34 +371,46 @@ def test_fit_device_pays_parallel_launch_by_threshold_and_reports_held_out_error
     fit2 = fit_segments([s for s, h in zip(segs, held, strict=True) if not h], t_rec[~held],
                         BASE_S, parallel=par[~held])
     assert fit2 == fit
-    # without thresholds nothing pays a parallel launch, and the fit is worse
+    # without a threshold nothing pays a parallel launch, and the fit is worse
     fit0, rep0 = fit_device(recs, BASE_S, None, seed=3)
     assert fit0.parallel_launch_s == 0.0
     assert rep0["fitted"]["p90_rel_error"] > 2 * rep["fitted"]["p90_rel_error"]
     # another seed holds out other segments
-    _, rep7 = fit_device(recs, BASE_S, thr, seed=7)
+    _, rep7 = fit_device(recs, BASE_S, min_flops, seed=7)
     assert rep7["held_out"]["n"] == (np.random.default_rng(7).random(100) < 0.25).sum()
 
 
 def test_a_segment_pays_the_parallel_launch_from_the_threshold_on_like_the_simulator():
+    # The fit and the simulators agree on which segments pay: the ops' flops added up,
+    # whatever their primitives and sizes; a segment split in two pays in neither half.
     from simplace.calibrate.build import _has_parallel
     from simplace.cost_model import CostModel
     from simplace.graph import OpGraph
+    from simplace.sim import simulate
 
-    thr = {"dot_general": 1000.0, "reduce_sum": 50.0}
-    seg = {"primitive": ["dot_general", "add", "reduce_sum"], "flops": [1.0, 1.0, 1.0]}
-    cases = [([999.0, 1e9, 49.0], False), ([1000.0, 0.0, 0.0], True),
-             ([0.0, 0.0, 50.0], True), ([0.0, 1e12, 0.0], False)]
-    dev = true_device(TRUE_CPU, parallel_min_bytes=thr)
-    model = CostModel.from_devices("m", [dev], 0.0, 1.0)
-    for nbytes, pays in cases:
-        assert _has_parallel(dict(seg, bytes_accessed=nbytes), thr) is pays, nbytes
-        g = OpGraph(op=seg["primitive"], name_path=[""] * 3, flops=seg["flops"],
-                    bytes_accessed=nbytes, out_bytes=np.ones(3), signature=list("abc"),
-                    src=[0, 1], dst=[1, 2], edge_bytes=np.ones(2))
-        # the simulator charges the largest launch of a segment's ops once
-        assert model.op_launch_times(g).max() == (TRUE_CPU.parallel_launch_s if pays else 0)
-    assert not _has_parallel(dict(seg, bytes_accessed=[1e9] * 3), {})
+    dev = true_device(TRUE_CPU, parallel_min_segment_flops=1000.0)
+    bare = dataclasses.replace(dev, parallel_min_segment_flops=None)
+    model, nopool = (CostModel.from_devices(n, [d, dataclasses.replace(d, name="other")],
+                                            1e-6, 1e9) for n, d in (("m", dev), ("n", bare)))
+    seg = {"primitive": ["dot_general", "add", "reduce_sum"], "bytes_accessed": [8.0] * 3}
+    cases = [([999.0, 0.0, 0.0], False), ([1000.0, 0.0, 0.0], True),
+             ([400.0, 300.0, 300.0], True), ([400.0, 300.0, 299.0], False)]
+    for flops, pays in cases:
+        assert _has_parallel(dict(seg, flops=flops), 1000.0) is pays, flops
+        g = OpGraph(op=seg["primitive"], name_path=[""] * 3, flops=flops,
+                    bytes_accessed=seg["bytes_accessed"], out_bytes=np.ones(3),
+                    signature=list("abc"), src=[0, 1], dst=[1, 2], edge_bytes=np.ones(2))
+        work, min_work, launch = model.pool_rule(g)
+        np.testing.assert_array_equal(work[:, 0], flops)
+        assert min_work[0] == 1000.0 and launch[0] == TRUE_CPU.parallel_launch_s
+        for p in ([0, 0, 0], [0, 0, 1]):
+            halves_pay = [sum(flops[:2]) >= 1000, flops[2] >= 1000] if p[2] else [pays]
+            gap = (simulate(g, model, np.array(p)).step_time_s
+                   - simulate(g, nopool, np.array(p)).step_time_s)
+            # (the halves run one after the other: what each pays adds up)
+            assert gap == pytest.approx(sum(halves_pay) * TRUE_CPU.parallel_launch_s,
+                                        abs=1e-12), (flops, p)
+    assert not _has_parallel(dict(seg, flops=[1e9] * 3), None)
 
 
 def test_fit_device_with_too_few_segments_says_what_to_do():
@@ -401,44 +420,39 @@ def test_fit_device_with_too_few_segments_says_what_to_do():
 
 
 # --------------------------------------------------------------------------- thresholds
-def _op_rec(prim, nbytes, median_s, device="cpu:0"):
-    return {"kind": "op", "device": device, "signature": f"{prim}|{nbytes}",
-            "primitive": prim, "op_class": "x", "flops": 0.0, "bytes_accessed": nbytes,
+def _op_rec(prim, nbytes, median_s, device="cpu:0", flops=0.0):
+    return {"kind": "op", "device": device, "signature": f"{prim}|{nbytes}|{flops}",
+            "primitive": prim, "op_class": "x", "flops": flops, "bytes_accessed": nbytes,
             "set": "model", "timing": robust_stats([median_s] * 3).to_dict()}
 
 
-def test_parallel_thresholds_on_hand_made_op_records():
+def test_parallel_min_flops_on_hand_made_op_records():
     base = 20e-6
     fast, slow = base + 0.2 * PARALLEL_MIN_EXTRA_S, base + 3 * PARALLEL_MIN_EXTRA_S
-    recs = [
-        # a clean step at 1e5 bytes (given out of order)
-        _op_rec("dot_general", 1e6, slow), _op_rec("dot_general", 1e3, fast),
-        _op_rec("dot_general", 1e4, fast), _op_rec("dot_general", 1e5, slow),
-        _op_rec("dot_general", 1e7, slow),
-        # never slow: left out
-        _op_rec("add", 1e3, fast), _op_rec("add", 1e8, fast),
-        # one slow small op (noise), then fast, then slow from 1e5: 1e5
-        _op_rec("reduce_sum", 1e2, slow), _op_rec("reduce_sum", 1e3, fast),
-        _op_rec("reduce_sum", 1e4, fast), _op_rec("reduce_sum", 1e5, slow),
-        _op_rec("reduce_sum", 1e6, slow),
-        # 4 of the 5 ops from 10 bytes on are slow: 80% is enough
-        _op_rec("transpose", 10, slow), _op_rec("transpose", 20, slow),
-        _op_rec("transpose", 30, fast), _op_rec("transpose", 40, slow),
-        _op_rec("transpose", 50, slow),
-        # only the largest is slow
-        _op_rec("conv_general_dilated", 1e3, fast), _op_rec("conv_general_dilated", 1e9, slow),
-    ]
-    got = parallel_thresholds(recs, base)
-    assert got == {"dot_general": 1e5, "reduce_sum": 1e5, "transpose": 10.0,
-                   "conv_general_dilated": 1e9}
-    assert list(got) == sorted(got)  # deterministic order
-    # the extra time is over the base: with a slower base nothing stands out
-    assert parallel_thresholds(recs, slow) == {}
+    # Any primitive pays from 1000 flops on (given out of order); one small op is slow
+    # (noise) and one large is fast: 18 of 20 agree with the split between 960 and 1040.
+    recs = [_op_rec(p, 0.0, slow if f >= 1000 else fast, flops=f)
+            for p in ("dot_general", "add") for f in (1040.0, 10.0, 960.0, 5e3, 1e6, 0.0,
+                                                       2e3, 100.0)]
+    recs += [_op_rec("mul", 0.0, slow, flops=50.0), _op_rec("mul", 0.0, fast, flops=1e5),
+             _op_rec("reshape", 0.0, fast, flops=0.0),
+             _op_rec("reduce_sum", 0.0, slow, flops=1e4)]
+    got, agreement = parallel_min_flops(recs, base)
+    assert got == pytest.approx(np.sqrt(960.0 * 1040.0))
+    assert agreement == pytest.approx(18 / 20)
+    assert parallel_min_flops(list(reversed(recs)), base) == (got, agreement)  # any order
+    # the extra time is over the base: with a slower base no op pays, no rule
+    assert parallel_min_flops(recs, slow) == (None, 0.0)
     # the bar is PARALLEL_MIN_EXTRA_S over the base, not the time itself
-    just = [_op_rec("mul", 1e3, base + 0.9 * PARALLEL_MIN_EXTRA_S),
-            _op_rec("mul", 1e4, base + 1.1 * PARALLEL_MIN_EXTRA_S)]
-    assert parallel_thresholds(just, base) == {"mul": 1e4}
-    assert parallel_thresholds([], base) == {}
+    just = [_op_rec("mul", 0.0, base + 0.9 * PARALLEL_MIN_EXTRA_S, flops=10.0),
+            _op_rec("mul", 0.0, base + 1.1 * PARALLEL_MIN_EXTRA_S, flops=1e4)]
+    assert parallel_min_flops(just, base) == (pytest.approx(np.sqrt(10.0 * 1e4)), 1.0)
+    assert parallel_min_flops([], base) == (None, 0.0)
+    # flops that do not decide (half the large ops pay, half do not): no rule
+    mixed = [_op_rec("add", 0.0, slow if k % 2 else fast, flops=1e3 * (k + 1))
+             for k in range(10)]
+    got_mixed, share = parallel_min_flops(mixed, base)
+    assert got_mixed is None and share < PARALLEL_MIN_AGREEMENT
 
 
 # --------------------------------------------------------------------------- segments

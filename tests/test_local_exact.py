@@ -21,7 +21,7 @@ def machine(inp, name="test"):
         bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s, memory_bytes=inp.memory_bytes,
         exclusive_group_ids=inp.exclusive_group, launch_s=inp.launch_s,
         dispatch_s=inp.dispatch_s, put_s=inp.put_s,
-        op_launch_times=lambda graph: inp.op_launch_s,
+        pool_rule=lambda graph: (inp.op_pool_work, inp.pool_min_work, inp.pool_launch_s),
         op_unfused_times=lambda graph: inp.op_unfused_s)
 
 

@@ -158,15 +158,18 @@ def test_fragmented_placement_pays_a_launch_and_a_dispatch_per_segment():
 
 
 def test_all_on_one_device_is_one_segment():
-    # dispatch + launch + the largest op launch + every op's cost + the unfused costs of
-    # the ops with no inputs (the only ones whose inputs are not in the segment).
+    # dispatch + launch + the pool's launch if all the ops' pool work reaches the
+    # minimum + every op's cost + the unfused costs of the ops with no inputs (the only
+    # ones whose inputs are not in the segment).
     rng = np.random.default_rng(2)
     for _ in range(10):
         g, inp = sim_cases.random_case(rng, host_costs=True)
         sources = np.diff(g.in_edges[0]) == 0
         for d in range(inp.num_devices):
             r = simulate(g, inp, np.full(g.num_ops, d))
-            expect = (inp.dispatch_s[d] + inp.launch_s[d] + inp.op_launch_s[:, d].max()
+            pool = (inp.pool_launch_s[d] if inp.op_pool_work[:, d].sum() >= inp.pool_min_work[d]
+                    else 0.0)
+            expect = (inp.dispatch_s[d] + inp.launch_s[d] + pool
                       + inp.op_time_s[:, d].sum() + inp.op_unfused_s[sources, d].sum())
             assert r.step_time_s == pytest.approx(expect, rel=1e-12)
             assert (r.num_segments, r.num_transfers, r.bytes_moved) == (1, 0, 0)
@@ -315,8 +318,8 @@ def test_unused_extra_device_changes_nothing():
         np.append(inp.memory_bytes, 1.0), np.append(inp.exclusive_group, d),
         np.append(inp.launch_s, 1.0), np.append(inp.dispatch_s, 1.0),
         np.pad(inp.put_s, ((0, 1), (0, 1)), constant_values=1.0),
-        np.concatenate([inp.op_launch_s, col], axis=1),
-        np.concatenate([inp.op_unfused_s, col], axis=1))
+        np.concatenate([inp.op_pool_work, col], axis=1), np.append(inp.pool_min_work, 0.5),
+        np.append(inp.pool_launch_s, 1.0), np.concatenate([inp.op_unfused_s, col], axis=1))
     p = sim_cases.random_placements(rng, 8, g.num_ops, d)
     out_a = batched_simulator(g, inp)(p)
     out_b = batched_simulator(g, extra)(p)
@@ -353,19 +356,27 @@ def test_schedule_is_consistent():
     np.testing.assert_array_equal(s.segment_device, p[s.segment_first])
     assert np.all(s.segment_device[1:] != s.segment_device[:-1])
     seg = s.op_segment
-    # A segment lasts its launch, largest op launch, op costs and unfused costs; it starts
+    # A segment lasts its launch, its pool launch (if its ops' pool work reaches the
+    # minimum), op costs and unfused costs; it starts
     # after its host call, and the host calls come in order.
     for k, (a, b) in enumerate(zip(s.segment_first, s.segment_stop, strict=True)):
         dev = s.segment_device[k]
         fused = [any(a <= j < i for j in g.src[g.dst == i]) for i in range(a, b)]
-        work = (inp.launch_s[dev] + inp.op_launch_s[a:b, dev].max()
+        pool = (inp.pool_launch_s[dev] if inp.op_pool_work[a:b, dev].sum()
+                >= inp.pool_min_work[dev] else 0.0)
+        work = (inp.launch_s[dev] + pool
                 + inp.op_time_s[a:b, dev].sum()
                 + inp.op_unfused_s[a:b, dev][~np.asarray(fused)].sum())
         assert s.segment_end_s[k] - s.segment_start_s[k] == pytest.approx(work, rel=1e-12)
     assert np.all(s.segment_start_s >= s.segment_dispatch_s)
     assert np.all(np.diff(s.segment_dispatch_s) >= 0)
-    # Ops sit inside their segments, back to back.
-    np.testing.assert_allclose(s.op_end_s - s.op_start_s, inp.op_time_s[np.arange(40), p])
+    # Ops sit inside their segments, back to back, each for its cost (its unfused cost
+    # included when none of its inputs comes from its segment).
+    fused = np.array([any(s.segment_first[seg[i]] <= j < i for j in g.src[g.dst == i])
+                      for i in range(40)])
+    np.testing.assert_allclose(s.op_end_s - s.op_start_s,
+                               inp.op_time_s[np.arange(40), p]
+                               + np.where(fused, 0.0, inp.op_unfused_s[np.arange(40), p]))
     assert np.all(s.op_start_s >= s.segment_start_s[seg] - 1e-12)
     assert np.all(s.op_end_s <= s.segment_end_s[seg] + 1e-12)
     # Inputs: from an earlier segment of the device (done first) or from a copy.

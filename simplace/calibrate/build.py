@@ -36,45 +36,64 @@ def _device_key(info: Mapping) -> tuple:
     return (info["kind"], info.get("device_kind", info["kind"]))
 
 
-# An op alone that costs this much over an empty call is run on a thread pool (or does
-# real work, which on a CPU means the same): the jitter of a tiny call is ~1-2 us, the
-# pool's wake-up ~20-30 us on a small VM.
+# An op alone that costs this much over an empty call is run on a worker thread (or
+# does real work, which on a CPU means the same): the jitter of a tiny call is ~1-2 us,
+# the thread's wake-up ~20-55 us on a small VM.
 PARALLEL_MIN_EXTRA_S = 10e-6
 
 
-# An op's time for the thresholds: this percentile of all its samples, outliers
-# included. ``time_fn`` takes samples in rounds of back-to-back runs; the thread that
-# runs the op sleeps between rounds and spins within one, so the op pays the wake-up at
-# the start of a round only, and its median can miss it: on the 2-core VM (2026-11-23)
-# add f32[2,15,15,4] took 26-71 us in 22 of its 50 samples and 5-6 us in the others
-# (median 5.5 us), while alone in a segment, timed the same way, it cost 56-60 us every
-# time. A run in four paying the wake-up is enough to show here. (Which thread: XLA:CPU's
-# PjRt client runs a computation of under 1000 flops inline in the call and any other on
-# a worker thread; in the VM's records, 439 of 442 ops of the compute classes pay the
-# wake-up exactly when their flops reach 1000, whatever their primitive.)
+# An op's time for the rule: this percentile of all its samples, outliers included.
+# ``time_fn`` takes samples in rounds of back-to-back runs; the worker thread sleeps
+# between rounds and spins within one, so the op pays the wake-up at the start of a
+# round only, and its median can miss it: on the 2-core VM (2026-11-23) add
+# f32[2,15,15,4] took 26-71 us in 22 of its 50 samples and 5-6 us in the others (median
+# 5.5 us), while alone in a segment, timed the same way, it cost 56-60 us every time. A
+# run in four paying the wake-up is enough to show here.
 PARALLEL_PERCENTILE = 75
 
+# The rule must explain this share of the timed ops, and hold for this share of the
+# ops at or above its flops, to be kept (else no segment pays a wake-up).
+PARALLEL_MIN_AGREEMENT = 0.8
 
-def parallel_thresholds(op_records: Sequence[dict], base_s: float) -> dict[str, float]:
-    """``primitive -> bytes_accessed`` from which its ops run on a thread pool: the
-    smallest size above which at least 80% of its timed ops cost ``PARALLEL_MIN_EXTRA_S``
-    more than an empty call (in the ``PARALLEL_PERCENTILE`` of their samples, where the
-    pool's wake-up shows). Primitives with no such op are left out."""
-    by: dict[str, list[tuple[float, bool]]] = {}
-    for r in op_records:
-        samples = Timing.from_dict(r["timing"]).samples_s
-        extra = float(np.percentile(samples, PARALLEL_PERCENTILE)) - base_s
-        by.setdefault(r["primitive"], []).append((float(r["bytes_accessed"]),
-                                                   extra > PARALLEL_MIN_EXTRA_S))
-    out = {}
-    for p, pts in sorted(by.items()):
-        pts.sort()
-        for k, (b, flag) in enumerate(pts):
-            tail = [f for _, f in pts[k:]]
-            if flag and sum(tail) >= 0.8 * len(tail):
-                out[p] = b
-                break
-    return out
+
+def _pays_wake_up(rec: Mapping, base_s: float) -> bool:
+    samples = Timing.from_dict(rec["timing"]).samples_s
+    return float(np.percentile(samples, PARALLEL_PERCENTILE)) - base_s > PARALLEL_MIN_EXTRA_S
+
+
+def parallel_min_flops(op_records: Sequence[dict], base_s: float
+                       ) -> tuple[float | None, float]:
+    """``(flops, agreement)``: the flops from which a computation runs on a worker thread
+    (and pays its wake-up), as the ops timed alone show, and the share of those ops the
+    rule explains. XLA:CPU's PjRt client runs a computation of fewer than 1000 flops (by
+    its cost analysis) inline in the calling thread and any other on a worker thread
+    (``cheap_computation_``): whatever the primitive, the flops of the whole computation
+    decide. An op pays when the ``PARALLEL_PERCENTILE`` of its samples is
+    ``PARALLEL_MIN_EXTRA_S`` over an empty call; the threshold is the split of the ops'
+    (tracer) flops that agrees with the most of them, at the geometric mean of the two
+    flops values around it. None when the split explains under
+    ``PARALLEL_MIN_AGREEMENT`` of the ops, or of the ops above it (an accelerator, a
+    noisy host), or no op pays."""
+    pts = sorted((float(r["flops"]), _pays_wake_up(r, base_s)) for r in op_records)
+    n = len(pts)
+    paying = sum(f for _, f in pts)
+    if not paying:
+        return None, 0.0
+    best, best_k = -1, None
+    below_free, above_paying = 0, paying
+    for k in range(1, n):  # split between pts[k - 1] and pts[k]
+        below_free += not pts[k - 1][1]
+        above_paying -= pts[k - 1][1]
+        if pts[k][0] != pts[k - 1][0] and below_free + above_paying > best:
+            best, best_k = below_free + above_paying, k
+    if best_k is None:
+        return None, 0.0
+    agreement = best / n
+    above = [f for _, f in pts[best_k:]]
+    if agreement < PARALLEL_MIN_AGREEMENT or np.mean(above) < PARALLEL_MIN_AGREEMENT:
+        return None, agreement
+    lo, hi = pts[best_k - 1][0], pts[best_k][0]
+    return (math.sqrt(lo * hi) if lo > 0 else hi), agreement
 
 
 # Segments whose ops take less than this (beyond an empty call) are left out of the
@@ -82,27 +101,32 @@ def parallel_thresholds(op_records: Sequence[dict], base_s: float) -> dict[str, 
 OP_PART_MIN_S = 10e-6
 
 
-def _has_parallel(rec: Mapping, thresholds: Mapping[str, float]) -> bool:
-    return any(b >= thresholds.get(p, math.inf)
-               for p, b in zip(rec["primitive"], rec["bytes_accessed"], strict=True))
+def _has_parallel(rec: Mapping, min_flops: float | None) -> bool:
+    """Whether a timed segment runs on a worker thread: its ops' flops add up to
+    ``min_flops`` (as the simulators sum them, in op order)."""
+    if min_flops is None:
+        return False
+    total = 0.0
+    for f in rec["flops"]:
+        total += float(f)
+    return total >= min_flops
 
 
 def fit_device(seg_records: Sequence[dict], base_s,
-               parallel_min_bytes: Mapping[str, float] | None = None, *,
+               parallel_min_flops: float | None = None, *,
                held_out_fraction: float = 0.25, seed: int = 0):
     """Segment fit and error report for the segments timed on one kind of device.
 
     ``base_s``: what each segment costs besides its ops (a number, or one per record).
-    Segments holding an op at or above ``parallel_min_bytes`` of its primitive pay a
-    fitted ``parallel_launch_s`` once. A random ``held_out_fraction`` of the segments
+    Segments whose ops' flops add up to ``parallel_min_flops`` (None: none) pay a fitted
+    ``parallel_launch_s`` once. A random ``held_out_fraction`` of the segments
     (seeded) is left out of the fit and reports how well it predicts segments it has
     not seen.
     """
     recs = list(seg_records)
-    thr = dict(parallel_min_bytes or {})
     t = np.array([Timing.from_dict(r["timing"]).median_s for r in recs])
     base_s = np.array(np.broadcast_to(np.asarray(base_s, dtype=np.float64), t.shape))
-    par = np.array([_has_parallel(r, thr) for r in recs], dtype=bool)
+    par = np.array([_has_parallel(r, parallel_min_flops) for r in recs], dtype=bool)
     rng = np.random.default_rng(seed)
     held = rng.random(len(recs)) < held_out_fraction
     fit_recs = [r for r, h in zip(recs, held, strict=True) if not h]
@@ -183,7 +207,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             raise CalibrationError(f"No timed segments for device(s) {', '.join(members)}; "
                                    "calibrate again without a tight --budget-s.")
         base = float(np.median([block[m] for m in members]))
-        thresholds[key] = parallel_thresholds(
+        thresholds[key], agreement = parallel_min_flops(
             [r for r in op_recs if r["device"] in members], base)
         # What a segment timed alone costs besides its ops, best first: the launch plus
         # its own call's host time (timed), else a tiny call plus the host time of its
@@ -217,7 +241,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         rep["segment_base"] = how
         rep["segment_base_refused"] = tried
         rep["parallel_launch_s"] = fit.parallel_launch_s
-        rep["parallel_min_bytes"] = thresholds[key]
+        rep["parallel_min_segment_flops"] = thresholds[key]
+        rep["parallel_rule_agreement"] = agreement
         for m in members:
             fits[m] = fit
             report["devices"][m] = dict(rep, shared_with=members, base_s=base,
@@ -374,7 +399,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         devices.append(fits[n].device(
             name=n, kind=info["kind"], memory_bytes=float(info["memory_bytes"]),
             exclusive_group=groups[n], launch_s=max(block[n] - host[n], 0.0),
-            dispatch_s=dispatch[n], parallel_min_bytes=thresholds[_device_key(info)],
+            dispatch_s=dispatch[n],
+            parallel_min_segment_flops=thresholds[_device_key(info)],
             argument_s=argument))
 
     # Whole steps measured in context: the scales of host, argument, compute and launch
@@ -405,10 +431,12 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         f"Measured by `simplace calibrate` on {head['host']} ({', '.join(names)}); raw "
         f"records in calibration/{head['name']}/records.jsonl.",
         "launch_s: blocking time of a tiny jitted call minus its host time (dispatch_s, "
-        "the host time of a call when calls are only dispatched). parallel_min_bytes: "
-        "per primitive, the size from which its ops alone cost over "
-        f"{PARALLEL_MIN_EXTRA_S * 1e6:g} us more than a tiny call (thread pool); "
-        "parallel_launch_s: fitted with the segments.",
+        "the host time of a call when calls are only dispatched). "
+        "parallel_min_segment_flops: the flops (summed over a segment's ops) from which "
+        "ops alone cost over "
+        f"{PARALLEL_MIN_EXTRA_S * 1e6:g} us more than a tiny call (XLA:CPU runs them on a "
+        "worker thread, which wakes up for them; others inline); "
+        "parallel_launch_s: that wake-up, fitted with the segments.",
         "In-segment op costs (peak flops, bandwidth, efficiency and per-op cost per class, "
         "fused_bytes_fraction) fitted by robust least squares on log times of real "
         "segments cut from zoo graphs, each timed alone; devices of the same hardware "

@@ -209,7 +209,7 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
                                + arg_part[h] * s["argument"],
                                op_unfused_s=inp.op_unfused_s * s["compute"],
                                launch_s=inp.launch_s * s["launch"],
-                               op_launch_s=inp.op_launch_s * s["launch"],
+                               pool_launch_s=inp.pool_launch_s * s["launch"],
                                latency_s=inp.latency_s * s["link"],
                                bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / s["link"])
                for h, inp in base.items()}

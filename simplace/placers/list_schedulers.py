@@ -343,8 +343,8 @@ class _Program:
     segments' ends), ``arr[j]`` (device -> arrival of op j's put), group and link free
     times, ``host`` (host time, the open segment's puts included, its dispatch not), and
     the open segment: device ``cur``, first op ``first``, ``ready`` (group free at its
-    opening and its inputs' arrivals), ``work`` (launch plus op costs) and ``olm`` (the
-    largest per-op launch).
+    opening and its inputs' arrivals), ``work`` (launch plus op costs) and ``pw`` (its
+    ops' pool work so far: the pool's launch is added when it reaches the minimum).
     """
 
     def __init__(self, graph, inp):
@@ -352,7 +352,9 @@ class _Program:
         self.m, self.d = m, d
         self.t = inp.op_time_s.tolist()
         self.unf = inp.op_unfused_s.tolist()
-        self.op_launch = inp.op_launch_s.tolist()
+        self.pool_work = inp.op_pool_work.tolist()
+        self.pool_min = inp.pool_min_work.tolist()
+        self.pool_launch = inp.pool_launch_s.tolist()
         self.lat = inp.latency_s.tolist()
         self.bw = inp.bandwidth_bytes_per_s.tolist()
         self.put = inp.put_s.tolist()
@@ -388,7 +390,7 @@ class _Program:
         self.host = 0.0
         self.max_arrival = 0.0
         self.cur, self.first = -1, 0
-        self.ready = self.work = self.olm = 0.0
+        self.ready = self.work = self.pw = 0.0
         self.journal: list | None = None  # the innermost trial's changes (None: no trial)
         self._saved: list[tuple] = []
 
@@ -397,7 +399,11 @@ class _Program:
         c = self.cur
         if c < 0:
             return 0.0
-        return max(self.ready, self.host + self.disp[c]) + self.work + self.olm
+        return max(self.ready, self.host + self.disp[c]) + self.work + self._pool(c, self.pw)
+
+    def _pool(self, d: int, pool_work: float) -> float:
+        """The pool's launch a segment on device d with this much pool work pays."""
+        return self.pool_launch[d] if pool_work >= self.pool_min[d] else 0.0
 
     def end_on(self, i: int, d: int) -> float:
         """End of op i's segment if op i (the next op) went to device d; no change."""
@@ -434,16 +440,16 @@ class _Program:
                 ready = r
         if d == c:
             work = self.work + self.t[i][d] + (0.0 if fused else self.unf[i][d])
-            olm = max(self.olm, self.op_launch[i][d])
+            pw = self.pw + self.pool_work[i][d]
         else:
             work = self.launch[d] + self.t[i][d] + self.unf[i][d]
-            olm = self.op_launch[i][d]
-        return max(ready, h + self.disp[d]) + work + olm
+            pw = self.pool_work[i][d]
+        return max(ready, h + self.disp[d]) + work + self._pool(d, pw)
 
     def mark(self) -> None:
         """Start a trial: ``undo`` brings the state back to this point (trials nest)."""
         self._saved.append((self.journal, self.host, self.cur, self.first, self.ready,
-                            self.work, self.olm, self.max_arrival, len(self.seg_end),
+                            self.work, self.pw, self.max_arrival, len(self.seg_end),
                             list(self.gfree)))
         self.journal = []
 
@@ -455,7 +461,7 @@ class _Program:
                 del self.arr[a][b]
             else:
                 self.lfree[a][b] = v
-        (self.journal, self.host, self.cur, self.first, self.ready, self.work, self.olm,
+        (self.journal, self.host, self.cur, self.first, self.ready, self.work, self.pw,
          self.max_arrival, n_seg, self.gfree) = self._saved.pop()
         del self.seg_end[n_seg:]
 
@@ -471,7 +477,7 @@ class _Program:
                 self.gfree[self.group[c]] = end
             self.cur, self.first = d, i
             self.ready = self.gfree[self.group[d]]
-            self.work, self.olm = self.launch[d], 0.0
+            self.work, self.pw = self.launch[d], 0.0
         fused = False
         ready = self.ready
         for j, nb in self.ins[i]:
@@ -500,8 +506,7 @@ class _Program:
                 ready = r
         self.ready = ready
         self.work += self.t[i][d] + (0.0 if fused else self.unf[i][d])
-        if self.op_launch[i][d] > self.olm:
-            self.olm = self.op_launch[i][d]
+        self.pw += self.pool_work[i][d]
         p[i] = d
         self.seg[i] = len(self.seg_end)
         if jr is not None:

@@ -83,8 +83,9 @@ def device_classes(ctx: PlacerContext) -> np.ndarray:
     d_count = inp.num_devices
     # Per device: columns that must be equal; per link: matrices that must map onto
     # themselves (link scales are already folded into latency and bandwidth).
-    columns = [inp.op_time_s, inp.op_launch_s, inp.op_unfused_s, inp.memory_bytes[None],
-               inp.launch_s[None], inp.dispatch_s[None]]
+    columns = [inp.op_time_s, inp.op_pool_work, inp.op_unfused_s, inp.memory_bytes[None],
+               inp.launch_s[None], inp.dispatch_s[None], inp.pool_min_work[None],
+               inp.pool_launch_s[None]]
     links = [inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s]
     excl = inp.exclusive_group
 

@@ -9,13 +9,15 @@ from simplace.placers import PlacerContext, PlacerOutput, register
 
 def single_device_step_s(ctx: PlacerContext) -> np.ndarray:
     """float64[D]: the step time of the whole graph on each device alone: one segment,
-    so its dispatch, its launch (and the largest per-op launch), every op's fused cost,
-    and the unfused cost of the ops with no inputs (nothing to fuse into); no transfer."""
+    so its dispatch, its launch (and the pool's, if the graph's pool work reaches the
+    minimum), every op's fused cost, and the unfused cost of the ops with no inputs
+    (nothing to fuse into); no transfer."""
     inp = ctx.inputs
     if inp.num_ops == 0:
         return np.zeros(inp.num_devices)
     no_inputs = np.diff(ctx.graph.in_edges[0]) == 0
-    return (inp.dispatch_s + inp.launch_s + inp.op_launch_s.max(axis=0)
+    pool = np.where(inp.op_pool_work.sum(axis=0) >= inp.pool_min_work, inp.pool_launch_s, 0.0)
+    return (inp.dispatch_s + inp.launch_s + pool
             + inp.op_time_s.sum(axis=0) + inp.op_unfused_s[no_inputs].sum(axis=0))
 
 

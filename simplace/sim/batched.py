@@ -4,7 +4,8 @@
 and returns a function ``f(placements int[B, M]) -> BatchResult`` that runs one
 ``jax.lax.scan`` over the ops in graph order, vectorised over the batch, with the
 reference's semantics (``simplace.sim.reference``): segments (maximal runs of ops on
-one device, one fused computation each: launch, largest op launch, the ops' costs and
+one device, one fused computation each: launch, the pool's launch when its ops' pool work
+reaches the device's minimum, the ops' costs and
 the unfused costs of ops with no input from the segment), one serial host thread
 (``put_s`` per transfer call, ``dispatch_s`` per segment call), lazy transfers issued
 by the first consumer segment on each device, FIFO links, exclusive groups.
@@ -82,7 +83,7 @@ re-run exactly; the others report NaN peaks.
 Precision: times are float64 and computed in the reference's operation order (a
 segment's work summed op by op from its launch, ``start + work``, ``(t0 + latency) +
 bytes / bandwidth``): ties between a segment's end and another's start are common.
-Only with per-op launch costs is the largest of them added after the ops' costs, not
+Only with a pool launch is that added after the ops' costs, not
 before (a difference in the last bits). float64 is switched on only inside this
 module's calls, with the ``jax.enable_x64`` context manager around tracing, compiling
 and running; global JAX config is never changed.
@@ -338,9 +339,11 @@ class BatchedSimulator:
 
         launch = [float(v) for v in st["launch"]]
         dispatch = [float(v) for v in st["dispatch"]]
-        has_ol, has_uf = st["has_op_launch"], st["has_op_unfused"]
+        has_ol, has_uf = st["has_pool"], st["has_op_unfused"]
+        pool_min = [float(v) for v in st["pool_min"]]
+        pool_launch = [float(v) for v in st["pool_launch"]]
         # Rows of the carried values past h, R, work, moved: only those the machine needs.
-        iv = {n: 4 + k for k, n in enumerate((["lmax"] if has_ol else [])
+        iv = {n: 4 + k for k, n in enumerate((["pwork"] if has_ol else [])
                                              + (["seg_a", "fus"] if has_uf else []))}
         flat_ids = jnp.arange(b, dtype=jnp.int32 if st["E"] * b < 2**31 else jnp.int64)
         rows_w = jnp.asarray(w - 1 - np.arange(w), it)[:, None]  # [W, 1]
@@ -352,8 +355,10 @@ class BatchedSimulator:
             """The segment's start and end (valid when it closes) from the carry."""
             start = jnp.maximum(vals[1], vals[0])
             work = vals[2]
-            if has_ol:
-                work = (_pick(ons, launch) + vals[iv["lmax"]]) + work
+            if has_ol:  # the pool's launch, when the segment's pool work reaches the min
+                pool = jnp.where(vals[iv["pwork"]] >= _pick(ons, pool_min),
+                                 _pick(ons, pool_launch), 0.0)
+                work = (_pick(ons, launch) + pool) + work
             return start, start + work
 
         def finish(state, vals, info_p, blk_p):
@@ -388,7 +393,7 @@ class BatchedSimulator:
             state, link, vals, info_p = carry
             # This slice's constants, read once: ints (op, flag mask, previous slice's
             # op, far, then per pair: pair, etab row of its producer, producer,
-            # multi-tensor row) and floats (op times, op launch times and unfused costs
+            # multi-tensor row) and floats (op times, op pool work and unfused costs
             # on each device, then per pair: its bytes and, per link class, transfer
             # time).
             xi, xf = _barrier(x[0], c["lowest_i"]), _barrier(x[1], lo_f)
@@ -397,7 +402,7 @@ class BatchedSimulator:
             pq = xi[4:]
             pq_valid = [pq[k] < st["NP"] for k in range(k_w)]
             h, big_r, big_c, moved = vals[0], vals[1], vals[2], vals[3]
-            lmax = vals[iv["lmax"]] if has_ol else None
+            pwork = vals[iv["pwork"]] if has_ol else None
             seg_a = vals[iv["seg_a"]] if has_uf else None
             fus = vals[iv["fus"]] if has_uf else None
             etab, free, _ = state = finish(state, vals, info_p, blk_p)
@@ -417,14 +422,14 @@ class BatchedSimulator:
                 g_i = _pick(ons, [jnp.int32(v) for v in st["group"]])
                 gfree = _pick([g_i == k for k in range(g)], [free[k] for k in range(g)])
             big_r = jnp.where(is_new, gfree, big_r)
-            # The segment's work in the reference's order: launch (plus the largest op
-            # launch, added at the end when there are any), then each op's cost and,
+            # The segment's work in the reference's order: launch (plus the pool's launch,
+            # added at the end when there can be one), then each op's cost and,
             # when none of its inputs comes from the segment, its unfused cost.
             big_c = jnp.where(is_new, 0.0 if has_ol else _pick(ons, launch), big_c)
             big_c = big_c + _pick(ons, [xf[k] for k in range(d)])
-            if has_ol:
-                lmax = jnp.maximum(jnp.where(is_new, 0.0, lmax),
-                                   _pick(ons, [xf[d + k] for k in range(d)]))
+            if has_ol:  # the segment's pool work so far, added in op order
+                pwork = jnp.where(is_new, 0.0, pwork) + _pick(ons, [xf[d + k]
+                                                                  for k in range(d)])
             if has_uf:
                 seg_a = jnp.where(is_new, op.astype(f64), seg_a)
                 fus = jnp.where(first_slice, False, fus > 0)
@@ -500,7 +505,7 @@ class BatchedSimulator:
                 sends.append(snd)
                 froms.append(fk)
             h = jnp.where(is_last, h + _pick(ons, dispatch), h)
-            rows = [h, big_r, big_c, moved] + ([lmax] if has_ol else []) + (
+            rows = [h, big_r, big_c, moved] + ([pwork] if has_ol else []) + (
                 [seg_a, fus] if has_uf else [])
             # Everything the step carries on, computed in one kernel (see _barrier_many).
             many = _barrier_many(rows + occs + arrivals, lo_f)
@@ -973,8 +978,9 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         t_s = nb_s[..., None] / (bw_c[None, None, :] if not table else np.ones((1, 1, 2)))
     t_s = np.where(np.isfinite(t_s), t_s, 0.0)
     t_s[..., 0] = 0.0
-    op_launch = getattr(inp, "op_launch_s", None)
-    op_launch = np.zeros((m, d)) if op_launch is None else np.asarray(op_launch, np.float64)
+    pool_work = np.asarray(inp.op_pool_work, np.float64)
+    pool_min = np.asarray(inp.pool_min_work, np.float64)
+    pool_launch = np.asarray(inp.pool_launch_s, np.float64)
     unfused = getattr(inp, "op_unfused_s", None)
     unfused = np.zeros((m, d)) if unfused is None else np.asarray(unfused, np.float64)
     last_f = s_last[:, None].astype(np.float64)
@@ -989,7 +995,9 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         lat_c=lat_c.tolist(), bw_c=bw_c.tolist(), put_c=put_c.tolist(),
         lat=lat.tolist(), bw=bw.tolist(), put=put.tolist(),
         launch=inp.launch_s.tolist(), dispatch=inp.dispatch_s.tolist(),
-        rank_offsets=rank_offsets, has_op_launch=bool(np.any(op_launch != 0)),
+        rank_offsets=rank_offsets,
+        has_pool=bool(np.any(np.isfinite(pool_min) & (pool_launch > 0))),
+        pool_min=pool_min.tolist(), pool_launch=pool_launch.tolist(),
         has_op_unfused=bool(np.any(unfused != 0)), NP=n_pairs,
         use_offsets=use_offsets)
     consts = dict(
@@ -1009,10 +1017,10 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
             [s_op[:, None], (s_first * 1 + s_last * 2 + 0x3C)[:, None],
              np.concatenate([[0], s_op[:-1]])[:n_slices, None], s_pair, j_s + w - 1, j_s,
              multi_index[j_s]], axis=1).astype(np.int32),
-        # Per slice, floats: op times, op launch times and unfused costs (on an op's
+        # Per slice, floats: op times, op pool work and unfused costs (on an op's
         # last slice only), then per pair: bytes and transfer time on each link class.
         slice_float=np.concatenate(
-            [inp.op_time_s[s_op] * last_f, op_launch[s_op] * last_f, unfused[s_op] * last_f,
+            [inp.op_time_s[s_op] * last_f, pool_work[s_op] * last_f, unfused[s_op] * last_f,
              np.concatenate([nb_s[..., None], t_s[..., :n_cls + 1]],
                             axis=2).reshape(n_slices, -1)], axis=1),
         blk_last=np.int32(s_op[-1] if n_slices else 0),

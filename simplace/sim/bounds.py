@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simplace.sim.inputs import sim_inputs
+from simplace.sim.inputs import pool_launch_alone, sim_inputs
 
 
 def lower_bound(graph, cost_model) -> float:
@@ -27,7 +27,7 @@ def lower_bound(graph, cost_model) -> float:
         at least that plus any weighted mean ``sum_g w_g work_g`` (weights ``w >= 0``
         summing to 1). Each op i adds at least ``min_d w_g(d) t_i[d]`` to that mean
         wherever it runs, and the segment holding op i adds at least ``min_d w_g(d)
-        (launch_s[d] + op_launch_s[i, d])`` for its launch (for any one i). Equal
+        (launch_s[d] + _pool_launch_lb[i, d])`` for its launch (for any one i). Equal
         weights give the balanced bound ``(sum_i f_i + launches) / G``; the weights
         that maximise the op term (a small linear program over distinct rows of
         per-group op times) account for slow groups: a CPU beside four GPUs takes far
@@ -105,9 +105,19 @@ def _work(graph, inp, weights) -> float:
     times = _source_times(graph, inp)
     launch = np.asarray(inp.launch_s, dtype=np.float64)
     group = np.asarray(inp.exclusive_group, dtype=np.int64)
-    seg = launch[None, :] + np.asarray(inp.op_launch_s, dtype=np.float64)  # [M, D]
+    seg = launch[None, :] + _pool_launch_lb(inp)  # [M, D]
     work = max(_weighted_work(times, seg, group, w) for w in weights)
     return float(np.min(inp.dispatch_s)) + work
+
+
+def _pool_launch_lb(inp) -> np.ndarray:
+    """float64[M, D]: at most the pool launch of any segment holding op i on device d:
+    what op i's pool work alone earns (work only adds up), or, on a machine of one
+    device, where every placement is one segment, what the whole graph's earns."""
+    if inp.num_devices == 1:
+        pays = inp.op_pool_work.sum(axis=0) >= inp.pool_min_work
+        return np.broadcast_to(np.where(pays, inp.pool_launch_s, 0.0), inp.op_pool_work.shape)
+    return pool_launch_alone(inp)
 
 
 # Head thresholds the window bound tries (quantiles of the heads); the tail threshold
@@ -160,15 +170,15 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
 
     Returns ``(end_s, call_s)``, both ``float64[M, D]``:
       * ``end_s[v, d] <= `` the *virtual end* of op v in any placement ``p`` with ``p[v]
-        = d``: its segment's start, plus ``launch_s[d]`` and the segment's largest
-        ``op_launch_s``, plus the in-segment costs of its ops up to v (the segment's
-        first op to v), as ``Schedule.op_end_s``. The segment ends at or after it, so
+        = d``: its segment's start, plus ``launch_s[d]`` and the segment's pool launch
+        (at least ``_pool_launch_lb`` of any of its ops), plus the in-segment costs of
+        its ops up to v (the segment's first op to v), as ``Schedule.op_end_s``. The segment ends at or after it, so
         the step does too;
       * ``call_s[v, d] <= `` the host time at which v's segment is dispatched (the host
         clock after that call, as ``Schedule.segment_dispatch_s``).
 
-    Notation: ``t = op_time_s``, ``ol = op_launch_s``, ``uf = op_unfused_s``; ``enter[v,
-    d] = launch_s[d] + ol[v, d] + t[v, d]``; ``S[u, v, d] = sum_{u < i <= v} t[i, d]``;
+    Notation: ``t = op_time_s``, ``ol = _pool_launch_lb(inp)``, ``uf =
+    op_unfused_s``; ``enter[v, d] = launch_s[d] + ol[v, d] + t[v, d]``; ``S[u, v, d] = sum_{u < i <= v} t[i, d]``;
     ``B[u, v]`` the bytes of the distinct outputs of u that v reads (u's put to v's
     device carries at least these; an output's size is its largest ``edge_bytes``, as the
     simulators take it); ``arrive[u, d', d] = max(end_s[u, d'], call_s[u, d'] + put_s[d',
@@ -217,7 +227,7 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
     lat = np.asarray(inp.latency_s, dtype=np.float64)
     inv_bw = 1.0 / np.asarray(inp.bandwidth_bytes_per_s, dtype=np.float64)  # 0 for inf
     unfused = np.asarray(inp.op_unfused_s, dtype=np.float64)
-    enter = launch[None, :] + np.asarray(inp.op_launch_s, dtype=np.float64) + t  # [M, D]
+    enter = launch[None, :] + _pool_launch_lb(inp) + t  # [M, D]
     # prefix[i] = sum of t over ops < i: S[u, v] = prefix[v + 1] - prefix[u + 1].
     prefix = np.zeros((m + 1, d))
     np.cumsum(t, axis=0, out=prefix[1:])
@@ -282,7 +292,7 @@ def tail_table(graph, cost_model) -> np.ndarray:
     m, d = inp.num_ops, inp.num_devices
     t = np.asarray(inp.op_time_s, dtype=np.float64)
     enter = (np.asarray(inp.launch_s, dtype=np.float64)[None, :]
-             + np.asarray(inp.op_launch_s, dtype=np.float64) + t)
+             + _pool_launch_lb(inp) + t)
     prefix = np.zeros((m + 1, d))
     np.cumsum(t, axis=0, out=prefix[1:])
     other = np.where(np.eye(d, dtype=bool), np.inf, 0.0)

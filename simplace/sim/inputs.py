@@ -31,9 +31,13 @@ class SimInputs(NamedTuple):
     dispatch_s: float64[D] >= 0, host time to dispatch one segment to the device.
     put_s: float64[D, D] >= 0, host time of one ``jax.device_put`` call on each ordered
       link (diagonal unused).
-    op_launch_s: float64[M, D] >= 0, extra launch time a segment pays when it holds op
-      i (the largest over its ops counts once: e.g. XLA:CPU wakes its thread pool for a
-      segment with a matmul or a convolution, however many it has).
+    op_pool_work: float64[M, D] >= 0, op i's part of the work that sends a segment on
+      device d to a worker thread, and pool_min_work: float64[D] > 0 (inf: never), how
+      much work does: a segment whose ops' ``op_pool_work`` add up to at least
+      ``pool_min_work[d]`` pays ``pool_launch_s[d]`` (float64[D] >= 0) once, on top of
+      its launch. XLA:CPU runs a computation of fewer than 1000 flops inline in the
+      calling thread and any other on a worker thread, which wakes up for it; a rule
+      that holds for single ops (0/1 flags, threshold 1) is the special case of one op.
     op_unfused_s: float64[M, D] >= 0, extra time op i costs when none of its inputs
       comes from its own segment: XLA fuses an elementwise op into the loop of an
       in-segment producer, but one that starts a segment's data flow runs a loop of its
@@ -51,7 +55,9 @@ class SimInputs(NamedTuple):
     launch_s: np.ndarray
     dispatch_s: np.ndarray
     put_s: np.ndarray
-    op_launch_s: np.ndarray
+    op_pool_work: np.ndarray
+    pool_min_work: np.ndarray
+    pool_launch_s: np.ndarray
     op_unfused_s: np.ndarray
 
     @property
@@ -67,6 +73,13 @@ class SimInputs(NamedTuple):
         return int(self.exclusive_group.max()) + 1 if len(self.exclusive_group) else 0
 
 
+def pool_launch_alone(inp: SimInputs) -> np.ndarray:
+    """float64[M, D]: the pool launch op i pays on device d in a segment of its own, a
+    lower bound on what any segment holding it pays (pool work only adds up)."""
+    return np.where(inp.op_pool_work >= inp.pool_min_work[None, :],
+                    inp.pool_launch_s[None, :], 0.0)
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.array(a, copy=True)
     a.flags.writeable = False
@@ -75,12 +88,14 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 
 def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                     exclusive_group=None, launch_s=None, dispatch_s=None,
-                    put_s=None, op_launch_s=None, op_unfused_s=None) -> SimInputs:
+                    put_s=None, op_pool_work=None, pool_min_work=None, pool_launch_s=None,
+                    op_unfused_s=None) -> SimInputs:
     """Validate and normalise raw arrays into a ``SimInputs`` (read-only float64/int32).
 
     ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``,
-    ``put_s``, ``op_launch_s`` and ``op_unfused_s`` default to zeros (a machine whose
-    segments and transfers cost no host time and no launch). Raises ``CostModelError``
+    ``put_s``, ``op_pool_work``, ``pool_launch_s`` and ``op_unfused_s`` default to zeros
+    (a machine whose segments and transfers cost no host time and no launch),
+    ``pool_min_work`` to inf (no segment goes to a pool). Raises ``CostModelError``
     naming the bad field.
     """
     t = np.asarray(op_time_s, dtype=np.float64)
@@ -96,14 +111,20 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     launch = np.zeros(d) if launch_s is None else np.asarray(launch_s, dtype=np.float64)
     dispatch = np.zeros(d) if dispatch_s is None else np.asarray(dispatch_s, dtype=np.float64)
     put = np.zeros((d, d)) if put_s is None else np.asarray(put_s, dtype=np.float64)
-    op_launch = np.zeros((m, d)) if op_launch_s is None else np.asarray(op_launch_s,
-                                                                        dtype=np.float64)
+    pool_work = np.zeros((m, d)) if op_pool_work is None else np.asarray(op_pool_work,
+                                                                         dtype=np.float64)
+    pool_min = (np.full(d, np.inf) if pool_min_work is None
+                else np.asarray(pool_min_work, dtype=np.float64))
+    pool_launch = (np.zeros(d) if pool_launch_s is None
+                   else np.asarray(pool_launch_s, dtype=np.float64))
     unfused = np.zeros((m, d)) if op_unfused_s is None else np.asarray(op_unfused_s,
                                                                        dtype=np.float64)
     for name, arr, shape in (("latency_s", lat, (d, d)), ("bandwidth_bytes_per_s", bw, (d, d)),
                              ("memory_bytes", mem, (d,)), ("exclusive_group", grp, (d,)),
                              ("launch_s", launch, (d,)), ("dispatch_s", dispatch, (d,)),
-                             ("put_s", put, (d, d)), ("op_launch_s", op_launch, (m, d)),
+                             ("put_s", put, (d, d)), ("op_pool_work", pool_work, (m, d)),
+                             ("pool_min_work", pool_min, (d,)),
+                             ("pool_launch_s", pool_launch, (d,)),
                              ("op_unfused_s", unfused, (m, d))):
         if arr.shape != shape:
             raise CostModelError(f"{name} must have shape {shape} for {d} devices (op_time_s "
@@ -120,9 +141,15 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     if np.any(np.isnan(mem)) or np.any(mem < 0):
         raise CostModelError("memory_bytes must be >= 0 (inf allowed for 'unlimited').")
     for name, arr in (("launch_s", launch), ("dispatch_s", dispatch), ("put_s", put),
-                      ("op_launch_s", op_launch), ("op_unfused_s", unfused)):
+                      ("pool_launch_s", pool_launch), ("op_unfused_s", unfused)):
         if not np.all(np.isfinite(arr) & (arr >= 0)):
             raise CostModelError(f"{name} must be finite and >= 0 seconds, got {arr.tolist()}.")
+    if not np.all(np.isfinite(pool_work) & (pool_work >= 0)):
+        raise CostModelError("op_pool_work must be finite and >= 0 (an op's flops, or 0/1 "
+                             "flags).")
+    if not np.all(pool_min > 0) or np.any(np.isnan(pool_min)):
+        raise CostModelError(f"pool_min_work must be > 0 (inf: never), got "
+                             f"{pool_min.tolist()}.")
     if grp.dtype.kind not in "iu":
         raise CostModelError(f"exclusive_group must hold integer ids, got dtype {grp.dtype}.")
     # Diagonals are never used (no transfer to oneself); pin them so arithmetic on
@@ -136,8 +163,8 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     _, grp = np.unique(grp, return_inverse=True)
     return SimInputs(_frozen(t), _frozen(lat), _frozen(bw), _frozen(mem),
                      _frozen(grp.reshape(-1).astype(np.int32)), _frozen(launch),
-                     _frozen(dispatch), _frozen(put), _frozen(op_launch),
-                     _frozen(unfused))
+                     _frozen(dispatch), _frozen(put), _frozen(pool_work),
+                     _frozen(pool_min), _frozen(pool_launch), _frozen(unfused))
 
 
 def sim_inputs(graph, cost_model) -> SimInputs:
@@ -147,8 +174,8 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     any object with the cost-model interface: ``op_times(graph) -> float[M, D]``,
     ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``,
     optionally ``launch_s``, ``dispatch_s`` (float[D]), ``put_s`` (float[D, D]) and
-    ``op_launch_times(graph)`` and ``op_unfused_times(graph)`` (-> float[M, D])
-    (missing means zeros), and optionally ``corrections.link_scale`` (float[D, D] multiplying
+    ``op_unfused_times(graph)`` (-> float[M, D]) (missing means zeros), ``pool_rule(graph)``
+    (-> ``(op_pool_work, pool_min_work, pool_launch_s)``; missing means no pool), and optionally ``corrections.link_scale`` (float[D, D] multiplying
     transfer times; missing means all ones). The link scale is folded in as
     ``latency * scale`` and ``bandwidth / scale``; ``corrected_put_s`` (the put calls'
     host time with the host drift correction) is read in place of ``put_s`` where the
@@ -167,8 +194,8 @@ def sim_inputs(graph, cost_model) -> SimInputs:
             dispatch = getattr(cost_model, "dispatch_s", None)
             # host_scale (drift of the host's calls) is folded in where the model has it
             put = getattr(cost_model, "corrected_put_s", getattr(cost_model, "put_s", None))
-            op_launch = (cost_model.op_launch_times(graph)
-                         if hasattr(cost_model, "op_launch_times") else None)
+            pool = (cost_model.pool_rule(graph) if hasattr(cost_model, "pool_rule")
+                    else (None, None, None))
             unfused = (cost_model.op_unfused_times(graph)
                        if hasattr(cost_model, "op_unfused_times") else None)
         except AttributeError as err:
@@ -180,8 +207,7 @@ def sim_inputs(graph, cost_model) -> SimInputs:
         if scale is not None:
             scale = np.asarray(scale, dtype=np.float64)
             lat, bw = lat * scale, bw / scale
-        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, op_launch,
-                              unfused)
+        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused)
     if inp.num_ops != graph.num_ops:
         raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
                              f"{graph.num_ops}: build SimInputs for this graph.")

@@ -4,8 +4,8 @@ placements at once.
 ``NativeSimulator(graph, inputs)(placements int[B, M]) -> BatchResult`` has the
 interface of the JAX ``BatchedSimulator`` (``num_ops``, ``num_devices``, ``memory``,
 ``max_batch``) and simulates exactly what ``simplace.sim.reference`` does: segments
-(launch, the largest op launch, fused op costs, unfused costs of ops with no input
-from their segment), one host thread (``put_s`` per ``device_put``, ``dispatch_s`` per
+(launch, the pool's launch when the ops' pool work reaches the minimum, fused op costs,
+unfused costs of ops with no input from their segment), one host thread (``put_s`` per ``device_put``, ``dispatch_s`` per
 segment call), lazy transfers issued by the first consumer segment on each device in
 ``graph.in_edges`` order, FIFO links whose latency overlaps, exclusive groups, busy
 time, bytes moved, segment and transfer counts, host time, and exact peak memory.
@@ -20,7 +20,7 @@ its own scratch arrays. A placement numbers its copies from ids above every earl
 placement's, so the table of copies sent (op x device -> id) is never cleared between
 placements, and the copies' own records (arrival, bytes, last reader) are short lists.
 
-Precision: float64 in the reference's operation order (``launch + max op launch``, then
+Precision: float64 in the reference's operation order (``launch + pool launch``, then
 ``work + (op time [+ unfused])`` op by op; ``max(host, producer's end, link free)``;
 ``(t0 + latency) + bytes / bandwidth``; ``start + work``), compiled without fastmath,
 so times equal the reference's bit for bit on the same inputs: ties between one
@@ -240,13 +240,12 @@ def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
         a = i
         dev = p[_u(a)]
         ready = group_free[_u(group[_u(dev)])]
-        mx = opc[_u((a * d + dev) * 3 + 1)]
+        pw = 0.0  # the segment's pool work, added in op order
         n = 0
         while True:
             base = (i * d + dev) * 3
             c = opc[_u(base)]
-            if opc[_u(base + 1)] > mx:
-                mx = opc[_u(base + 1)]
+            pw += opc[_u(base + 1)]
             fused = False
             for e in range(in_ptr[_u(i)], in_ptr[_u(i + 1)]):
                 j = in_src[_u(e)]
@@ -315,8 +314,10 @@ def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
             i += 1
             if i >= m or p[_u(i)] != dev:
                 break
-        # The segment's work: launch and the largest op launch, then its ops in order.
-        work = launch[_u(dev)] + mx
+        # The segment's work: launch and the pool's (if its pool work reaches the
+        # device's min), then its ops in order.
+        work = launch[_u(dev * 3)] + (launch[_u(dev * 3 + 2)]
+                                      if pw >= launch[_u(dev * 3 + 1)] else 0.0)
         for k in range(n):
             work = work + cbuf[_u(k)]
         host += dispatch[_u(dev)]
@@ -571,7 +572,10 @@ class NativeSimulator:
         # Per link (from, to): put, latency, bandwidth, side by side.
         link = np.stack([inputs.put_s, inputs.latency_s, inputs.bandwidth_bytes_per_s],
                         axis=2)
-        self._m_float = (_own(inputs.launch_s, f64), _own(inputs.dispatch_s, f64),
+        # Per device: launch, pool min work, pool launch, side by side.
+        launch = np.stack([inputs.launch_s, inputs.pool_min_work, inputs.pool_launch_s],
+                          axis=1)
+        self._m_float = (_own(launch, f64), _own(inputs.dispatch_s, f64),
                          _own(link, f64), _own(inputs.memory_bytes, f64))
 
     def __call__(self, placements) -> BatchResult:
@@ -681,8 +685,8 @@ def _graph_arrays(graph, inp: SimInputs):
     g_int = tuple(_own(x, i64) for x in (
         in_ptr, src[in_order], t_ptr, tc_ptr, t_cons, inp.exclusive_group, graph.param_op,
         graph.param_index)) + (_own(graph.is_output, np.uint8),)
-    # Per op and device: fused time, op launch, unfused extra, side by side.
-    opc = np.stack([inp.op_time_s, inp.op_launch_s, inp.op_unfused_s], axis=2)
+    # Per op and device: fused time, pool work, unfused extra, side by side.
+    opc = np.stack([inp.op_time_s, inp.op_pool_work, inp.op_unfused_s], axis=2)
     g_float = tuple(_own(x, f64) for x in (opc, single, t_bytes, graph.out_bytes,
                                            graph.param_sizes))
     # (max_id: the largest copy id; the table of ids is int32)

@@ -7,8 +7,10 @@ semantics"), not an op-by-op executor:
 1. **Segments.** Ops, in graph order, fall into segments: maximal runs of consecutive
    ops on one device. Each segment is one jitted XLA computation: it starts once, when
    every input it reads from outside itself is on its device, and all its outputs
-   appear together at its end. It lasts ``launch_s[d]``, plus the largest
-   ``op_launch_s[i, d]`` of its ops, plus the sum of its ops' fused costs
+   appear together at its end. It lasts ``launch_s[d]``, plus ``pool_launch_s[d]`` if
+   its ops' ``op_pool_work[i, d]`` add up (in op order) to ``pool_min_work[d]`` or more
+   (XLA:CPU runs such a computation on a worker thread, which wakes up for it; one of
+   fewer than 1000 flops runs inline), plus the sum of its ops' fused costs
    ``op_time_s[i, d]``, plus ``op_unfused_s[i, d]`` for each op none of whose inputs
    comes from the segment itself (it cannot fuse into an in-segment producer).
    Segments of one exclusive group run one at a time, in graph order; a segment's
@@ -139,6 +141,16 @@ def segments_of(placement) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:], strict=True))
 
 
+def segment_pool_launch(inp: SimInputs, first: int, stop: int, device: int) -> float:
+    """The pool launch a segment of ops ``first..stop-1`` on ``device`` pays: its
+    ``pool_launch_s`` if their ``op_pool_work`` add up, in op order, to the device's
+    ``pool_min_work``, else 0."""
+    total = 0.0
+    for w in inp.op_pool_work[first:stop, device].tolist():
+        total += w
+    return float(inp.pool_launch_s[device]) if total >= inp.pool_min_work[device] else 0.0
+
+
 def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -> SimResult:
     m, d_count = graph.num_ops, inp.num_devices
     p = placement.tolist()
@@ -179,7 +191,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
     for s_, (a, b) in enumerate(segs):
         dev = p[a]
         ready = group_free[group[dev]]
-        work = launch[dev] + float(inp.op_launch_s[a:b, dev].max())
+        work = launch[dev] + segment_pool_launch(inp, a, b, dev)
         for i in range(a, b):
             op_cost[i] = float(op_time[i, dev])
             fused = False
@@ -227,7 +239,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
         op_start = np.zeros(m)
         op_end = np.zeros(m)
         for s_, (a, b) in enumerate(segs):
-            t = seg_start[s_] + launch[p[a]] + float(inp.op_launch_s[a:b, p[a]].max())
+            t = seg_start[s_] + launch[p[a]] + segment_pool_launch(inp, a, b, p[a])
             for i in range(a, b):
                 op_start[i] = t
                 t += op_cost[i]
