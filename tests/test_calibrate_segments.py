@@ -1,8 +1,8 @@
 """The segment fit of calibration, without hardware: segments made up from a known device
 (``predict_segments``) are fitted back (``fit_segments``, ``build.fit_device``) and the
 fitted device must predict segments it never saw; from how many flops a computation runs
-on a worker thread (``build.parallel_min_flops``); and the pure helpers of ``calibrate.segments`` (how
-placements are cut, what a segment's ops are).
+on a worker thread (``build.parallel_min_flops``); and the pure helpers of
+``calibrate.segments`` (how placements are cut, what a segment's ops are).
 
 ``true_fit``, ``random_segments`` and ``segment_times`` are shared with
 ``test_calibrate`` (synthetic calibration records)."""

@@ -172,13 +172,14 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
       * ``end_s[v, d] <= `` the *virtual end* of op v in any placement ``p`` with ``p[v]
         = d``: its segment's start, plus ``launch_s[d]`` and the segment's pool launch
         (at least ``_pool_launch_lb`` of any of its ops), plus the in-segment costs of
-        its ops up to v (the segment's first op to v), as ``Schedule.op_end_s``. The segment ends at or after it, so
-        the step does too;
+        its ops up to v (the segment's first op to v), as ``Schedule.op_end_s``. The
+        segment ends at or after it, so the step does too;
       * ``call_s[v, d] <= `` the host time at which v's segment is dispatched (the host
         clock after that call, as ``Schedule.segment_dispatch_s``).
 
     Notation: ``t = op_time_s``, ``ol = _pool_launch_lb(inp)``, ``uf =
-    op_unfused_s``; ``enter[v, d] = launch_s[d] + ol[v, d] + t[v, d]``; ``S[u, v, d] = sum_{u < i <= v} t[i, d]``;
+    op_unfused_s``; ``enter[v, d] = launch_s[d] + ol[v, d] + t[v, d]``; ``S[u, v, d] =
+    sum_{u < i <= v} t[i, d]``;
     ``B[u, v]`` the bytes of the distinct outputs of u that v reads (u's put to v's
     device carries at least these; an output's size is its largest ``edge_bytes``, as the
     simulators take it); ``arrive[u, d', d] = max(end_s[u, d'], call_s[u, d'] + put_s[d',

@@ -174,8 +174,9 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     any object with the cost-model interface: ``op_times(graph) -> float[M, D]``,
     ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``,
     optionally ``launch_s``, ``dispatch_s`` (float[D]), ``put_s`` (float[D, D]) and
-    ``op_unfused_times(graph)`` (-> float[M, D]) (missing means zeros), ``pool_rule(graph)``
-    (-> ``(op_pool_work, pool_min_work, pool_launch_s)``; missing means no pool), and optionally ``corrections.link_scale`` (float[D, D] multiplying
+    ``op_unfused_times(graph)`` (-> float[M, D]) (missing means zeros),
+    ``pool_rule(graph)`` (-> ``(op_pool_work, pool_min_work, pool_launch_s)``; missing
+    means no pool), and optionally ``corrections.link_scale`` (float[D, D] multiplying
     transfer times; missing means all ones). The link scale is folded in as
     ``latency * scale`` and ``bandwidth / scale``; ``corrected_put_s`` (the put calls'
     host time with the host drift correction) is read in place of ``put_s`` where the

@@ -5,10 +5,11 @@ placements at once.
 interface of the JAX ``BatchedSimulator`` (``num_ops``, ``num_devices``, ``memory``,
 ``max_batch``) and simulates exactly what ``simplace.sim.reference`` does: segments
 (launch, the pool's launch when the ops' pool work reaches the minimum, fused op costs,
-unfused costs of ops with no input from their segment), one host thread (``put_s`` per ``device_put``, ``dispatch_s`` per
-segment call), lazy transfers issued by the first consumer segment on each device in
-``graph.in_edges`` order, FIFO links whose latency overlaps, exclusive groups, busy
-time, bytes moved, segment and transfer counts, host time, and exact peak memory.
+unfused costs of ops with no input from their segment), one host thread (``put_s`` per
+``device_put``, ``dispatch_s`` per segment call), lazy transfers issued by the first
+consumer segment on each device in ``graph.in_edges`` order, FIFO links whose latency
+overlaps, exclusive groups, busy time, bytes moved, segment and transfer counts, host
+time, and exact peak memory.
 
 Why a loop and not a scan: each op's work is a few comparisons and additions. The JAX
 scan on XLA:CPU pays ~20 kernel launches per op slice, which dwarf that work; a compiled
