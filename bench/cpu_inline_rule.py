@@ -58,8 +58,42 @@ def probe(n: int, *, calls: int = 200, blocking: int = 50) -> dict:
             "blocking_call_s": float(np.median(bl))}
 
 
+SINGLE_OP_SHAPES = ((480,), (1000,), (1800,), (2, 15, 15, 4), (2, 15, 15, 40))
+
+
+def single_ops(order_seed: int, *, blocking: int = 200) -> list[dict]:
+    """Blocking time (median and 75th percentile of ``blocking`` calls) and XLA's flops
+    and transcendentals of one-op jitted computations over ``SINGLE_OP_SHAPES``, in an
+    order shuffled by ``order_seed``."""
+    import jax
+    import jax.numpy as jnp
+
+    ops = {"x+y": (lambda x, y: x + y, 2), "x+1": (lambda x: x + 1.0, 1), "sin": (jnp.sin, 1)}
+    cases = [(name, shape) for shape in SINGLE_OP_SHAPES for name in ops]
+    rows = []
+    for k in np.random.default_rng(order_seed).permutation(len(cases)):
+        name, shape = cases[k]
+        fn, arity = ops[name]
+        args = [jax.device_put(np.ones(shape, np.float32), jax.devices()[0])] * arity
+        jf = jax.jit(fn)
+        ca = jf.lower(*args).compile().cost_analysis()
+        ca = ca[0] if isinstance(ca, list) else ca
+        jf(*args).block_until_ready()
+        t = []
+        for _ in range(blocking):
+            s = time.perf_counter()
+            jf(*args).block_until_ready()
+            t.append(time.perf_counter() - s)
+        rows.append({"op": name, "shape": shape, "flops": float(ca.get("flops", 0.0)),
+                     "transcendentals": float(ca.get("transcendentals", 0.0)),
+                     "median_s": float(np.median(t)), "p75_s": float(np.percentile(t, 75))})
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--single-ops", action="store_true",
+                    help="also time one-op computations from idle, in two orders")
     ap.add_argument("--out", help="write the table here (.txt)")
     args = ap.parse_args(argv)
     out = Transcript()
@@ -71,6 +105,17 @@ def main(argv=None) -> int:
         out.say(f"{r['n']:>8} {r['xla_flops']:>9.0f} {1e6 * r['host_per_call_s']:>10.2f} "
                 f"{1e6 * r['pipelined_per_call_s']:>10.2f} "
                 f"{1e6 * r['blocking_call_s']:>9.2f}")
+    if args.single_ops:
+        out.say("one-op computations, blocking calls from idle (us: median, p75), in two "
+                "shuffled orders:")
+        runs = [{(r["op"], r["shape"]): r for r in single_ops(seed)} for seed in (0, 1)]
+        out.say(f"{'op':<4} {'shape':<16} {'flops':>7} {'transc':>7} "
+                f"{'order 0':>13} {'order 1':>13}")
+        for key, r in runs[0].items():
+            cells = [f"{1e6 * x['median_s']:6.1f} {1e6 * x['p75_s']:6.1f}"
+                     for x in (r, runs[1][key])]
+            out.say(f"{r['op']:<4} {str(r['shape']):<16} {r['flops']:>7.0f} "
+                    f"{r['transcendentals']:>7.0f} {cells[0]:>13} {cells[1]:>13}")
     out.say("command: python bench/cpu_inline_rule.py "
             + " ".join(argv if argv is not None else sys.argv[1:]))
     out.save(args.out)

@@ -215,7 +215,7 @@ A 25-second calibration of one small model on a machine that may be busy is roug
 expect errors of tens of percent, more for placements with many segments and copies.
 A full `simplace calibrate` measures every zoo model's segments and the links at
 several sizes (the committed `cpu_vm2core_x4`, 4 devices of a 2-core VM: held-out MAPE
-12.7% raw, 12.2% drift-corrected right after its calibration; see the README)."""),
+9.1% raw, 9.1% drift-corrected, fidelity_2026-11-24g; see the README)."""),
     ("md", """\
 ## Drift correction
 

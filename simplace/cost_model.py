@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from simplace._jsonfile import read_json, write_json
+from simplace._primitive_costs import xla_flops_fraction
 from simplace.errors import CostModelError
 
 SCHEMA = "simplace.cost_model"
@@ -362,9 +363,9 @@ class Device:
       fused_bytes_fraction: the part of ``bytes_accessed`` charged to elementwise (and
         working ``free``) ops, which XLA fuses with their neighbours; in [0, 1].
       parallel_launch_s: extra launch time, paid once, of a segment the runtime runs on
-        a worker thread rather than inline in the calling thread (XLA:CPU: one of 1000
-        flops or more by its cost analysis; the thread wakes up for it, ~25 us on a
-        small VM).
+        a worker thread rather than inline in the calling thread (XLA:CPU does so with
+        a computation of enough flops; the thread wakes up for it, 25-55 us on a small
+        VM).
       parallel_min_segment_flops: the flops (the tracer's count, summed over a
         segment's ops) from which a segment is run that way (measured; None: no rule).
       parallel_min_bytes: primitive -> the ``bytes_accessed`` from which a segment
@@ -829,13 +830,15 @@ class CostModel:
         float64[D])``; a segment on device d whose ops' pool work adds up to
         ``pool_min_work[d]`` pays ``pool_launch_s[d]`` (``parallel_launch_s``) once.
 
-        The work is each op's flops, the minimum ``parallel_min_segment_flops``; an op
+        The work is each op's flops as XLA counts them (its traced FLOPs less
+        transcendentals), the minimum ``parallel_min_segment_flops``; an op
         at or above its primitive's ``parallel_min_bytes`` counts the whole minimum by
         itself. With only ``parallel_min_bytes``, an op counts 1 or 0 and the minimum
         is 1; with neither rule (or no launch), the minimum is inf."""
         ops = graph.op.tolist()
         nbytes = graph.bytes_accessed
-        flops = np.asarray(graph.flops, dtype=np.float64)
+        flops = np.asarray(graph.flops, dtype=np.float64) * np.fromiter(
+            (xla_flops_fraction(p) for p in ops), dtype=np.float64, count=len(ops))
         work = np.zeros((len(ops), self.num_devices), dtype=np.float64)
         min_work = np.full(self.num_devices, np.inf)
         launch = np.zeros(self.num_devices)

@@ -231,9 +231,12 @@ def _kind(name):
 
 
 def _holds_parallel(seg):
+    """Whether the segment's flops as XLA counts them reach PARALLEL_MIN_FLOPS."""
+    from simplace._primitive_costs import xla_flops_fraction
+
     total = 0.0
-    for f in seg["flops"]:
-        total += f
+    for p, f in zip(seg["primitive"], seg["flops"], strict=True):
+        total += f * xla_flops_fraction(p)
     return total >= PARALLEL_MIN_FLOPS
 
 
@@ -602,6 +605,19 @@ def test_build_segment_costs_per_kind_of_hardware(built):
     rep0 = report["devices"]["cpu:0"]
     assert rep0["parallel_min_segment_flops"] == pytest.approx(PARALLEL_MIN_FLOPS)
     assert rep0["parallel_rule_agreement"] == 1.0
+    # the summary says it once per kind of device, and that the accelerator has none
+    from simplace.calibrate.cli import format_report
+
+    text = format_report(model, report)
+    assert text.count("worker-thread wake-up") == 2
+    assert (f"worker-thread wake-up (cpu:0, cpu:1): segments of 1e+06 flops or more pay "
+            f"{cpu0.parallel_launch_s * 1e6:.1f} us (the rule explains 100.0% of the 10 ops "
+            "timed alone)") in text
+    assert "worker-thread wake-up (gpu:0): none charged (no op timed alone)" in text
+    no_rule = dict(report, devices={"cpu:0": dict(rep0, parallel_min_segment_flops=None,
+                                                  parallel_rule_agreement=0.6)})
+    assert ("none charged (the best flops split explains only 60.0% of the 10 ops timed "
+            "alone)") in format_report(model, no_rule)
     for d, dev in (("cpu:0", cpu0), ("gpu:0", gpu)):
         truth = true_fit(_kind(d))
         assert dev.unfused_overhead_s == pytest.approx(truth.unfused_overhead_s, rel=0.25), d

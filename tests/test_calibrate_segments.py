@@ -342,7 +342,11 @@ def _holds(seg, prim, min_bytes):
 
 
 def _flops(seg):
-    return sum(seg["flops"])
+    """The segment's flops as XLA counts them (transcendentals apart)."""
+    from simplace._primitive_costs import xla_flops_fraction
+
+    return sum(f * xla_flops_fraction(p) for p, f in zip(seg["primitive"], seg["flops"],
+                                                          strict=True))
 
 
 def test_fit_device_pays_parallel_launch_by_threshold_and_reports_held_out_errors():
@@ -411,6 +415,15 @@ def test_a_segment_pays_the_parallel_launch_from_the_threshold_on_like_the_simul
             assert gap == pytest.approx(sum(halves_pay) * TRUE_CPU.parallel_launch_s,
                                         abs=1e-12), (flops, p)
     assert not _has_parallel(dict(seg, flops=[1e9] * 3), None)
+    # transcendentals are not flops to XLA: 5000 of exp run inline, 2000 of logistic
+    # (3 flops and 1 transcendental per element) count 1500
+    for prim, flops, pays in (("exp", 5000.0, False), ("logistic", 2000.0, True),
+                              ("logistic", 1200.0, False)):
+        assert _has_parallel({"primitive": [prim], "flops": [flops]}, 1000.0) is pays
+        g = OpGraph(op=[prim], name_path=[""], flops=[flops], bytes_accessed=[8.0],
+                    out_bytes=np.ones(1), signature=["a"], src=[], dst=[], edge_bytes=[])
+        work, _, _ = model.pool_rule(g)
+        assert bool(work[0, 0] >= 1000.0) is pays
 
 
 def test_fit_device_with_too_few_segments_says_what_to_do():

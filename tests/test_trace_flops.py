@@ -167,6 +167,22 @@ def test_small_ops_match_xla(fn, shapes):
     assert g.flops.sum() == pytest.approx(xla_flops(fn, *args), rel=1e-2)
 
 
+@pytest.mark.parametrize("primitive, fn", [
+    ("exp", jnp.exp), ("tanh", jnp.tanh), ("sqrt", jnp.sqrt), ("logistic", jax.nn.sigmoid),
+    ("sinh", jnp.sinh), ("asin", jnp.arcsin), ("erfc", jax.lax.erfc), ("add", lambda x: x + x),
+])
+def test_xla_flops_fraction_splits_flops_from_transcendentals_like_xla(primitive, fn):
+    # What XLA:CPU's inline rule reads is its flop count without transcendentals:
+    # the traced FLOPs times the primitive's fraction.
+    x = _sds(64)
+    g = trace(fn, x, param_argnums=())
+    (i,) = np.flatnonzero(np.asarray(g.op) == primitive)
+    cost = jax.jit(fn).lower(x).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    assert g.flops[i] * costs.xla_flops_fraction(primitive) == pytest.approx(
+        float(cost.get("flops", 0.0)), abs=1e-9, rel=1e-2)
+
+
 # ----------------------------------------------------------------------- the zoo
 # One model keeps the default run fast; the others compile for seconds each.
 FAST_ZOO = {"mlp"}

@@ -132,6 +132,31 @@ def _set_cpu_devices(n: int) -> None:
     use_cpu_devices(n, CalibrationError)
 
 
+def _worker_thread_lines(report: dict) -> list[str]:
+    """One line per kind of device: from how many flops a segment pays a worker thread's
+    wake-up, and how much of the ops timed alone that rule explains."""
+    out, seen = [], set()
+    for name, r in report["devices"].items():
+        members = tuple(r.get("shared_with", [name]))
+        if members in seen or "parallel_rule_agreement" not in r:
+            continue
+        seen.add(members)
+        share = f"{100 * r['parallel_rule_agreement']:.1f}%"
+        who = ", ".join(members)
+        if not r.get("parallel_rule_ops", 1):
+            out.append(f"worker-thread wake-up ({who}): none charged (no op timed alone)")
+        elif r.get("parallel_min_segment_flops") is None:
+            out.append(f"worker-thread wake-up ({who}): none charged (the best flops split "
+                       f"explains only {share} of the {r['parallel_rule_ops']} ops timed "
+                       "alone)")
+        else:
+            out.append(f"worker-thread wake-up ({who}): segments of "
+                       f"{r['parallel_min_segment_flops']:.4g} flops or more pay "
+                       f"{r['parallel_launch_s'] * 1e6:.1f} us (the rule explains {share} "
+                       f"of the {r.get('parallel_rule_ops', 'n')} ops timed alone)")
+    return out
+
+
 def format_report(model, report: dict) -> str:
     """A short human-readable summary of a calibration report."""
     def pct(x):
@@ -149,6 +174,7 @@ def format_report(model, report: dict) -> str:
         lines.append(f"  {name:<8} {r['segments_measured']:>8} {h['n']:>10} "
                      f"{pct(h['median_rel_error'])} {pct(h['p90_rel_error'])} "
                      f"{pct(o['median_rel_error']):>15} {pct(o['p90_rel_error'])}")
+    lines += _worker_thread_lines(report)
     lines.append("links (put host time, latency, bandwidth, median fit error):")
     for key, r in report["links"].items():
         if r.get("measured") and not r.get("error"):

@@ -35,9 +35,10 @@ class SimInputs(NamedTuple):
       device d to a worker thread, and pool_min_work: float64[D] > 0 (inf: never), how
       much work does: a segment whose ops' ``op_pool_work`` add up to at least
       ``pool_min_work[d]`` pays ``pool_launch_s[d]`` (float64[D] >= 0) once, on top of
-      its launch. XLA:CPU runs a computation of fewer than 1000 flops inline in the
-      calling thread and any other on a worker thread, which wakes up for it; a rule
-      that holds for single ops (0/1 flags, threshold 1) is the special case of one op.
+      its launch. XLA:CPU runs a small computation inline in the calling thread and
+      hands a larger one to a worker thread, which wakes up for it; on the calibrated
+      CPUs the flops of the whole computation decide. A rule that holds for single ops
+      (0/1 flags, threshold 1) is the special case of one op.
     op_unfused_s: float64[M, D] >= 0, extra time op i costs when none of its inputs
       comes from its own segment: XLA fuses an elementwise op into the loop of an
       in-segment producer, but one that starts a segment's data flow runs a loop of its

@@ -9,8 +9,8 @@ semantics"), not an op-by-op executor:
    every input it reads from outside itself is on its device, and all its outputs
    appear together at its end. It lasts ``launch_s[d]``, plus ``pool_launch_s[d]`` if
    its ops' ``op_pool_work[i, d]`` add up (in op order) to ``pool_min_work[d]`` or more
-   (XLA:CPU runs such a computation on a worker thread, which wakes up for it; one of
-   fewer than 1000 flops runs inline), plus the sum of its ops' fused costs
+   (XLA:CPU hands such a computation to a worker thread, which wakes up for it, and
+   runs a smaller one inline), plus the sum of its ops' fused costs
    ``op_time_s[i, d]``, plus ``op_unfused_s[i, d]`` for each op none of whose inputs
    comes from the segment itself (it cannot fuse into an in-segment producer).
    Segments of one exclusive group run one at a time, in graph order; a segment's
