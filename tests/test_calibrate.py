@@ -469,6 +469,25 @@ def _device(model, name):
     return model.devices[model.device_names.index(name)]
 
 
+def test_build_fits_no_worker_thread_rule_on_an_accelerator():
+    # Ops alone on the GPU that cost 40 us more than an empty call from 1e6 flops on
+    # (real work, not a thread waking up): no rule for the GPU, the CPU's unchanged.
+    recs = synthetic_records()
+    base = segment_base_s("gpu")
+    for f in (1e4, 1e5, 5e5, 2e6, 1e7):
+        recs.append({"kind": "op", "device": "gpu:0", "signature": f"gdot|{f:g}",
+                     "primitive": "dot_general", "op_class": "matmul", "flops": f,
+                     "bytes_accessed": f / 10, "set": "model",
+                     "timing": _timing(np.random.default_rng(0),
+                                       base + (40e-6 if f >= 1e6 else 1e-6))})
+    model, report = build_cost_model(recs)
+    gpu = _device(model, "gpu:0")
+    assert gpu.parallel_min_segment_flops is None and gpu.parallel_launch_s == 0.0
+    assert report["devices"]["gpu:0"]["parallel_rule_ops"] == 0
+    assert _device(model, "cpu:0").parallel_min_segment_flops == pytest.approx(
+        PARALLEL_MIN_FLOPS)
+
+
 def test_build_launch_and_dispatch_per_device(built):
     recs, model, report = built
     assert model.device_names == ["cpu:0", "cpu:1", "gpu:0"]
@@ -613,7 +632,7 @@ def test_build_segment_costs_per_kind_of_hardware(built):
     assert (f"worker-thread wake-up (cpu:0, cpu:1): segments of 1e+06 flops or more pay "
             f"{cpu0.parallel_launch_s * 1e6:.1f} us (the rule explains 100.0% of the 10 ops "
             "timed alone)") in text
-    assert "worker-thread wake-up (gpu:0): none charged (no op timed alone)" in text
+    assert "worker-thread wake-up (gpu:0): none charged (no CPU op timed alone)" in text
     no_rule = dict(report, devices={"cpu:0": dict(rep0, parallel_min_segment_flops=None,
                                                   parallel_rule_agreement=0.6)})
     assert ("none charged (the best flops split explains only 60.0% of the 10 ops timed "

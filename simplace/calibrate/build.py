@@ -213,7 +213,10 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                                    "calibrate again without a tight --budget-s.")
         base = float(np.median([block[m] for m in members]))
         alone = [r for r in op_recs if r["device"] in members]
-        thresholds[key], agreement = parallel_min_flops(alone, base)
+        # Only XLA:CPU runs computations inline or on a worker thread; on an
+        # accelerator, ops alone that cost 10 us more than an empty call do real work.
+        thresholds[key], agreement = (parallel_min_flops(alone, base) if key[0] == "cpu"
+                                      else (None, 0.0))
         # What a segment timed alone costs besides its ops, best first: the launch plus
         # its own call's host time (timed), else a tiny call plus the host time of its
         # other arguments (the calls' arity fit), else a tiny call. The call's host time
@@ -248,7 +251,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         rep["parallel_launch_s"] = fit.parallel_launch_s
         rep["parallel_min_segment_flops"] = thresholds[key]
         rep["parallel_rule_agreement"] = agreement
-        rep["parallel_rule_ops"] = len(alone)
+        rep["parallel_rule_ops"] = len(alone) if key[0] == "cpu" else 0
         for m in members:
             fits[m] = fit
             report["devices"][m] = dict(rep, shared_with=members, base_s=base,

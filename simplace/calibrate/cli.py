@@ -144,7 +144,8 @@ def _worker_thread_lines(report: dict) -> list[str]:
         share = f"{100 * r['parallel_rule_agreement']:.1f}%"
         who = ", ".join(members)
         if not r.get("parallel_rule_ops", 1):
-            out.append(f"worker-thread wake-up ({who}): none charged (no op timed alone)")
+            out.append(f"worker-thread wake-up ({who}): none charged (no CPU op timed "
+                       "alone)")
         elif r.get("parallel_min_segment_flops") is None:
             out.append(f"worker-thread wake-up ({who}): none charged (the best flops split "
                        f"explains only {share} of the {r['parallel_rule_ops']} ops timed "
