@@ -195,6 +195,37 @@ def test_fused_bytes_fraction_charges_part_of_the_bytes_of_fused_classes():
         two_devices(fused_bytes_fraction=1.5)
 
 
+def test_pool_rule_per_segment_flops_per_op_bytes_or_both(tmp_path):
+    # TINY's flops: dot 2e9, add 1e3, reshape 0, convert 0, reduce_sum 4e6, transpose 0,
+    # broadcast 0, conv 1e8. The segment rule counts each op's flops toward the minimum;
+    # the per-op rule of older models (a primitive at or above its bytes) counts the
+    # whole minimum by itself; with neither, or no launch, no segment pays.
+    g = tiny_graph()
+    flops = np.array([t[1] for t in TINY])
+    seg = two_devices(parallel_launch_s=25e-6, parallel_min_segment_flops=1e5)
+    work, min_work, launch = seg.pool_rule(g)
+    np.testing.assert_array_equal(work[:, 1], flops)
+    np.testing.assert_array_equal(work[:, 0], 0.0)  # the CPU has no rule here
+    assert min_work.tolist() == [np.inf, 1e5] and launch.tolist() == [0.0, 25e-6]
+    old = two_devices(parallel_launch_s=25e-6, parallel_min_bytes={"add": 1e7})
+    work, min_work, _ = old.pool_rule(g)
+    np.testing.assert_array_equal(work[:, 1], [0, 1, 0, 0, 0, 0, 0, 0])  # add: 1.2e7 bytes
+    assert min_work[1] == 1.0
+    both = two_devices(parallel_launch_s=25e-6, parallel_min_bytes={"add": 1e7},
+                       parallel_min_segment_flops=1e5)
+    work, min_work, _ = both.pool_rule(g)
+    np.testing.assert_array_equal(work[:, 1], flops + np.array([0, 1e5, 0, 0, 0, 0, 0, 0]))
+    assert min_work[1] == 1e5
+    none = two_devices(parallel_min_segment_flops=1e5)  # no launch to pay
+    assert none.pool_rule(g)[1].tolist() == [np.inf, np.inf]
+    # the rule survives a save and load; older files without it load with none
+    seg.save(tmp_path / "seg.json")
+    assert CostModel.load(tmp_path / "seg.json").devices[1].parallel_min_segment_flops == 1e5
+    assert two_devices().devices[1].parallel_min_segment_flops is None
+    with pytest.raises(CostModelError, match="parallel_min_segment_flops"):
+        two_devices(parallel_min_segment_flops=0.0)
+
+
 def test_put_s_matrix_defaults_to_zero_and_has_a_zero_diagonal():
     assert np.all(two_devices().put_s == 0) and two_devices().put_s.shape == (2, 2)
     cpu, gpu = two_devices().devices
