@@ -45,10 +45,11 @@ def step_arrays(graph, placement) -> int:
     seg = np.concatenate([[0], np.cumsum(np.diff(p) != 0)])
     src, dst, out = graph.src, graph.dst, graph.edge_output
     later = seg[dst] > seg[src]
-    outs = set(zip(src[later].tolist(), out[later].tolist()))
+    outs = set(zip(src[later].tolist(), out[later].tolist(), strict=True))
     outs |= {(int(i), 0) for i in np.flatnonzero(graph.is_output)}
     cross = p[dst] != p[src]
-    moved = set(zip(src[cross].tolist(), out[cross].tolist(), p[dst][cross].tolist()))
+    moved = set(zip(src[cross].tolist(), out[cross].tolist(), p[dst][cross].tolist(),
+                    strict=True))
     return len(outs) + len(moved)
 
 
