@@ -366,8 +366,9 @@ class Device:
         a worker thread rather than inline in the calling thread (XLA:CPU does so with
         a computation of enough flops; the thread wakes up for it, 25-55 us on a small
         VM).
-      parallel_min_segment_flops: the flops (the tracer's count, summed over a
-        segment's ops) from which a segment is run that way (measured; None: no rule).
+      parallel_min_segment_flops: the flops as XLA counts them (the traced FLOPs less
+        transcendentals), summed over a segment's ops, from which a segment is run that
+        way (measured; None: no rule).
       parallel_min_bytes: primitive -> the ``bytes_accessed`` from which a segment
         holding one of its ops is run that way, whatever the segment's flops (older
         models: the rule fitted per op); primitives not listed never are.

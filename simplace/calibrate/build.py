@@ -441,8 +441,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         f"records in calibration/{head['name']}/records.jsonl.",
         "launch_s: blocking time of a tiny jitted call minus its host time (dispatch_s, "
         "the host time of a call when calls are only dispatched). "
-        "parallel_min_segment_flops: the flops (summed over a segment's ops) from which "
-        "ops alone cost over "
+        "parallel_min_segment_flops: the flops as XLA counts them (transcendentals "
+        "apart), summed over a segment's ops, from which ops alone cost over "
         f"{PARALLEL_MIN_EXTRA_S * 1e6:g} us more than a tiny call (XLA:CPU runs them on a "
         "worker thread, which wakes up for them; others inline); "
         "parallel_launch_s: that wake-up, fitted with the segments.",

@@ -339,11 +339,11 @@ class BatchedSimulator:
 
         launch = [float(v) for v in st["launch"]]
         dispatch = [float(v) for v in st["dispatch"]]
-        has_ol, has_uf = st["has_pool"], st["has_op_unfused"]
+        has_pool, has_uf = st["has_pool"], st["has_op_unfused"]
         pool_min = [float(v) for v in st["pool_min"]]
         pool_launch = [float(v) for v in st["pool_launch"]]
         # Rows of the carried values past h, R, work, moved: only those the machine needs.
-        iv = {n: 4 + k for k, n in enumerate((["pwork"] if has_ol else [])
+        iv = {n: 4 + k for k, n in enumerate((["pwork"] if has_pool else [])
                                              + (["seg_a", "fus"] if has_uf else []))}
         flat_ids = jnp.arange(b, dtype=jnp.int32 if st["E"] * b < 2**31 else jnp.int64)
         rows_w = jnp.asarray(w - 1 - np.arange(w), it)[:, None]  # [W, 1]
@@ -355,7 +355,7 @@ class BatchedSimulator:
             """The segment's start and end (valid when it closes) from the carry."""
             start = jnp.maximum(vals[1], vals[0])
             work = vals[2]
-            if has_ol:  # the pool's launch, when the segment's pool work reaches the min
+            if has_pool:  # the pool's launch, when the segment's pool work reaches the min
                 pool = jnp.where(vals[iv["pwork"]] >= _pick(ons, pool_min),
                                  _pick(ons, pool_launch), 0.0)
                 work = (_pick(ons, launch) + pool) + work
@@ -402,7 +402,7 @@ class BatchedSimulator:
             pq = xi[4:]
             pq_valid = [pq[k] < st["NP"] for k in range(k_w)]
             h, big_r, big_c, moved = vals[0], vals[1], vals[2], vals[3]
-            pwork = vals[iv["pwork"]] if has_ol else None
+            pwork = vals[iv["pwork"]] if has_pool else None
             seg_a = vals[iv["seg_a"]] if has_uf else None
             fus = vals[iv["fus"]] if has_uf else None
             etab, free, _ = state = finish(state, vals, info_p, blk_p)
@@ -425,9 +425,9 @@ class BatchedSimulator:
             # The segment's work in the reference's order: launch (plus the pool's launch,
             # added at the end when there can be one), then each op's cost and,
             # when none of its inputs comes from the segment, its unfused cost.
-            big_c = jnp.where(is_new, 0.0 if has_ol else _pick(ons, launch), big_c)
+            big_c = jnp.where(is_new, 0.0 if has_pool else _pick(ons, launch), big_c)
             big_c = big_c + _pick(ons, [xf[k] for k in range(d)])
-            if has_ol:  # the segment's pool work so far, added in op order
+            if has_pool:  # the segment's pool work so far, added in op order
                 pwork = jnp.where(is_new, 0.0, pwork) + _pick(ons, [xf[d + k]
                                                                   for k in range(d)])
             if has_uf:
@@ -505,7 +505,7 @@ class BatchedSimulator:
                 sends.append(snd)
                 froms.append(fk)
             h = jnp.where(is_last, h + _pick(ons, dispatch), h)
-            rows = [h, big_r, big_c, moved] + ([pwork] if has_ol else []) + (
+            rows = [h, big_r, big_c, moved] + ([pwork] if has_pool else []) + (
                 [seg_a, fus] if has_uf else [])
             # Everything the step carries on, computed in one kernel (see _barrier_many).
             many = _barrier_many(rows + occs + arrivals, lo_f)
