@@ -721,8 +721,10 @@ def test_sigterm_exits_130(tmp_path):
             assert ch, f"ended early: {seen}"
             seen += ch
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 130
+        code = proc.wait(timeout=60)
         rest = proc.stderr.read()
-        assert "interrupted" in rest and "Traceback" not in seen + rest
+        # (failed once in a full slow run under load, not since: say what happened)
+        assert code == 130, f"exit {code}; stderr: {seen + rest}"
+        assert "interrupted" in rest and "Traceback" not in seen + rest, seen + rest
     finally:
         proc.kill()
