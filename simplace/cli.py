@@ -75,6 +75,7 @@ def cmd_models(args) -> int:
     rows = []
     names = zoo.names()
     for k, name in enumerate(names):
+        raise_if_terminated()
         info = zoo.info(name)
         row = [name, info.family, info.description]
         if args.count:
@@ -541,7 +542,9 @@ def main(argv: list[str] | None = None) -> int:
             from simplace import compile_cache
 
             compile_cache.enable()  # a second run loads what the first compiled
-        return args.func(args)
+        code = args.func(args)
+        raise_if_terminated()  # a SIGTERM whose interrupt was lost: still exit 130
+        return code
     except SimplaceError as err:
         print(f"simplace {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -562,6 +565,18 @@ def main(argv: list[str] | None = None) -> int:
         restore()
 
 
+# Set by the SIGTERM handler. The KeyboardInterrupt it raises is lost when the signal
+# lands in a finalizer or a weakref callback (Python prints "Exception ignored" and goes
+# on); long loops check this between steps so that the command still stops.
+_TERMINATED = [False]
+
+
+def raise_if_terminated() -> None:
+    """Raise the KeyboardInterrupt of a SIGTERM received earlier and lost on the way."""
+    if _TERMINATED[0]:
+        raise KeyboardInterrupt("signal SIGTERM")
+
+
 def _sigterm_as_interrupt():
     """SIGTERM (``kill``, a job scheduler's time limit) ends a command as Ctrl-C does:
     exit 130, after what the command keeps on an interrupt. Searches install their own
@@ -574,12 +589,18 @@ def _sigterm_as_interrupt():
         return lambda: None  # Python allows signal handlers in the main thread only
 
     def interrupt(signum, frame):
+        _TERMINATED[0] = True
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
+    _TERMINATED[0] = False
     previous = signal.signal(signal.SIGTERM, interrupt)
-    # None: a handler not installed from Python, which cannot be put back; the default.
-    return lambda: signal.signal(signal.SIGTERM,
-                                 signal.SIG_DFL if previous is None else previous)
+
+    def restore():
+        _TERMINATED[0] = False
+        # None: a handler not installed from Python, which cannot be put back; the default.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+    return restore
 
 
 if __name__ == "__main__":

@@ -705,6 +705,42 @@ def test_unwritable_out_through_the_real_command(files, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_a_sigterm_lost_in_a_finalizer_still_stops_the_command(monkeypatch, capsys):
+    # The handler's KeyboardInterrupt raised inside __del__ goes to sys.unraisablehook
+    # ("Exception ignored") and is dropped; `simplace models` notices the signal at its
+    # next model and exits 130, and main leaves no flag or handler behind.
+    import gc
+    import signal
+
+    from simplace import cli, zoo
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs between bytecodes, here
+                pass
+
+    names = []
+    real_info = zoo.info
+
+    def info(name):
+        if not names:
+            Finalized()  # collected at once: the signal lands in its __del__
+            gc.collect()
+        names.append(name)
+        return real_info(name)
+
+    monkeypatch.setattr(zoo, "info", info)
+    lost = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(u.exc_type))
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["models"]) == 130
+    assert lost == [KeyboardInterrupt]  # the handler's interrupt was dropped...
+    assert len(names) == 1  # ...and the command stopped before the second model
+    assert capsys.readouterr().err.rstrip().endswith("interrupted")
+    assert cli._TERMINATED == [False] and signal.getsignal(signal.SIGTERM) == before
+
+
 @pytest.mark.slow
 def test_sigterm_exits_130(tmp_path):
     import signal
