@@ -43,10 +43,32 @@ def _graphs(records) -> dict:
     return out
 
 
+def _drift_lines(recs, graphs, cm, name: str, lines: list) -> dict:
+    """Held-out MAPE raw, corrected on all models, corrected per model (bench/fidelity.py's
+    split and fits); appends one line to ``lines``."""
+    from fidelity import per_model_correction, per_model_line
+
+    from simplace.validate import fit_drift, split_records
+
+    fit, held = split_records(recs, 0.5, seed=0)
+    pooled = fit_drift(fit, graphs, cm, held_out=held, note="bench/fidelity_rescore.py")
+    pm = per_model_correction(fit, held, graphs, cm)
+    out = {"held_out_raw": pooled.held_out["mape_raw"],
+           "held_out_corrected": pooled.held_out["mape_corrected"],
+           "held_out_corrected_per_model": pm}
+    lines.append(f"{name:<34} held out: raw {100 * out['held_out_raw']:.1f}%, corrected on "
+                 f"all models {100 * out['held_out_corrected']:.1f}%; " + per_model_line(pm))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", nargs="+", help="bench/fidelity.py JSON files")
     ap.add_argument("--cost-model", default="cpu_vm2core_x4")
+    ap.add_argument("--drift", action="store_true",
+                    help="also the held-out MAPE after drift correction, as bench/fidelity.py "
+                         "splits the records (seed 0): fitted on all models together, and "
+                         "per model (as `simplace validate` corrects the model it optimizes)")
     ap.add_argument("--note", default="", help="a remark for the table")
     ap.add_argument("--out", help="write the table to this .txt (and .json beside it)")
     args = ap.parse_args()
@@ -80,7 +102,10 @@ def main():
                          f"{100 * rows[name]['mape']:>6.1f}% {rows[name]['tau']:>6.2f}   "
                          f"{100 * rows[name]['mape_then']:>8.1f}%")
         out["files"][path] = rows
+        if args.drift:
+            rows["drift"] = _drift_lines(recs, graphs, cm, os.path.basename(path), lines)
     lines.append(f"command: python bench/fidelity_rescore.py --cost-model {args.cost_model} "
+                 + ("--drift " if args.drift else "")
                  + " ".join(args.results) + f"  ({datetime.date.today()})")
     text = "\n".join(lines)
     print(text)
