@@ -716,9 +716,12 @@ def test_a_sigterm_lost_in_a_finalizer_still_stops_the_command(monkeypatch, caps
 
     class Finalized:
         def __del__(self):
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1000):  # the handler runs between bytecodes, here
-                pass
+            # To this thread (os.kill may go to another, and the handler then run after
+            # __del__ returned); the handler runs between bytecodes, in this loop.
+            signal.raise_signal(signal.SIGTERM)
+            for _ in range(10**7):
+                if cli._TERMINATED[0]:
+                    break
 
     names = []
     real_info = zoo.info
