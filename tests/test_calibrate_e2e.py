@@ -144,7 +144,12 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert model.latency_s[1, 0] == model.latency_s[0, 1]  # the median of the one fitted
     context = prov.meta["fit_report"]["link_context"]
     assert set(context["pairs"]) == {"cpu:0<->cpu:1"}
-    assert context["scaled"] == ["cpu:0->cpu:1", "cpu:1->cpu:0"]
+    pair = context["pairs"]["cpu:0<->cpu:1"]
+    if pair["used"] and not context["refused"]:
+        assert context["scaled"] == ["cpu:0->cpu:1", "cpu:1->cpu:0"]
+    else:  # chains timed under load (other tests on the cores) can be host-bound or
+        # refused: then no latency is scaled, and the report says why
+        assert context["scaled"] == [] and (pair.get("why") or context["refused"])
     assert model.bandwidth_bytes_per_s[1, 0] == model.bandwidth_bytes_per_s[0, 1]
 
     # A link record cut mid-write (power loss) is dropped and measured again on --resume,
