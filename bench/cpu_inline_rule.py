@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -116,9 +115,7 @@ def main(argv=None) -> int:
                      for x in (r, runs[1][key])]
             out.say(f"{r['op']:<4} {str(r['shape']):<16} {r['flops']:>7.0f} "
                     f"{r['transcendentals']:>7.0f} {cells[0]:>13} {cells[1]:>13}")
-    out.say("command: python bench/cpu_inline_rule.py "
-            + " ".join(argv if argv is not None else sys.argv[1:]))
-    out.save(args.out)
+    out.finish(__file__, argv, args.out)
     return 0
 
 

@@ -4,6 +4,7 @@ it), a transcript printed and saved, and the ``model:machine`` rows they run
 
 import os
 import platform
+import sys
 import time
 
 
@@ -38,6 +39,13 @@ class Transcript:
         if path:
             with open(path, "w") as f:
                 f.write("\n".join(self.lines) + "\n")
+
+    def finish(self, script: str, argv: list[str] | None, path: str | None) -> None:
+        """Say the command that ran (``python bench/<script's file name> <argv>``, argv
+        defaulting to the process's), then ``save`` to ``path``."""
+        args = argv if argv is not None else sys.argv[1:]
+        self.say(" ".join(["command: python", f"bench/{os.path.basename(script)}", *args]))
+        self.save(path)
 
 
 def starts_then_local(graph, cost_model, starts, *, seed: int, budget_s: float):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -95,9 +94,7 @@ def main(argv=None) -> int:
             out.say(f"{model:<9} {label:<14} {p['arrays']:>6} {1e6 * p['loop_s']:>9.1f} "
                     f"{1e6 * p['wait_s']:>8.1f} {1e6 * p['drop_s']:>8.1f} "
                     f"{1e6 * per:>8.2f} {1e6 * rec['measured_step_time_s']:>11.1f}")
-    out.say("command: python bench/step_free_cost.py "
-            + " ".join(argv if argv is not None else sys.argv[1:]))
-    out.save(args.out)
+    out.finish(__file__, argv, args.out)
     return 0
 
 

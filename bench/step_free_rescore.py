@@ -20,16 +20,15 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import warnings
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
 import numpy as np  # noqa: E402
+from fidelity import predictions  # noqa: E402
 from fidelity_rescore import _graphs  # noqa: E402
 from report import Transcript, machine_line  # noqa: E402
 
-import simplace  # noqa: E402
 from simplace.calibrate.build import build_cost_model  # noqa: E402
 from simplace.sim import reference  # noqa: E402
 from simplace.validate import raw_model  # noqa: E402
@@ -101,9 +100,7 @@ def main(argv=None) -> int:
             out.say(f"a {a_us:g} b {b_us:g}: steps {scales}; held out {100 * held:.1f}%")
             cm = raw_model(model)
             for name, graphs, recs in runs:
-                pred = np.array([simplace.simulate(graphs[r["graph_hash"]], cm,
-                                                   np.asarray(r["assignment"])).step_time_s
-                                 for r in recs])
+                pred = predictions(recs, graphs, cm)
                 meas = np.array([r["measured_step_time_s"] for r in recs])
                 err = np.abs(pred / meas - 1)
                 model_of = np.array([r["graph_name"].split("/")[0] for r in recs])
@@ -111,9 +108,7 @@ def main(argv=None) -> int:
                 out.say(f"  {name:<30} {100 * err.mean():5.1f}%  ({per})")
     finally:
         reference._simulate = plain
-    out.say("command: python bench/step_free_rescore.py "
-            + " ".join(argv if argv is not None else sys.argv[1:]))
-    out.save(args.out)
+    out.finish(__file__, argv, args.out)
     return 0
 
 

@@ -110,6 +110,14 @@ def xla_flops_fraction(primitive: str) -> float:
     return 1.0 - t / FLOPS_PER_ELEMENT.get(primitive, 1.0) if t else 1.0
 
 
+def xla_flops(primitives: Sequence[str], flops) -> np.ndarray:
+    """float64[N]: the flops XLA counts for ops of these primitives with these traced
+    FLOPs (transcendentals apart: ``xla_flops_fraction``)."""
+    frac = {p: xla_flops_fraction(p) for p in set(primitives)}
+    return np.asarray(flops, dtype=np.float64) * np.fromiter(
+        (frac[p] for p in primitives), dtype=np.float64, count=len(primitives))
+
+
 REDUCTION_PRIMITIVES = frozenset({
     "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
     "reduce_xor", "argmax", "argmin", "reduce",

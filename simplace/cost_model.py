@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from simplace._jsonfile import read_json, write_json
-from simplace._primitive_costs import xla_flops_fraction
+from simplace._primitive_costs import xla_flops
 from simplace.errors import CostModelError
 
 SCHEMA = "simplace.cost_model"
@@ -838,8 +838,7 @@ class CostModel:
         is 1; with neither rule (or no launch), the minimum is inf."""
         ops = graph.op.tolist()
         nbytes = graph.bytes_accessed
-        flops = np.asarray(graph.flops, dtype=np.float64) * np.fromiter(
-            (xla_flops_fraction(p) for p in ops), dtype=np.float64, count=len(ops))
+        flops = None  # XLA's count, computed for the first device with the rule
         work = np.zeros((len(ops), self.num_devices), dtype=np.float64)
         min_work = np.full(self.num_devices, np.inf)
         launch = np.zeros(self.num_devices)
@@ -850,6 +849,8 @@ class CostModel:
             launch[k] = dev.parallel_launch_s
             min_work[k] = seg_flops or 1.0
             if seg_flops:
+                if flops is None:
+                    flops = xla_flops(ops, graph.flops)
                 work[:, k] = flops
             if dev.parallel_min_bytes:
                 table = dev.parallel_min_bytes

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
-from simplace._primitive_costs import xla_flops_fraction
+from simplace._primitive_costs import xla_flops
 from simplace.calibrate.exclusive import EXCLUSIVE_BELOW, exclusive_groups, overlap
 from simplace.calibrate.fit import fit_link, fit_segments, predict_segments, rel_errors
 from simplace.calibrate.harness import Timing
@@ -67,19 +67,19 @@ def parallel_min_flops(op_records: Sequence[dict], base_s: float
     """``(flops, agreement)``: the flops from which a computation runs on a worker thread
     (and pays its wake-up), as the ops timed alone show, and the share of those ops the
     rule explains. Flops as XLA counts them: the traced FLOPs less transcendentals
-    (``xla_flops_fraction``). XLA:CPU runs a small computation inline in the calling thread and
+    (``xla_flops``). XLA:CPU runs a small computation inline in the calling thread and
     hands a larger one to a worker thread (PjRt's CPU client decides by XLA's flop
     count, ``cheap_computation_``: under 1000 runs inline); on the 2-core VM the ops'
-    flops decide whatever their primitive (1,008 by the tracer's count explains 99.7% of
-    578 ops; ``bench/cpu_inline_rule.py --single-ops`` shows single calls timed one after
-    another are less tidy). An op pays when the ``PARALLEL_PERCENTILE`` of its samples is
-    ``PARALLEL_MIN_EXTRA_S`` over an empty call; the threshold is the split of the ops'
-    (tracer) flops that agrees with the most of them, at the geometric mean of the two
-    flops values around it. None when the split explains under
-    ``PARALLEL_MIN_AGREEMENT`` of the ops, or of the ops above it (an accelerator, a
+    flops decide whatever their primitive (1,008 explains all 578 ops timed alone;
+    ``bench/cpu_inline_rule.py --single-ops``). An op pays when the
+    ``PARALLEL_PERCENTILE`` of its samples is ``PARALLEL_MIN_EXTRA_S`` over an empty
+    call; the threshold is the split of the ops' flops that agrees with the most of
+    them, at the geometric mean of the two flops values around it. None when the split
+    explains under ``PARALLEL_MIN_AGREEMENT`` of the ops, or of the ops above it (a
     noisy host), or no op pays."""
-    pts = sorted((float(r["flops"]) * xla_flops_fraction(r["primitive"]),
-                  _pays_wake_up(r, base_s)) for r in op_records)
+    flops = xla_flops([r["primitive"] for r in op_records], [r["flops"] for r in op_records])
+    pts = sorted(zip(flops.tolist(), (_pays_wake_up(r, base_s) for r in op_records),
+                     strict=True))
     n = len(pts)
     paying = sum(f for _, f in pts)
     if not paying:
@@ -111,10 +111,7 @@ def _has_parallel(rec: Mapping, min_flops: float | None) -> bool:
     ``min_flops`` (XLA's flops, as the simulators sum them, in op order)."""
     if min_flops is None:
         return False
-    total = 0.0
-    for p, f in zip(rec["primitive"], rec["flops"], strict=True):
-        total += float(f) * xla_flops_fraction(p)
-    return total >= min_flops
+    return sum(xla_flops(rec["primitive"], rec["flops"]).tolist()) >= min_flops
 
 
 def fit_device(seg_records: Sequence[dict], base_s,
@@ -212,11 +209,10 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             raise CalibrationError(f"No timed segments for device(s) {', '.join(members)}; "
                                    "calibrate again without a tight --budget-s.")
         base = float(np.median([block[m] for m in members]))
-        alone = [r for r in op_recs if r["device"] in members]
         # Only XLA:CPU runs computations inline or on a worker thread; on an
         # accelerator, ops alone that cost 10 us more than an empty call do real work.
-        thresholds[key], agreement = (parallel_min_flops(alone, base) if key[0] == "cpu"
-                                      else (None, 0.0))
+        alone = [r for r in op_recs if r["device"] in members] if key[0] == "cpu" else []
+        thresholds[key], agreement = parallel_min_flops(alone, base)
         # What a segment timed alone costs besides its ops, best first: the launch plus
         # its own call's host time (timed), else a tiny call plus the host time of its
         # other arguments (the calls' arity fit), else a tiny call. The call's host time
@@ -251,7 +247,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         rep["parallel_launch_s"] = fit.parallel_launch_s
         rep["parallel_min_segment_flops"] = thresholds[key]
         rep["parallel_rule_agreement"] = agreement
-        rep["parallel_rule_ops"] = len(alone) if key[0] == "cpu" else 0
+        rep["parallel_rule_ops"] = len(alone)
         for m in members:
             fits[m] = fit
             report["devices"][m] = dict(rep, shared_with=members, base_s=base,

@@ -138,12 +138,12 @@ def _worker_thread_lines(report: dict) -> list[str]:
     out, seen = [], set()
     for name, r in report["devices"].items():
         members = tuple(r.get("shared_with", [name]))
-        if members in seen or "parallel_rule_agreement" not in r:
+        if members in seen or "parallel_rule_ops" not in r:
             continue
         seen.add(members)
         share = f"{100 * r['parallel_rule_agreement']:.1f}%"
         who = ", ".join(members)
-        if not r.get("parallel_rule_ops", 1):
+        if not r["parallel_rule_ops"]:
             out.append(f"worker-thread wake-up ({who}): none charged (no CPU op timed "
                        "alone)")
         elif r.get("parallel_min_segment_flops") is None:
@@ -154,7 +154,7 @@ def _worker_thread_lines(report: dict) -> list[str]:
             out.append(f"worker-thread wake-up ({who}): segments of "
                        f"{r['parallel_min_segment_flops']:.4g} flops or more pay "
                        f"{r['parallel_launch_s'] * 1e6:.1f} us (the rule explains {share} "
-                       f"of the {r.get('parallel_rule_ops', 'n')} ops timed alone)")
+                       f"of the {r['parallel_rule_ops']} ops timed alone)")
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simplace.sim.inputs import pool_launch_alone, sim_inputs
+from simplace.sim.inputs import sim_inputs
 
 
 def lower_bound(graph, cost_model) -> float:
@@ -117,7 +117,8 @@ def _pool_launch_lb(inp) -> np.ndarray:
     if inp.num_devices == 1:
         pays = inp.op_pool_work.sum(axis=0) >= inp.pool_min_work
         return np.broadcast_to(np.where(pays, inp.pool_launch_s, 0.0), inp.op_pool_work.shape)
-    return pool_launch_alone(inp)
+    return np.where(inp.op_pool_work >= inp.pool_min_work[None, :],
+                    inp.pool_launch_s[None, :], 0.0)
 
 
 # Head thresholds the window bound tries (quantiles of the heads); the tail threshold

@@ -74,13 +74,6 @@ class SimInputs(NamedTuple):
         return int(self.exclusive_group.max()) + 1 if len(self.exclusive_group) else 0
 
 
-def pool_launch_alone(inp: SimInputs) -> np.ndarray:
-    """float64[M, D]: the pool launch op i pays on device d in a segment of its own, a
-    lower bound on what any segment holding it pays (pool work only adds up)."""
-    return np.where(inp.op_pool_work >= inp.pool_min_work[None, :],
-                    inp.pool_launch_s[None, :], 0.0)
-
-
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.array(a, copy=True)
     a.flags.writeable = False
