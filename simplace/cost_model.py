@@ -776,6 +776,17 @@ class CostModel:
         (``host_scale``) included."""
         return _frozen(self.put_s * self.corrections.host_scale)
 
+    @functools.cached_property
+    def put_waits(self) -> np.ndarray:
+        """bool[D, D]: the links whose ``device_put`` holds the host until the copy has
+        arrived: those between devices of different kinds. JAX has one PjRt client per
+        platform and cannot copy between clients directly: it fetches the value to the
+        host (waiting for the computation that makes it) and uploads it again."""
+        kinds = np.array([dev.kind for dev in self.devices])
+        out = kinds[:, None] != kinds[None, :]
+        out.flags.writeable = False
+        return out
+
     def index(self, device_name: str) -> int:
         """Index of the device called ``device_name``."""
         try:

@@ -95,7 +95,9 @@ def random_inputs(rng: np.random.Generator, m: int, d: int, *, exclusive: bool =
     ``exclusive``: some devices share an exclusive group. ``integer_times``: whole-number
     op times and latencies, with some zero op times, so that ties are everywhere.
     ``host_costs``: random segment launch, dispatch, device_put, per-op launch and
-    unfused costs too (each sometimes all zeros); otherwise they are zeros.
+    unfused costs too (each sometimes all zeros), and links whose put holds the host
+    (``put_waits``: between devices of two random "clients", sometimes none); otherwise
+    they are zeros and every put is asynchronous.
     ``link_classes``: the links take only that many distinct (latency, bandwidth, put)
     triples (as on real machines, whose links are of one or two kinds).
     """
@@ -126,12 +128,15 @@ def random_inputs(rng: np.random.Generator, m: int, d: int, *, exclusive: bool =
                     pool_min_work=np.where(rng.random(d) < 0.25, np.inf,
                                            rng.integers(1, 5, d).astype(float)),
                     pool_launch_s=costs(d, 1e-3, 0.4))
+        client = rng.integers(0, 2, d) * (rng.random() >= 0.3)
+        host["put_waits"] = client[:, None] != client[None, :]
     if link_classes is not None:
         kind = rng.integers(0, link_classes, (d, d))
         put = host.get("put_s", np.zeros((d, d)))
         lat, bw, put = (x.reshape(-1)[:link_classes][kind] for x in (lat, bw, put))
         if "put_s" in host:
             host["put_s"] = put
+            host["put_waits"] = rng.random(link_classes)[kind] < 0.5
     return make_sim_inputs(t, lat, bw, np.full(d, float(memory_bytes)), group, **host)
 
 

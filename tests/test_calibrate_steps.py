@@ -20,7 +20,8 @@ from tests.test_calibrate import synthetic_records
 
 def _machine(argument_s=2e-6):
     base = CostModel.synthetic(4, seed=1)
-    devs = tuple(dataclasses.replace(d, argument_s=argument_s, dispatch_s=12e-6,
+    # Four virtual CPU devices, as calibrate times them on a CPU host.
+    devs = tuple(dataclasses.replace(d, kind="cpu", argument_s=argument_s, dispatch_s=12e-6,
                                      exclusive_group="shared") for d in base.devices)
     return CostModel(name="m", devices=devs, latency_s=base.latency_s,
                      bandwidth_bytes_per_s=base.bandwidth_bytes_per_s,

@@ -629,3 +629,19 @@ def test_constructors_validate():
     assert math.isinf(cm.bandwidth_bytes_per_s[0, 0]) and cm.latency_s[0, 0] == 0
     with pytest.raises(ValueError):  # arrays are read-only
         cm.latency_s[0, 0] = 1.0
+
+
+def test_puts_between_device_kinds_hold_the_host():
+    # JAX has one client per platform: a put between the CPU and a GPU waits on the host
+    # (put_waits); puts between GPUs, or between virtual CPU devices, do not.
+    from simplace.sim.inputs import sim_inputs
+    from tests.sim_cases import make_graph
+
+    cm = CostModel.load("cpu_h100x4_nvlink")
+    assert [d.kind for d in cm.devices] == ["cpu", "gpu", "gpu", "gpu", "gpu"]
+    w = cm.put_waits
+    assert w[0, 1:].all() and w[1:, 0].all() and not w[1:, 1:].any() and not w[0, 0]
+    inp = sim_inputs(make_graph([0], [1], m=2), cm)
+    assert np.array_equal(inp.put_waits, w)
+    if "cpu_vm2core_x4" in available_cost_models():  # a source checkout: four CPU devices
+        assert not CostModel.load("cpu_vm2core_x4").put_waits.any()

@@ -27,7 +27,9 @@ def _graph():
 
 def _model(argument_s=0.0, **corr):
     base = CostModel.synthetic(2, seed=0)
-    devs = tuple(dataclasses.replace(d, argument_s=argument_s) for d in base.devices)
+    # Two GPUs (one PjRt client): puts do not hold the host, whose time is calls only.
+    devs = tuple(dataclasses.replace(d, argument_s=argument_s, kind="gpu")
+                 for d in base.devices)
     m = CostModel(name="h", devices=devs, latency_s=base.latency_s,
                   bandwidth_bytes_per_s=base.bandwidth_bytes_per_s,
                   put_s=np.array([[0.0, 20e-6], [30e-6, 0.0]]))

@@ -22,7 +22,7 @@ def _machine():
     """Four virtual CPU devices of one host: one exclusive group, host calls of ~10-20 us
     and a call-argument cost, as calibrated on a small VM."""
     base = CostModel.synthetic(4, seed=3)
-    devs = tuple(dataclasses.replace(d, dispatch_s=12e-6, argument_s=2e-6,
+    devs = tuple(dataclasses.replace(d, kind="cpu", dispatch_s=12e-6, argument_s=2e-6,
                                      exclusive_group="vm") for d in base.devices)
     return CostModel(name="vm", devices=devs, latency_s=base.latency_s,
                      bandwidth_bytes_per_s=base.bandwidth_bytes_per_s,

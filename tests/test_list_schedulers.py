@@ -333,13 +333,16 @@ def test_m_sct_keeps_favourite_child_with_its_parent():
 # --------------------------------------------------------------------------- the program
 def segment_inputs(rng, inp, group=None):
     """inp with random segment launch, dispatch, put, pool launch (segments whose ops'
-    whole-number pool work reaches 1-3) and unfused costs."""
+    whole-number pool work reaches 1-3) and unfused costs, and puts that hold the host
+    between devices of two random "clients"."""
     m, d = inp.num_ops, inp.num_devices
+    client = rng.integers(0, 2, d)
     return make_sim_inputs(inp.op_time_s, inp.latency_s, inp.bandwidth_bytes_per_s,
                            inp.memory_bytes, group, rng.uniform(0, 2e-3, d),
                            rng.uniform(0, 2e-3, d), rng.uniform(0, 1e-3, (d, d)),
                            rng.integers(0, 2, (m, d)), rng.integers(1, 4, d),
-                           rng.uniform(0, 1e-3, d), rng.uniform(0, 1e-3, (m, d)))
+                           rng.uniform(0, 1e-3, d), rng.uniform(0, 1e-3, (m, d)),
+                           client[:, None] != client[None, :])
 
 
 @pytest.mark.parametrize("shape", ("chain", "fan", "layered", "random", "params"))

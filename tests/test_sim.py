@@ -100,6 +100,34 @@ def test_batched_matches_reference_with_ties_and_long_segments():
     check_agree(g, inp, p)
 
 
+def test_a_put_between_clients_holds_the_host_until_the_copy_arrives():
+    # Op 0 (device 0, "the CPU") feeds op 1 (device 1, "a GPU"); op 2 reads nothing and
+    # runs on device 2 (another GPU), after them in graph order. Each op takes 1 s,
+    # dispatch 0.1 s, put 0.2 s, a copy 0.5 s + 100 bytes / 100 B/s.
+    g = make_graph([0], [1], m=3, edge_bytes=[100.0])
+    base = simple_inputs(3, 3, op_time=1.0, latency=0.5, bandwidth=100.0)
+    host = dict(dispatch_s=np.full(3, 0.1), put_s=np.full((3, 3), 0.2))
+    clients = np.array([0, 1, 1])
+    waits = clients[:, None] != clients[None, :]
+    p = [0, 1, 2]
+    free = simulate(g, make_sim_inputs(*base[:5], **host), p, schedule=True)
+    held = simulate(g, make_sim_inputs(*base[:5], **host, put_waits=waits), p, schedule=True)
+    # Asynchronous put: issued at 0.3, starts when op 0 ends (1.1), arrives at 2.6; the
+    # host dispatches op 1 (0.4) and op 2 (0.5) without waiting.
+    assert free.schedule.segment_start_s.tolist() == pytest.approx([0.1, 2.6, 0.5])
+    assert free.step_time_s == pytest.approx(3.6)
+    # The host waits for the copy (2.6): op 1 is dispatched at 2.7, op 2 at 2.8.
+    assert held.schedule.segment_dispatch_s.tolist() == pytest.approx([0.1, 2.7, 2.8])
+    assert held.schedule.segment_start_s.tolist() == pytest.approx([0.1, 2.7, 2.8])
+    assert held.step_time_s == pytest.approx(3.8) and held.host_s == pytest.approx(2.8)
+    # The batched simulators and the bound agree.
+    for inp, want in ((make_sim_inputs(*base[:5], **host), 3.6),
+                      (make_sim_inputs(*base[:5], **host, put_waits=waits), 3.8)):
+        assert sim.batched_simulator(g, inp)(np.array([p])).step_time_s[0] == pytest.approx(want)
+        assert BatchedSimulator(g, inp)(np.array([p])).step_time_s[0] == pytest.approx(want)
+        assert lower_bound(g, inp) <= want + 1e-12
+
+
 def test_through_cost_model():
     cm_mod = pytest.importorskip("simplace.cost_model")
     cm = cm_mod.CostModel.synthetic(4, seed=3, exclusive_pair=True)

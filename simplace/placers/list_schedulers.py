@@ -14,8 +14,9 @@ program's semantics**:
 * **The estimate is the program.** ``_Program`` simulates the placement incrementally, op
   by op in graph order, exactly as the reference simulator does (segment start =
   latest of its device group free, its inputs' arrival and its dispatch; launch, largest
-  per-op launch, fused and unfused op costs; host time of each put and dispatch; FIFO
-  links whose latencies overlap; one put per producer and device). Placing the next op
+  per-op launch, fused and unfused op costs; host time of each put and dispatch, and the
+  host's wait for a copy between PjRt clients (``put_waits``); FIFO links whose latencies
+  overlap; one put per producer and device). Placing the next op
   (or run of ops) on a device gives the exact end of the segment it joins or opens; the
   only approximation is that a put carries the outputs its first reader needs (the
   program sends every output any reader on that device needs).
@@ -358,6 +359,8 @@ class _Program:
         self.lat = inp.latency_s.tolist()
         self.bw = inp.bandwidth_bytes_per_s.tolist()
         self.put = inp.put_s.tolist()
+        self.waits = (np.zeros_like(inp.put_s, dtype=bool) if inp.put_waits is None
+                      else inp.put_waits).tolist()
         self.launch = inp.launch_s.tolist()
         self.disp = inp.dispatch_s.tolist()
         self.group = inp.exclusive_group.tolist()
@@ -436,6 +439,8 @@ class _Program:
                 t0 = max(h, se, links.get(a, self.lfree[a][d]))
                 links[a] = t0 + busy
                 r = t0 + self.lat[a][d] + busy
+                if self.waits[a][d] and r > h:  # put_waits: the host waits for the copy
+                    h = r
             if r > ready:
                 ready = r
         if d == c:
@@ -502,6 +507,8 @@ class _Program:
                 r = aj[d] = t0 + self.lat[a][d] + busy
                 if r > self.max_arrival:
                     self.max_arrival = r
+                if self.waits[a][d] and r > self.host:  # put_waits: the host waits
+                    self.host = r
             if r > ready:
                 ready = r
         self.ready = ready

@@ -87,6 +87,8 @@ def device_classes(ctx: PlacerContext) -> np.ndarray:
                inp.launch_s[None], inp.dispatch_s[None], inp.pool_min_work[None],
                inp.pool_launch_s[None]]
     links = [inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s]
+    if inp.put_waits is not None:
+        links.append(inp.put_waits)
     excl = inp.exclusive_group
 
     def swap_is_automorphism(i: int, j: int) -> bool:

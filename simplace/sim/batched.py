@@ -443,7 +443,7 @@ class BatchedSimulator:
             if table:
                 # Per-device columns of the link constants: col[from] (to: the device).
                 cols = {name: [_pick(ons, [float(st[name][f][t]) for t in range(d)])
-                               for f in range(d)] for name in ("lat", "put", "bw")}
+                               for f in range(d)] for name in ("lat", "put", "bw", "wait")}
 
             def by_gather():
                 flat = etab.reshape(-1)
@@ -473,6 +473,7 @@ class BatchedSimulator:
                     h = h + jnp.where(snd, _pick(fms, cols["put"]), 0.0)
                     lat = _pick(fms, cols["lat"])
                     bw = _pick(fms, cols["bw"])
+                    wt = _pick(fms, cols["wait"]) if st["has_wait"] else None
                     t_x = nb / bw
                 else:
                     cms = [ck == q for q in range(1, n_cls + 1)]
@@ -486,6 +487,7 @@ class BatchedSimulator:
                     h = h + chain([float(v) for v in st["put_c"]])  # 0 if no transfer
                     lat = chain([float(v) for v in st["lat_c"]])
                     bw = chain([float(v) for v in st["bw_c"]])
+                    wt = chain([float(v) for v in st["wait_c"]]) if st["has_wait"] else None
                     t_x = chain([xf[base + 1 + q] for q in range(n_cls + 1)])
                 if st["Q"]:
                     mk = pq[3 * k_w + k] < st["Q"]
@@ -499,6 +501,8 @@ class BatchedSimulator:
                                           link_free)
                 t0 = jnp.maximum(jnp.maximum(h, ends[k]), link_free)
                 arrive = (t0 + lat) + t_x
+                if wt is not None:  # put_waits: the host waits for the copy to arrive
+                    h = jnp.where(snd & (wt > 0), jnp.maximum(h, arrive), h)
                 occs.append(t0 + t_x)  # the link is busy for the bytes; latency overlaps
                 big_r = jnp.where(snd, jnp.maximum(big_r, arrive), big_r)
                 arrivals.append(arrive)
@@ -958,18 +962,21 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
     # class 0 stands for "no transfer". With more than _MAX_CLASSES, code is 1 for a
     # transfer and the constants come from per-device columns (TABLE).
     lat, bw, put = inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s
+    waits = (np.zeros((d, d)) if inp.put_waits is None
+             else np.asarray(inp.put_waits, np.float64))
     off = ~np.eye(d, dtype=bool)
     classmap = np.zeros((d, d), np.int64)
-    uniq = np.zeros((0, 3))
+    uniq = np.zeros((0, 4))
     if d > 1:
-        uniq, cls_inv = np.unique(np.stack([lat[off], bw[off], put[off]], axis=1), axis=0,
-                                  return_inverse=True)
+        uniq, cls_inv = np.unique(np.stack([lat[off], bw[off], put[off], waits[off]], axis=1),
+                                  axis=0, return_inverse=True)
         classmap[off] = cls_inv.reshape(-1) + 1
     table = len(uniq) > _MAX_CLASSES
     n_cls = 1 if table else len(uniq)
     lat_c = np.concatenate([[0.0], uniq[:, 0]])
     bw_c = np.concatenate([[np.inf], uniq[:, 1]])
     put_c = np.concatenate([[0.0], uniq[:, 2]])
+    wait_c = np.concatenate([[0.0], uniq[:, 3]])
     # Per slice and pair: the bytes of a single-tensor producer and its transfer time
     # on each link class.
     j_s = np.concatenate([pair_src, [0]])[s_pair]  # [S, K] producers
@@ -993,7 +1000,8 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
         G_ID=bool(np.array_equal(group, np.arange(d))), Q=len(multi_ops), NC=n_cls,
         TABLE=table, group=group.tolist(), classmap=classmap.tolist(),
         lat_c=lat_c.tolist(), bw_c=bw_c.tolist(), put_c=put_c.tolist(),
-        lat=lat.tolist(), bw=bw.tolist(), put=put.tolist(),
+        wait_c=wait_c.tolist(), lat=lat.tolist(), bw=bw.tolist(), put=put.tolist(),
+        wait=waits.tolist(), has_wait=bool(np.any(waits[off] > 0)),
         launch=inp.launch_s.tolist(), dispatch=inp.dispatch_s.tolist(),
         rank_offsets=rank_offsets,
         has_pool=bool(np.any(np.isfinite(pool_min) & (pool_launch > 0))),

@@ -204,7 +204,9 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
          starts no earlier than the put call returned and u's segment ended, and lasts
          at least ``latency + B / bandwidth``; v's segment's call comes after that put:
          ``end(v) >= max(arrive[u, d', d], after[u, d', d]) + enter[v, d]`` and
-         ``call(v) >= after[u, d', d]``.
+         ``call(v) >= after[u, d', d]``; on a link with ``put_waits`` the host waits for
+         the copy, so ``after[u, d', d]`` is at least ``arrive[u, d', d] +
+         dispatch_s[d]`` too.
     Let ``same_u`` (case 1), ``new_u`` (the least of case 2 and case 3 over d') and
     ``any_u = min(same_u, new_u)`` be these bounds on ``end(v)``. Always ``end(v) >=
     call(v) + enter[v, d]`` (v's segment starts after its call) and ``end(v) >= max_u
@@ -236,6 +238,7 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
     # Another device only: the diagonal (the same device) is cases 1 and 2.
     other = np.where(np.eye(d, dtype=bool), np.inf, 0.0)
     put_then_call = put + dispatch[None, :]  # [d', d]
+    waits = (inp.put_waits if inp.put_waits is not None and inp.put_waits.any() else None)
 
     end_s = dispatch[None, :] + enter + unfused  # the sources' values; others overwritten
     call_s = np.broadcast_to(dispatch, (m, d)).copy()
@@ -256,6 +259,9 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
         after = call_u[:, :, None] + put_then_call[None] + other  # [k, d', d]
         arrive = (np.maximum(end_u[:, :, None], call_u[:, :, None] + put[None])
                   + lat[None] + nbytes[a:b, None, None] * inv_bw[None])
+        if waits is not None:  # the host waits for such a copy, then makes v's call
+            after = np.where(waits[None], np.maximum(after, arrive + dispatch[None, None, :]),
+                             after)
         moved = (np.maximum(arrive, after) + other).min(axis=1) + ent  # case 3, [k, D]
         new = np.minimum(later, moved)
         any_ = np.minimum(same, new)

@@ -21,25 +21,33 @@ __all__ = ["schedule_critical_path"]
 
 def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sched,
                            step_time_s: float | None = None,
-                           latency_s: np.ndarray | None = None
-                           ) -> tuple[list[int], list[tuple[int, bool]]]:
-    """(segments, transfers) on one critical path of a simulated schedule ``sched`` of
-    ``graph`` under ``placement`` (``group``: the exclusive group of each device,
+                           latency_s: np.ndarray | None = None,
+                           put_waits: np.ndarray | None = None
+                           ) -> tuple[list[int], list[tuple[int, bool]], float]:
+    """(segments, transfers, host_s) on one critical path of a simulated schedule ``sched``
+    of ``graph`` under ``placement`` (``group``: the exclusive group of each device,
     ``SimInputs.exclusive_group``; ``step_time_s``: the simulated step time, whose host
-    part may end after every device event). Each transfer comes with whether its whole
-    duration is on the path (True) or only the time it kept its link busy, its bytes
-    (False: a later copy on the link waited).
+    part may end after every device event; ``put_waits``: ``SimInputs.put_waits``, the
+    links whose put holds the host until the copy arrives). Each transfer comes with
+    whether its whole duration is on the path (True) or only the time it kept its link
+    busy, its bytes (False: a later copy on the link waited). ``host_s``: the host time
+    on the path, which moves with the host's call costs: the host call it starts from,
+    plus, wherever the path went through the host's wait for a copy, the host calls
+    made between that copy's arrival and the call the path came from.
 
     Walking back from the last event (``simplace.sim.reference``'s semantics): a segment
     started when its exclusive group's previous segment ended, when one of its input
     copies arrived, or when the host dispatched it; a copy started when its
     ``device_put`` call was made, when its producer's segment ended, or when the previous
     copy on its link freed the link (its arrival minus the link's ``latency_s``). Host
-    calls cost fixed host time (``dispatch_s``, ``put_s``: no correction scales them),
-    so a path that reaches one ends there, and a step that ends with a host call
-    (host-bound) has an empty path. At ties a device event wins
-    over a host call (the right derivative). Each step goes to an earlier segment, or to
-    a copy issued no later, so the walk ends.
+    calls cost fixed host time (``dispatch_s``, ``put_s``), so the host clock at a call is
+    fixed host time after the last wait that moved it (a put with ``put_waits`` whose
+    copy arrived after the call returned): the path goes on from that copy, whole, or
+    ends at the call when no wait came before it. A step that ends with a host call
+    (host-bound) starts its path the same way from the host's last call (an empty path
+    when no wait moved the host). At ties a device event wins over a host call (the
+    right derivative). Each step goes to an earlier segment, or to a copy issued no
+    later, so the walk ends.
     """
     first = sched.segment_first.tolist()
     stop = sched.segment_stop.tolist()
@@ -53,7 +61,7 @@ def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sche
               for e, a, b in zip(t_end, t_from, t_to, strict=True)]
     n_seg = len(first)
     if n_seg == 0:
-        return [], []
+        return [], [], float(step_time_s or 0.0)
     p = np.asarray(placement).tolist()
     grp = np.asarray(group)[sched.segment_device].tolist()
     seg_of = sched.op_segment.tolist()
@@ -69,6 +77,30 @@ def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sche
         last_link[(a, b)] = t
     in_ptr, in_order = (a.tolist() for a in graph.in_edges)
     src = graph.src.tolist()
+    # The wait that last moved the host clock before each host call (-1: none), in the
+    # host's order: each segment's puts, then its call.
+    waits = None if put_waits is None else np.asarray(put_waits, dtype=bool)
+    wait_before_issue, wait_before_call = [-1] * len(t_op), [-1] * n_seg
+    t_seg = sched.transfer_segment.tolist()
+    moved, t = -1, 0
+    for s in range(n_seg):
+        while t < len(t_op) and t_seg[t] == s:
+            wait_before_issue[t] = moved
+            if waits is not None and waits[t_from[t], t_to[t]] and t_end[t] > t_issue[t]:
+                moved = t
+            t += 1
+        wait_before_call[s] = moved
+    host_s = 0.0
+
+    def from_host(call_time: float, wait: int):
+        # The host call bound the path: fixed host time after a wait's arrival, or
+        # from the step's start.
+        nonlocal host_s
+        if wait < 0:
+            host_s += call_time
+            return None
+        host_s += call_time - t_end[wait]
+        return ("tr", wait)
 
     def copies_into(s: int) -> set[int]:
         a, d = first[s], dev[s]
@@ -87,7 +119,8 @@ def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sche
     else:
         cur, top = ("seg", s_last), s_end[s_last]
     if step_time_s is not None and step_time_s > top:
-        return [], []  # the host's last call ends the step: nothing corrected moves it
+        # The host's last call ends the step: fixed host time after the last wait.
+        cur = from_host(float(step_time_s), moved)
     segs: list[int] = []
     trs: list[tuple[int, bool]] = []
     whole = True  # the copy reached was waited for in full (not only its link time)
@@ -102,6 +135,8 @@ def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sche
             for t in sorted(copies_into(k)):
                 if t_end[t] > best or (t_end[t] == best and nxt is None):
                     best, nxt = t_end[t], ("tr", t)
+            if nxt is None:
+                nxt = from_host(s_disp[k], wait_before_call[k])
             whole = True
         else:
             trs.append((k, whole))
@@ -112,7 +147,9 @@ def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sche
             j = link_prev[k]
             if j >= 0 and (t_free[j] > best or (t_free[j] == best and nxt is None)):
                 best, nxt = t_free[j], ("tr", j)
-            whole = False
+            whole = nxt is None  # reached by the host's wait: its whole duration
+            if nxt is None:
+                nxt = from_host(t_issue[k], wait_before_issue[k])
         cur = nxt
-    return segs, trs
+    return segs, trs, host_s
 

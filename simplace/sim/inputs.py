@@ -43,6 +43,11 @@ class SimInputs(NamedTuple):
       comes from its own segment: XLA fuses an elementwise op into the loop of an
       in-segment producer, but one that starts a segment's data flow runs a loop of its
       own.
+    put_waits: bool[D, D], the links whose ``device_put`` holds the host thread until the
+      copy has arrived (diagonal False). JAX cannot copy an array between two PjRt
+      clients (the CPU and a GPU) directly: it fetches the value to the host, waiting
+      for the computation that makes it, and uploads it again. Puts between devices of
+      one client (GPUs of one host, or virtual CPU devices) are asynchronous.
 
     ``op_time_s`` holds in-segment (fused) op costs: no launch, no dispatch; see
     ``simplace.sim.reference`` for how the simulators combine these arrays.
@@ -60,6 +65,7 @@ class SimInputs(NamedTuple):
     pool_min_work: np.ndarray
     pool_launch_s: np.ndarray
     op_unfused_s: np.ndarray
+    put_waits: np.ndarray | None = None  # make_sim_inputs sets it (all False by default)
 
     @property
     def num_ops(self) -> int:
@@ -83,14 +89,14 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                     exclusive_group=None, launch_s=None, dispatch_s=None,
                     put_s=None, op_pool_work=None, pool_min_work=None, pool_launch_s=None,
-                    op_unfused_s=None) -> SimInputs:
+                    op_unfused_s=None, put_waits=None) -> SimInputs:
     """Validate and normalise raw arrays into a ``SimInputs`` (read-only float64/int32).
 
     ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``,
     ``put_s``, ``op_pool_work``, ``pool_launch_s`` and ``op_unfused_s`` default to zeros
     (a machine whose segments and transfers cost no host time and no launch),
-    ``pool_min_work`` to inf (no segment goes to a pool). Raises ``CostModelError``
-    naming the bad field.
+    ``pool_min_work`` to inf (no segment goes to a pool), ``put_waits`` to all False (every
+    put asynchronous). Raises ``CostModelError`` naming the bad field.
     """
     t = np.asarray(op_time_s, dtype=np.float64)
     if t.ndim != 2:
@@ -113,13 +119,14 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                    else np.asarray(pool_launch_s, dtype=np.float64))
     unfused = np.zeros((m, d)) if op_unfused_s is None else np.asarray(op_unfused_s,
                                                                        dtype=np.float64)
+    waits = np.zeros((d, d), bool) if put_waits is None else np.asarray(put_waits)
     for name, arr, shape in (("latency_s", lat, (d, d)), ("bandwidth_bytes_per_s", bw, (d, d)),
                              ("memory_bytes", mem, (d,)), ("exclusive_group", grp, (d,)),
                              ("launch_s", launch, (d,)), ("dispatch_s", dispatch, (d,)),
                              ("put_s", put, (d, d)), ("op_pool_work", pool_work, (m, d)),
                              ("pool_min_work", pool_min, (d,)),
                              ("pool_launch_s", pool_launch, (d,)),
-                             ("op_unfused_s", unfused, (m, d))):
+                             ("op_unfused_s", unfused, (m, d)), ("put_waits", waits, (d, d))):
         if arr.shape != shape:
             raise CostModelError(f"{name} must have shape {shape} for {d} devices (op_time_s "
                                  f"has {d} columns), got {arr.shape}.")
@@ -144,6 +151,9 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     if not np.all(pool_min > 0) or np.any(np.isnan(pool_min)):
         raise CostModelError(f"pool_min_work must be > 0 (inf: never), got "
                              f"{pool_min.tolist()}.")
+    if waits.dtype.kind != "b":
+        raise CostModelError(f"put_waits must be booleans (the host waits for the copy), got "
+                             f"dtype {waits.dtype}.")
     if grp.dtype.kind not in "iu":
         raise CostModelError(f"exclusive_group must hold integer ids, got dtype {grp.dtype}.")
     # Diagonals are never used (no transfer to oneself); pin them so arithmetic on
@@ -151,14 +161,17 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     lat = lat.copy()
     bw = bw.copy()
     put = put.copy()
+    waits = waits.copy()
     np.fill_diagonal(lat, 0.0)
     np.fill_diagonal(bw, np.inf)
     np.fill_diagonal(put, 0.0)
+    np.fill_diagonal(waits, False)
     _, grp = np.unique(grp, return_inverse=True)
     return SimInputs(_frozen(t), _frozen(lat), _frozen(bw), _frozen(mem),
                      _frozen(grp.reshape(-1).astype(np.int32)), _frozen(launch),
                      _frozen(dispatch), _frozen(put), _frozen(pool_work),
-                     _frozen(pool_min), _frozen(pool_launch), _frozen(unfused))
+                     _frozen(pool_min), _frozen(pool_launch), _frozen(unfused),
+                     _frozen(waits))
 
 
 def sim_inputs(graph, cost_model) -> SimInputs:
@@ -170,7 +183,8 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     optionally ``launch_s``, ``dispatch_s`` (float[D]), ``put_s`` (float[D, D]) and
     ``op_unfused_times(graph)`` (-> float[M, D]) (missing means zeros),
     ``pool_rule(graph)`` (-> ``(op_pool_work, pool_min_work, pool_launch_s)``; missing
-    means no pool), and optionally ``corrections.link_scale`` (float[D, D] multiplying
+    means no pool), ``put_waits`` (bool[D, D]; missing means every put asynchronous),
+    and optionally ``corrections.link_scale`` (float[D, D] multiplying
     transfer times; missing means all ones). The link scale is folded in as
     ``latency * scale`` and ``bandwidth / scale``; ``corrected_put_s`` (the put calls'
     host time with the host drift correction) is read in place of ``put_s`` where the
@@ -193,6 +207,7 @@ def sim_inputs(graph, cost_model) -> SimInputs:
                     else (None, None, None))
             unfused = (cost_model.op_unfused_times(graph)
                        if hasattr(cost_model, "op_unfused_times") else None)
+            waits = getattr(cost_model, "put_waits", None)
         except AttributeError as err:
             raise CostModelError(
                 f"{type(cost_model).__name__} is neither SimInputs nor a cost model "
@@ -202,7 +217,8 @@ def sim_inputs(graph, cost_model) -> SimInputs:
         if scale is not None:
             scale = np.asarray(scale, dtype=np.float64)
             lat, bw = lat * scale, bw / scale
-        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused)
+        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
+                              waits)
     if inp.num_ops != graph.num_ops:
         raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
                              f"{graph.num_ops}: build SimInputs for this graph.")

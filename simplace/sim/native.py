@@ -265,7 +265,7 @@ def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                 x = sent[_u(j * d + dev)] - id0
                 if x < 0:  # the first reader on dev sends the copy
                     x = nxfer
-                    lk = (frm * d + dev) * 3
+                    lk = (frm * d + dev) * 4
                     host += link[_u(lk)]
                     # Bytes of the put: j's distinct tensors read on dev, in output order.
                     nb = single_bytes[_u(j)]
@@ -286,6 +286,8 @@ def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scrat
                         t0 = lf
                     tb = nb / link[_u(lk + 2)]
                     arr = t0 + link[_u(lk + 1)] + tb
+                    if link[_u(lk + 3)] > 0.0 and arr > host:  # put_waits: the host waits
+                        host = arr
                     # The link is busy for the bytes; latency overlaps the next copy.
                     link_free[_u(frm * d + dev)] = t0 + tb
                     sent[_u(j * d + dev)] = id0 + x
@@ -570,9 +572,12 @@ class NativeSimulator:
         self._g_int, self._g_float, self._sizes = _graph_arrays(graph, inputs)
         f64 = np.float64
         self._m_int = (np.int64(inputs.num_groups),)
-        # Per link (from, to): put, latency, bandwidth, side by side.
-        link = np.stack([inputs.put_s, inputs.latency_s, inputs.bandwidth_bytes_per_s],
-                        axis=2)
+        # Per link (from, to): put, latency, bandwidth, and 1 where the host waits for the
+        # copy (put_waits), side by side.
+        waits = (np.zeros_like(inputs.put_s) if inputs.put_waits is None
+                 else inputs.put_waits.astype(f64))
+        link = np.stack([inputs.put_s, inputs.latency_s, inputs.bandwidth_bytes_per_s,
+                         waits], axis=2)
         # Per device: launch, pool min work, pool launch, side by side.
         launch = np.stack([inputs.launch_s, inputs.pool_min_work, inputs.pool_launch_s],
                           axis=1)

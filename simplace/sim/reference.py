@@ -28,7 +28,9 @@ semantics"), not an op-by-op executor:
    the link (ordered device pair) is free, and arrives ``latency_s + bytes /
    bandwidth_bytes_per_s`` later. Each link carries copies one after another in issue
    order, busy for ``bytes / bandwidth_bytes_per_s`` each: the latency of consecutive
-   copies overlaps (a copy engine or memcpy thread is pipelined).
+   copies overlaps (a copy engine or memcpy thread is pipelined). On a link with
+   ``put_waits`` (between PjRt clients: the CPU and a GPU) the call returns only once
+   the copy has arrived: the host waits for it before its next call.
 4. Step time: the last segment end, copy arrival or host call (0 for an empty graph).
 5. Memory per device, peak over time: the parameters any op on the device reads (each
    once) for the whole step, plus live intervals, half-open ``[alloc, free)``: the
@@ -60,7 +62,8 @@ class Schedule:
     Per transfer (``[T]``, in issue order): ``transfer_op`` (the producer),
     ``transfer_from``, ``transfer_to`` (devices), ``transfer_bytes``, ``transfer_issue_s``
     (host call made), ``transfer_start_s`` (the link starts carrying it) and
-    ``transfer_end_s`` (arrival).
+    ``transfer_end_s`` (arrival), ``transfer_segment`` (the segment whose call the put
+    was issued for: the host makes a segment's puts, then its call).
     """
 
     segment_first: np.ndarray
@@ -79,6 +82,7 @@ class Schedule:
     transfer_issue_s: np.ndarray
     transfer_start_s: np.ndarray
     transfer_end_s: np.ndarray
+    transfer_segment: np.ndarray
 
     @property
     def op_segment(self) -> np.ndarray:
@@ -158,6 +162,8 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
     lat, bw = inp.latency_s.tolist(), inp.bandwidth_bytes_per_s.tolist()
     launch, dispatch = inp.launch_s.tolist(), inp.dispatch_s.tolist()
     put = inp.put_s.tolist()
+    waits = (np.zeros((d_count, d_count), bool) if inp.put_waits is None
+             else inp.put_waits).tolist()
     group = inp.exclusive_group.tolist()
     src, dst = graph.src.tolist(), graph.dst.tolist()
     edge_bytes, edge_output = graph.edge_bytes.tolist(), graph.edge_output.tolist()
@@ -185,7 +191,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
     group_free = [0.0] * (max(group) + 1 if group else 1)
     link_free = [[0.0] * d_count for _ in range(d_count)]
     host = 0.0
-    transfers = []  # (op, from, to, bytes, issue, start, end), in issue order
+    transfers = []  # (op, from, to, bytes, issue, start, end, segment), in issue order
 
     op_cost = [0.0] * m  # in-segment cost, unfused part included (for the schedule)
     for s_, (a, b) in enumerate(segs):
@@ -211,7 +217,9 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
                     # The link is busy for the bytes; latency overlaps the next copy.
                     link_free[frm][dev] = t0 + nbytes / bw[frm][dev]
                     arrival[j][dev] = arrive
-                    transfers.append((j, frm, dev, nbytes, host, t0, arrive))
+                    transfers.append((j, frm, dev, nbytes, host, t0, arrive, s_))
+                    if waits[frm][dev]:  # JAX fetches the value to the host first
+                        host = max(host, arrive)
                 # (A copy sent for an earlier segment on this device arrived before that
                 # segment started, so this max changes nothing then; the batched
                 # simulator relies on it and only follows first sends.)
@@ -235,7 +243,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
 
     sched = None
     if schedule:
-        cols = list(zip(*transfers, strict=True)) if transfers else [()] * 7
+        cols = list(zip(*transfers, strict=True)) if transfers else [()] * 8
         op_start = np.zeros(m)
         op_end = np.zeros(m)
         for s_, (a, b) in enumerate(segs):
@@ -260,6 +268,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
             transfer_issue_s=np.asarray(cols[4], dtype=f64),
             transfer_start_s=np.asarray(cols[5], dtype=f64),
             transfer_end_s=np.asarray(cols[6], dtype=f64),
+            transfer_segment=np.asarray(cols[7], dtype=i32),
         )
     return SimResult(step_time_s=float(step_time), busy_s=busy, peak_memory_bytes=peak,
                      bytes_moved=float(sum(t[3] for t in transfers)), oom=bool(oom_devices),

@@ -53,9 +53,10 @@ class _DriftProblem:
     is the fused op time of the path's segments on d, d step / d extra_overhead[d] the
     number of those segments (where the launch is not clipped at 0), d step / d log
     link_scale[i, j] the duration of the path's copies over that link, and d step / d
-    log host_scale the host time at which the path starts (the host call that let its
-    first event start: every host call before it scales) plus the argument part of its
-    segments; a step that ends with a host call has the whole step.
+    log host_scale the host time on the path (the host call that let its first event
+    start, every host call before it scaling, and the host calls after each wait for a
+    copy the path goes through) plus the argument part of its segments; a step that
+    ends with a host call and no wait has the whole step.
     """
 
     def __init__(self, base: CostModel, records: Sequence[dict], graphs: Mapping[str, OpGraph],
@@ -180,13 +181,12 @@ class _DriftProblem:
             if not grad:
                 continue
             sch = res.schedule
-            segs, trs = schedule_critical_path(g, inp.exclusive_group, a, sch, res.step_time_s,
-                                       inp.latency_s)
-            # The host chain before the path: the path's first event started when its
-            # host call was made, and every host call before that scales with host_scale.
-            starts = ([float(sch.segment_start_s[s]) for s in segs]
-                      + [float(sch.transfer_start_s[t]) for t, _ in trs])
-            jac[r, hi_] += min(starts) if starts else res.step_time_s
+            segs, trs, host_s = schedule_critical_path(
+                g, inp.exclusive_group, a, sch, res.step_time_s, inp.latency_s,
+                inp.put_waits)
+            # The host calls on the path (the one it starts from and those after each
+            # wait for a copy it goes through) scale with host_scale.
+            jac[r, hi_] += host_s
             for s in segs:
                 k = int(sch.segment_device[s])
                 lo, hi = int(sch.segment_first[s]), int(sch.segment_stop[s])
