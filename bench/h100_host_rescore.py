@@ -18,13 +18,10 @@ thread, ``device_put`` calls) under two cost models, neither fitted to those ste
   op class, fitted to single ops; its per-op overheads held dispatch and are not
   used); the rest (GPU rates, in-segment per-op costs) from the datasheet model.
 
-Each model is also scored with device_puts between the CPU and the GPU made synchronous
-(``--blocking-puts``, on by default): a put whose source array and target device
-live on different PjRt clients cannot be copied directly, and JAX falls back to fetching
-the value to the host (waiting for the computation that makes it) and uploading it again
-(jax-ml/jax#40303 describes that path), so the host thread waits until the copy has
-arrived. The simulators model every put as asynchronous; this what-if runs a copy of
-the reference simulator with the host clock moved to each such copy's arrival.
+The simulators hold the host during a device_put between the CPU and the GPU until
+the copy arrives (``CostModel.put_waits``: JAX cannot copy between PjRt clients
+directly, it fetches the value to the host and uploads it again); each model is also
+scored with those puts asynchronous, as the simulators had them before 2026-11-24.
 
 The graphs must be the ones that host ran: ``bench/data/h100_2026-11-23/*.json``, traced
 by today's tracer under JAX 0.11.2 as that host had (this VM's JAX 0.10.2 traces
@@ -40,10 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import json
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +47,7 @@ from report import Transcript, machine_line
 from simplace.cost_model import CostModel, Provenance
 from simplace.graph import OpGraph
 from simplace.sim import simulate
+from simplace.sim.inputs import sim_inputs
 from simplace.validate import fit_drift, kendall_tau, mape, raw_model, split_records
 
 HERE = Path(__file__).resolve().parent
@@ -102,24 +97,6 @@ def probe_model(probe: dict, quick: dict, datasheet: CostModel) -> CostModel:
                      latency_s=lat, bandwidth_bytes_per_s=bw, put_s=put,
                      provenance=Provenance(source="datasheet", host="", date="2026-11-23",
                                            notes=notes))
-
-
-def blocking_simulate(blocks):
-    """``simulate`` of a copy of ``simplace.sim.reference`` in which a put on a link with
-    ``blocks[from][to]`` holds the host thread until the copy has arrived."""
-    from simplace.sim import reference
-
-    src = inspect.getsource(reference)
-    anchor = "                    arrival[j][dev] = arrive\n"
-    if src.count(anchor) != 1:
-        raise SystemExit("simplace.sim.reference changed: update blocking_simulate's anchor")
-    src = src.replace(anchor, anchor + "                    if BLOCKS[frm][dev]:\n"
-                                       "                        host = max(host, arrive)\n")
-    mod = types.ModuleType("reference_blocking_puts")
-    mod.__dict__["BLOCKS"] = blocks
-    sys.modules[mod.__name__] = mod  # its dataclasses look their module up there
-    exec(compile(src, "reference_blocking_puts", "exec"), mod.__dict__)  # noqa: S102
-    return mod.simulate
 
 
 def records_for(model: CostModel, recs: list[dict], graphs: dict[str, OpGraph]) -> list[dict]:
@@ -193,7 +170,6 @@ def main(argv=None) -> int:
     out.say(f"{len(run['records'])} placements measured on {run['host']} (H100 + 16-core host, "
             "JAX 0.11.2) on 2026-11-23; the simulator of that day, with the host's quick "
             "calibration: held-out MAPE 522.1%, tau 0.44 (fidelity_quick_calibration.txt)")
-    cross = [[False, True], [True, False]]  # cpu:0 <-> gpu:0, the order of both models
     for cm in (datasheet, probe_model(probe, quick, datasheet)):
         cm = raw_model(cm)
         recs = records_for(cm, run["records"], graphs)
@@ -206,16 +182,20 @@ def main(argv=None) -> int:
                 f"{cm.latency_s[0, 1] * 1e6:.0f} us + {cm.bandwidth_bytes_per_s[0, 1] / 1e9:.2f}"
                 f" GB/s, gpu->cpu {cm.latency_s[1, 0] * 1e6:.0f} us + "
                 f"{cm.bandwidth_bytes_per_s[1, 0] / 1e9:.2f} GB/s")
-        for label, sim in (("puts asynchronous (the simulators)", simulate),
-                           ("puts synchronous (what-if)", blocking_simulate(cross))):
-            pred = np.array([sim(by_hash[r["graph_hash"]], cm, np.asarray(r["assignment"]))
-                             .step_time_s for r in recs])
+        for label, waits in (("cpu<->gpu puts hold the host (the simulators)", True),
+                             ("every put asynchronous (before 2026-11-24)", False)):
+            pred = []
+            for r in recs:
+                g = by_hash[r["graph_hash"]]
+                inp = sim_inputs(g, cm)
+                inp = inp._replace(put_waits=inp.put_waits & waits)
+                pred.append(simulate(g, inp, np.asarray(r["assignment"])).step_time_s)
             out.say(f"  {label}:")
-            _table(out, pred, meas, model_of)
+            _table(out, np.array(pred), meas, model_of)
         fit, held = split_records(recs, 0.5, seed=0)
         res = fit_drift(fit, by_hash, cm, held_out=held, note="bench/h100_host_rescore.py")
         pm = per_model_correction(fit, held, by_hash, cm)
-        out.say(f"  held-out half (bench/fidelity.py's split), puts asynchronous: raw "
+        out.say(f"  held-out half (bench/fidelity.py's split), the simulators: raw "
                 f"{100 * res.held_out['mape_raw']:.1f}%, corrected on all models "
                 f"{100 * res.held_out['mape_corrected']:.1f}%; " + per_model_line(pm))
     _in_context_costs(out, recs, by_hash, cm, meas)
