@@ -204,7 +204,9 @@ def report_result(result, cost_model, bound_s: float) -> str:
              f"{result.num_transfers} device_put calls"
              + ("   OUT OF MEMORY" if result.oom else ""),
              f"{result.num_segments} segment{'s' * (result.num_segments != 1)} (one jitted "
-             f"call each); host busy {result.host_s * 1e3:.3f} ms dispatching calls"]
+             f"call each); the host thread's last call returns at "
+             f"{result.host_s * 1e3:.3f} ms (its calls, and its waits for copies between "
+             "the CPU and a GPU)"]
     rows = []
     for d, name in enumerate(cost_model.device_names):
         peak, cap = float(result.peak_memory_bytes[d]), float(cost_model.memory_bytes[d])

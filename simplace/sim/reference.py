@@ -102,7 +102,8 @@ class SimResult:
     oom: True if some device's peak exceeds its memory.
     oom_devices: the indices of those devices.
     num_segments, num_transfers: segments run and ``device_put`` calls made.
-    host_s: host time spent dispatching (segment calls and transfers).
+    host_s: when the host thread's last call returns: the host time spent on calls
+      (segments and transfers), plus its waits for copies on ``put_waits`` links.
     schedule: the full ``Schedule`` when asked for (``schedule=True``), else None.
     """
 
