@@ -16,24 +16,15 @@ simulators themselves are not changed: the reference simulator is wrapped for th
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
-import warnings
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
 import numpy as np  # noqa: E402
-from fidelity import predictions  # noqa: E402
-from fidelity_rescore import _graphs  # noqa: E402
-from report import Transcript, machine_line  # noqa: E402
+from whatif import begin, parser, refit_and_score  # noqa: E402
 
-from simplace.calibrate.build import build_cost_model  # noqa: E402
 from simplace.sim import reference  # noqa: E402
-from simplace.validate import raw_model  # noqa: E402
-
-MODELS = ("mlp", "tiny_cnn", "rnnlm")
 
 
 def step_arrays(graph, placement) -> int:
@@ -67,47 +58,18 @@ def with_free_cost(a_us: float, b_us: float):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", nargs="+", help="bench/fidelity.py JSON files")
+    ap = parser(__doc__)
     ap.add_argument("--costs", default="0:0,0.75:0,0.5:0.002,0.74:0.00325",
                     help="a:b pairs, microseconds per array and per array squared")
-    ap.add_argument("--records", default="calibration/cpu_vm2core_x4/records.jsonl")
-    ap.add_argument("--out", help="write the table here (.txt)")
     args = ap.parse_args(argv)
-    with open(args.records) as f:
-        records = [json.loads(line) for line in f]
-    runs = []
-    for path in args.results:
-        with open(path) as f:
-            recs = json.load(f)["records"]
-        runs.append((os.path.basename(path), _graphs(recs), recs))
-    out = Transcript()
-    out.say(f"step free cost what-if; {machine_line()}; records {args.records}")
-    out.say("a, b: us per array, per array squared; steps: the whole-step fit's scales and "
-            "its held-out median error; then raw MAPE on all records of each run "
-            "(mlp / tiny_cnn / rnnlm)")
+    out, records, runs = begin(args, "step free cost what-if",
+                               "a, b: us per array, per array squared; steps: the whole-step "
+                               "fit's scales and its held-out median error")
     plain = reference._simulate
-    try:
-        for pair in args.costs.split(","):
-            a_us, b_us = (float(x) for x in pair.split(":"))
-            reference._simulate = with_free_cost(a_us, b_us) if a_us or b_us else plain
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model, report = build_cost_model([dict(r) for r in records])
-            steps = report.get("steps", {})
-            scales = " ".join(f"{k} {v:.3f}" for k, v in steps.get("scales", {}).items())
-            held = steps.get("held_out", {}).get("median_rel_error", float("nan"))
-            out.say(f"a {a_us:g} b {b_us:g}: steps {scales}; held out {100 * held:.1f}%")
-            cm = raw_model(model)
-            for name, graphs, recs in runs:
-                pred = predictions(recs, graphs, cm)
-                meas = np.array([r["measured_step_time_s"] for r in recs])
-                err = np.abs(pred / meas - 1)
-                model_of = np.array([r["graph_name"].split("/")[0] for r in recs])
-                per = " / ".join(f"{100 * err[model_of == m].mean():.1f}" for m in MODELS)
-                out.say(f"  {name:<30} {100 * err.mean():5.1f}%  ({per})")
-    finally:
-        reference._simulate = plain
+    for pair in args.costs.split(","):
+        a_us, b_us = (float(x) for x in pair.split(":"))
+        refit_and_score(out, f"a {a_us:g} b {b_us:g}", records, runs,
+                        with_free_cost(a_us, b_us) if a_us or b_us else plain)
     out.finish(__file__, argv, args.out)
     return 0
 

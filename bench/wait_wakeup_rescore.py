@@ -22,24 +22,15 @@ the sequential semantics).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import os
-import warnings
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
 import numpy as np  # noqa: E402
-from fidelity import predictions  # noqa: E402
-from fidelity_rescore import _graphs  # noqa: E402
-from report import Transcript, machine_line  # noqa: E402
+from whatif import begin, parser, refit_and_score  # noqa: E402
 
-from simplace.calibrate.build import build_cost_model  # noqa: E402
 from simplace.sim import reference  # noqa: E402
-from simplace.validate import kendall_tau, raw_model  # noqa: E402
-
-MODELS = ("mlp", "tiny_cnn", "rnnlm")
 
 
 def waiting_segments_pay(plain):
@@ -73,49 +64,14 @@ def waiting_segments_pay(plain):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("results", nargs="+", help="bench/fidelity.py JSON files")
-    ap.add_argument("--records", default="calibration/cpu_vm2core_x4/records.jsonl")
-    ap.add_argument("--out", help="write the table here (.txt)")
-    args = ap.parse_args(argv)
-    with open(args.records) as f:
-        records = [json.loads(line) for line in f]
-    runs = []
-    for path in args.results:
-        with open(path) as f:
-            recs = json.load(f)["records"]
-        runs.append((os.path.basename(path), _graphs(recs), recs))
-    out = Transcript()
-    out.say(f"wake-up of waiting segments what-if; {machine_line()}; records {args.records}")
-    out.say("steps: the whole-step fit's scales and its held-out median error; then raw "
-            "MAPE and tau on all records of each run, and per model (mlp / tiny_cnn / "
-            "rnnlm) MAPE with the median predicted / measured")
+    args = parser(__doc__).parse_args(argv)
+    out, records, runs = begin(args, "wake-up of waiting segments what-if",
+                               "steps: the whole-step fit's scales and its held-out median "
+                               "error")
     plain = reference._simulate
-    try:
-        for label, sim in (("flops only (today)", plain),
-                           ("flops, or waiting at the call", waiting_segments_pay(plain))):
-            reference._simulate = sim
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                model, report = build_cost_model([dict(r) for r in records])
-            steps = report.get("steps", {})
-            scales = " ".join(f"{k} {v:.3f}" for k, v in steps.get("scales", {}).items())
-            held = steps.get("held_out", {}).get("median_rel_error", float("nan"))
-            out.say(f"{label}: steps {scales}; held out {100 * held:.1f}%")
-            cm = raw_model(model)
-            for name, graphs, recs in runs:
-                pred = predictions(recs, graphs, cm)
-                meas = np.array([r["measured_step_time_s"] for r in recs])
-                err = np.abs(pred / meas - 1)
-                model_of = np.array([r["graph_name"].split("/")[0] for r in recs])
-                per = " / ".join(
-                    f"{100 * err[model_of == m].mean():.1f}% "
-                    f"({np.median(pred[model_of == m] / meas[model_of == m]):.2f}x)"
-                    for m in MODELS)
-                out.say(f"  {name:<30} {100 * err.mean():5.1f}%  tau "
-                        f"{kendall_tau(pred, meas):.3f}  ({per})")
-    finally:
-        reference._simulate = plain
+    refit_and_score(out, "flops only (today)", records, runs, plain)
+    refit_and_score(out, "flops, or waiting at the call", records, runs,
+                    waiting_segments_pay(plain))
     out.finish(__file__, argv, args.out)
     return 0
 
