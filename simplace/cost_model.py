@@ -636,6 +636,36 @@ _TOP_REQUIRED = ("schema", "schema_version", "name", "provenance", "devices", "l
 _TOP_OPTIONAL = ("corrections",)
 
 
+def _default_put_waits(devices) -> np.ndarray:
+    """bool[D, D]: the links between devices of different kinds (two PjRt clients)."""
+    kinds = np.array([dev.kind for dev in devices])
+    return kinds[:, None] != kinds[None, :]
+
+
+def _put_waits(value, devices) -> np.ndarray:
+    """``CostModel.put_waits`` checked (None: the default), read-only."""
+    d = len(devices)
+    if value is None:
+        out = _default_put_waits(devices)
+    else:
+        out = np.array(value, dtype=object if not isinstance(value, np.ndarray) else None)
+        if out.shape != (d, d):
+            raise CostModelError(f"links.put_waits must be a {d}x{d} matrix of true/false, "
+                                 f"got shape {out.shape}.")
+        if not all(isinstance(x, (bool, np.bool_)) for x in out.reshape(-1).tolist()):
+            raise CostModelError("links.put_waits must hold true or false (whether a "
+                                 "device_put on the link holds the host until its copy "
+                                 "arrives).")
+        out = out.astype(bool)
+        if out.diagonal().any():
+            i = int(np.flatnonzero(out.diagonal())[0])
+            raise CostModelError(f"links.put_waits[{i}][{i}] must be false (no device_put to "
+                                 "the same device).")
+    out = np.array(out, dtype=bool)
+    out.flags.writeable = False
+    return out
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class CostModel:
     """One machine: D devices, the links between every ordered pair, drift corrections.
@@ -648,6 +678,13 @@ class CostModel:
         tensor already on its device moves for free).
       put_s: float64[D, D], host time of one ``jax.device_put`` call over link (i, j);
         diagonal 0. Defaults to zeros.
+      put_waits: bool[D, D], the links whose ``device_put`` holds the host thread until
+        the copy has arrived (diagonal False). Defaults to the links between devices of
+        different kinds: JAX has one PjRt client per platform and cannot copy between
+        clients directly; it fetches the value to the host (waiting for the computation
+        that makes it) and uploads it again. ``simplace calibrate`` measures it (a put
+        of an array still being computed: does the call return before it is?). Written
+        to the file only where it differs from that default.
       corrections: ``Corrections`` applied by ``op_times`` and the transfer times.
       provenance: ``Provenance`` (source, host, date, versions, notes).
 
@@ -661,6 +698,7 @@ class CostModel:
     corrections: Corrections | None = None
     provenance: Provenance | None = None
     put_s: np.ndarray | None = None
+    put_waits: np.ndarray | None = None
 
     def __post_init__(self):
         set_ = functools.partial(object.__setattr__, self)
@@ -710,6 +748,7 @@ class CostModel:
         set_("latency_s", _frozen(lat))
         set_("bandwidth_bytes_per_s", _frozen(bw))
         set_("put_s", _frozen(put))
+        set_("put_waits", _put_waits(self.put_waits, devices))
         corr = Corrections.identity(d) if self.corrections is None else self.corrections
         if not isinstance(corr, Corrections):
             raise CostModelError(f"corrections must be a Corrections, got {type(corr).__name__}.")
@@ -775,17 +814,6 @@ class CostModel:
         """float64[D, D]: host time of one ``device_put`` call per link, drift correction
         (``host_scale``) included."""
         return _frozen(self.put_s * self.corrections.host_scale)
-
-    @functools.cached_property
-    def put_waits(self) -> np.ndarray:
-        """bool[D, D]: the links whose ``device_put`` holds the host until the copy has
-        arrived: those between devices of different kinds. JAX has one PjRt client per
-        platform and cannot copy between clients directly: it fetches the value to the
-        host (waiting for the computation that makes it) and uploads it again."""
-        kinds = np.array([dev.kind for dev in self.devices])
-        out = kinds[:, None] != kinds[None, :]
-        out.flags.writeable = False
-        return out
 
     def index(self, device_name: str) -> int:
         """Index of the device called ``device_name``."""
@@ -920,6 +948,7 @@ class CostModel:
             corrections=self.corrections.subset(ix),
             provenance=prov,
             put_s=self.put_s[np.ix_(ix, ix)],
+            put_waits=self.put_waits[np.ix_(ix, ix)],
         )
 
     def with_corrections(self, corrections: Corrections) -> CostModel:
@@ -1014,6 +1043,9 @@ class CostModel:
                 "bandwidth_bytes_per_s": [[_json_float(x) for x in row]
                                           for row in self.bandwidth_bytes_per_s.tolist()],
                 "put_s": self.put_s.tolist(),
+                **({"put_waits": self.put_waits.tolist()}
+                   if not np.array_equal(self.put_waits, _default_put_waits(self.devices))
+                   else {}),
             },
             "corrections": self.corrections.to_dict(),
         }
@@ -1051,7 +1083,8 @@ class CostModel:
         devices = tuple(Device.from_dict(x, where=f"devices[{k}]") for k, x in enumerate(devs))
         n = len(devices)
         links = d["links"]
-        _check_keys(links, "links", ("latency_s", "bandwidth_bytes_per_s", "put_s"), ())
+        _check_keys(links, "links", ("latency_s", "bandwidth_bytes_per_s", "put_s"),
+                    ("put_waits",))
         lat = _matrix(links["latency_s"], "links.latency_s", n)
         bw = _matrix(links["bandwidth_bytes_per_s"], "links.bandwidth_bytes_per_s", n,
                      inf_on_diagonal=True)
@@ -1059,7 +1092,8 @@ class CostModel:
         corr = d.get("corrections")
         corr = None if corr is None else Corrections.from_dict(corr, n)
         return cls(name=name, devices=devices, latency_s=lat, bandwidth_bytes_per_s=bw,
-                   corrections=corr, provenance=prov, put_s=put)
+                   corrections=corr, provenance=prov, put_s=put,
+                   put_waits=links.get("put_waits"))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the model as JSON, atomically (a temporary file, then a rename)."""

@@ -211,6 +211,7 @@ HOST_S = {"cpu:0": 8e-6, "cpu:1": 8.5e-6, "gpu:0": 6e-6}  # tiny call, dispatche
 DISPATCH_S = {"cpu": 9e-6, "gpu": 4e-6}  # per segment call in a real step (NNLS)
 PUT_S = {("cpu", "cpu"): 6e-6, ("cpu", "gpu"): 7e-6, ("gpu", "cpu"): 8e-6}  # in a step
 PUT_READY_S = 5e-6  # host time of a device_put call of a small ready array
+PUT_WAITS = {("cpu:0", "cpu:1"): False, ("cpu:0", "gpu:0"): False, ("gpu:0", "cpu:0"): None}
 LINK = {("cpu", "cpu"): (20e-6, 1e10), ("cpu", "gpu"): (15e-6, 2e10),
         ("gpu", "cpu"): (18e-6, 2.5e10)}  # latency, bandwidth
 LINK_SIZES = (4, 1024, 2 ** 16, 2 ** 20, 2 ** 24)
@@ -268,6 +269,12 @@ def synthetic_records(seed=3, name="syn", segments_per_kind=60, host_steps=12,
             if a != b:
                 recs.append({"kind": "put_host", "src": a, "dst": b,
                              "timing": _timing(rng, PUT_READY_S)})
+    # The put-wait probe, one pair per pair of kinds: cpu -> cpu returns at once;
+    # cpu -> gpu, against the default for different kinds, too; gpu -> cpu cannot tell.
+    for (a, b), waits in PUT_WAITS.items():
+        recs.append({"kind": "put_wait", "src": a, "dst": b, "call_s": 3e-3 if waits else 1e-4,
+                     "dispatch_s": 5e-5 if waits is not None else 2e-2, "compute_s": 2e-2,
+                     "waits": waits})
     recs.append({"kind": "phase", "phase": "runtime", "wall_s": WALL_S["runtime"]})
     # Single ops alone on one CPU device: from PARALLEL_MIN_FLOPS on, whatever the
     # primitive, they wake a worker thread.
@@ -331,8 +338,9 @@ def _index(recs, kind):
 # --------------------------------------------------------------------------- records
 def test_records_round_trip(tmp_path):
     recs = synthetic_records()
-    assert {r["kind"] for r in recs} == {"header", "runtime", "put_host", "phase", "op", "host",
-                                         "segment", "segment_error", "link", "exclusive"}
+    assert {r["kind"] for r in recs} == {"header", "runtime", "put_host", "put_wait", "phase",
+                                         "op", "host", "segment", "segment_error", "link",
+                                         "exclusive"}
     path = tmp_path / "records.jsonl"
     write_records(path, recs)
     assert read_records(path) == recs
@@ -420,6 +428,10 @@ def test_bad_records(tmp_path, mutate, match):
     ("runtime", lambda r: r["host"].update(samples_s=[]), "field 'host': No timing"),
     ("put_host", lambda r: r.update(dst=1),
      "field 'dst' of a put_host record must be a string, got 1"),
+    ("put_wait", lambda r: r.update(waits="yes"),
+     "field 'waits' of a put_wait record must be true, false or null, got 'yes'"),
+    ("put_wait", lambda r: r.update(waits=1), "field 'waits' .* got 1"),
+    ("put_wait", lambda r: r.pop("waits"), r"field 'waits' is missing \(a put_wait record needs"),
     ("op", lambda r: r.update(flops="many"), r"field 'flops' of an op record must be a number"),
     ("op", lambda r: r.update(flops=True), r"field 'flops' .* must be a number, got true"),
     ("op", lambda r: r.pop("flops"), r"field 'flops' is missing \(an op record needs"),
@@ -511,6 +523,32 @@ def test_build_put_costs_from_host_steps(built):
         for j, b in enumerate(model.device_names):
             want = 0.0 if i == j else PUT_S[(_kind(a), _kind(b))]
             assert model.put_s[i, j] == pytest.approx(want, rel=1e-3, abs=1e-12), (a, b)
+
+
+def test_build_put_waits_from_the_probe(built):
+    # Each probe sets the links between its two kinds of hardware; a probe that cannot
+    # tell leaves the default (different kinds wait). cpu -> gpu was probed not to wait.
+    _, model, report = built
+    names = model.device_names
+    want = {(a, b): _kind(a) == "gpu" and _kind(b) == "cpu" for a in names for b in names
+            if a != b}
+    got = {(a, b): bool(model.put_waits[i, j]) for i, a in enumerate(names)
+           for j, b in enumerate(names) if i != j}
+    assert got == want
+    assert report["put_waits"]["waiting_links"] == ["gpu:0->cpu:0", "gpu:0->cpu:1"]
+    assert set(report["put_waits"]["probes"]) == {f"{a}->{b}" for a, b in PUT_WAITS}
+    # written to the model file, since it differs from the default, and read back
+    assert CostModel.from_dict(model.to_dict()).put_waits.tolist() == model.put_waits.tolist()
+    from simplace.calibrate.cli import format_report
+
+    text = format_report(model, report)
+    assert "device_put cpu:0->gpu:0: returns at once" in text
+    assert "device_put gpu:0->cpu:0: cannot tell" in text
+    # records from before the probe: the default, and nothing reported
+    old = [r for r in synthetic_records() if r["kind"] != "put_wait"]
+    m2, r2 = build_cost_model(old)
+    assert m2.put_waits.tolist() == [[_kind(a) != _kind(b) for b in names] for a in names]
+    assert "put_waits" not in r2 and "put_waits" not in m2.to_dict()["links"]
 
 
 def test_build_links_take_the_put_call_out_of_the_latency(built):

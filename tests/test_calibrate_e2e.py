@@ -81,6 +81,11 @@ def test_quick_interrupted_resumed_and_refit(tmp_path, monkeypatch, capsys):
     assert ops[:len(kept)] == [(r["device"], r["signature"]) for r in kept]
     assert {d for d, _ in ops} == {"cpu:0"}  # one device per kind of hardware
     assert len(_kinds(recs, "runtime")) == 2 and len(_kinds(recs, "put_host")) == 2
+    # Two virtual CPU devices are one PjRt client: a put of an array still being
+    # computed returns at once (one probe, measured once across the resume).
+    (pw,) = _kinds(recs, "put_wait")
+    assert (pw["src"], pw["dst"], pw["waits"]) == ("cpu:0", "cpu:1", False)
+    assert pw["call_s"] < 0.5 * pw["compute_s"]
     segs = _kinds(recs, "segment")
     assert len(segs) >= 8 and {r["device"] for r in segs} == {"cpu:0", "cpu:1"}
     # the model cut short was measured again (same seeded cuts), its old segments dropped

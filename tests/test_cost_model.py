@@ -645,3 +645,20 @@ def test_puts_between_device_kinds_hold_the_host():
     assert np.array_equal(inp.put_waits, w)
     if "cpu_vm2core_x4" in available_cost_models():  # a source checkout: four CPU devices
         assert not CostModel.load("cpu_vm2core_x4").put_waits.any()
+
+
+def test_put_waits_is_validated_and_written_only_where_it_differs():
+    cm = CostModel.load("cpu_h100_pcie")  # cpu:0, gpu:0
+    assert cm.put_waits.tolist() == [[False, True], [True, False]]
+    assert "put_waits" not in cm.to_dict()["links"]  # the default for these kinds
+    d = cm.to_dict()
+    d["links"]["put_waits"] = [[False, False], [True, False]]  # measured: cpu -> gpu async
+    back = CostModel.from_dict(d)
+    assert back.put_waits.tolist() == [[False, False], [True, False]]
+    assert back.to_dict()["links"]["put_waits"] == [[False, False], [True, False]]
+    assert back.subset([1, 0]).put_waits.tolist() == [[False, True], [False, False]]
+    for bad, match in (([[False, True]], "2x2 matrix"), ([[0, 1], [1, 0]], "true or false"),
+                       ([[True, True], [True, False]], r"put_waits\[0\]\[0\] must be false")):
+        d["links"]["put_waits"] = bad
+        with pytest.raises(CostModelError, match=match):
+            CostModel.from_dict(d)

@@ -179,6 +179,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         raise CalibrationError("The records' header lists no devices.")
     runtime = _last_by(records, "runtime", lambda r: r["device"])
     puts = _last_by(records, "put_host", lambda r: (r["src"], r["dst"]))
+    put_waits_recs = _last_by(records, "put_wait", lambda r: (r["src"], r["dst"]))
     segs = [r for r in records if r["kind"] == "segment"]
     links = _last_by(records, "link", lambda r: (r["src"], r["dst"], r["nbytes"]))
     excl = _last_by(records, "exclusive", lambda r: (r["a"], r["b"]))
@@ -389,6 +390,7 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
     if chains:
         lat = context_latency(chains, names, [":".join(keys[k]) for k in key_of], lat, bw,
                               report)
+    put_waits = measured_put_waits(put_waits_recs, names, key_of, dev_info, report)
 
     pairs = {}
     for (a, b), r in sorted(excl.items()):
@@ -418,7 +420,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         graphs, graph_notes = step_graphs(step_recs) if step_graphs_of is None else (
             step_graphs_of, [])
         unscaled = CostModel(name=name or head["name"], devices=tuple(devices),
-                             latency_s=lat, bandwidth_bytes_per_s=bw, put_s=put)
+                             latency_s=lat, bandwidth_bytes_per_s=bw, put_s=put,
+                             put_waits=put_waits)
         sf = fit_steps(unscaled, step_recs, graphs,
                        seed=int(head["settings"].get("seed", 0)))
         scales = sf.scales
@@ -477,7 +480,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                             "settings": head["settings"],
                             "fit_report": _strip_residuals(report)})
     model = CostModel(name=name or head["name"], devices=tuple(devices), latency_s=lat,
-                      bandwidth_bytes_per_s=bw, provenance=prov, put_s=put)
+                      bandwidth_bytes_per_s=bw, provenance=prov, put_s=put,
+                      put_waits=put_waits)
     return model, report
 
 
@@ -492,6 +496,34 @@ CHAIN_MIN_HOST_RATIO = 1.5
 # A factor beyond this (chained copies many times slower than copies from idle) is
 # refused as a measurement gone wrong.
 CHAIN_MAX_FACTOR = 10.0
+
+
+def measured_put_waits(recs: Mapping[tuple, dict], names: Sequence[str],
+                       key_of: Sequence[int], dev_info: Sequence[Mapping],
+                       report: dict) -> np.ndarray:
+    """``CostModel.put_waits`` from ``put_wait`` records (``links.probe_put_wait``): each
+    probed pair sets every link between devices of the same two kinds of hardware; the
+    others, and pairs the probe could not tell, keep the default (links between devices
+    of different kinds). ``report["put_waits"]`` says what each probe found (when one
+    ran)."""
+    idx = {n: i for i, n in enumerate(names)}
+    kinds = np.array([i["kind"] for i in dev_info])
+    out = kinds[:, None] != kinds[None, :]
+    found: dict[tuple[int, int], bool] = {}
+    probes = {}
+    for (a, b), r in sorted(recs.items()):
+        if a not in idx or b not in idx:
+            continue
+        probes[f"{a}->{b}"] = {k: r.get(k) for k in ("waits", "call_s", "dispatch_s",
+                                                    "compute_s")}
+        if r.get("waits") is not None:
+            found[(key_of[idx[a]], key_of[idx[b]])] = bool(r["waits"])
+    for i, j in itertools.permutations(range(len(names)), 2):
+        out[i, j] = found.get((key_of[i], key_of[j]), out[i, j])
+    if probes:  # (records from before the probe: nothing measured, nothing said)
+        report["put_waits"] = {"probes": probes, "waiting_links": [
+            f"{names[i]}->{names[j]}" for i, j in zip(*np.nonzero(out), strict=True)]}
+    return out
 
 
 def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],

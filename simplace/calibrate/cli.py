@@ -158,6 +158,22 @@ def _worker_thread_lines(report: dict) -> list[str]:
     return out
 
 
+def _put_wait_lines(report: dict) -> list[str]:
+    """What the probe of each pair of kinds of device found: does a device_put of an
+    array still being computed return at once, or hold the host until the copy is in?"""
+    probes = report.get("put_waits", {}).get("probes", {})
+    out = []
+    for pair, r in probes.items():
+        if r.get("waits") is None:
+            what = ("cannot tell (the computation ran before its call returned); the "
+                    "default for these kinds of device is kept")
+        else:
+            what = "holds the host until the copy is in" if r["waits"] else "returns at once"
+        out.append(f"device_put {pair}: {what} (the call took {r['call_s'] * 1e3:.2f} ms; "
+                   f"its source {r['compute_s'] * 1e3:.1f} ms to compute)")
+    return out
+
+
 def format_report(model, report: dict) -> str:
     """A short human-readable summary of a calibration report."""
     def pct(x):
@@ -176,6 +192,7 @@ def format_report(model, report: dict) -> str:
                      f"{pct(h['median_rel_error'])} {pct(h['p90_rel_error'])} "
                      f"{pct(o['median_rel_error']):>15} {pct(o['p90_rel_error'])}")
     lines += _worker_thread_lines(report)
+    lines += _put_wait_lines(report)
     lines.append("links (put host time, latency, bandwidth, median fit error):")
     for key, r in report["links"].items():
         if r.get("measured") and not r.get("error"):

@@ -253,7 +253,7 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
                 done_ops.add(r.get("model") or r["phase"][len("model:"):])
             elif r["kind"] == "op":
                 done_ops.add((r["device"], r["signature"]))
-            elif r["kind"] in ("runtime", "put_host"):
+            elif r["kind"] in ("runtime", "put_host", "put_wait"):
                 done_ops.add((r["kind"], r.get("device") or (r["src"], r["dst"])))
             elif r["kind"] == "link":
                 done_links.add((r["src"], r["dst"], int(r["nbytes"])))
@@ -346,6 +346,11 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
             if key not in done_ops:
                 out.write({"kind": "put_host", "src": device_name(a), "dst": device_name(b),
                            "timing": seg_mod.time_put_host(a, b).to_dict()})
+        for a, b in _put_wait_pairs(devs):
+            key = ("put_wait", (device_name(a), device_name(b)))
+            if key not in done_ops:
+                out.write({"kind": "put_wait", "src": device_name(a), "dst": device_name(b),
+                           **links_mod.probe_put_wait(a, b)})
         out.write({"kind": "phase", "phase": "runtime", "wall_s": time.perf_counter() - t0,
                    "measured": len(devs), "skipped_for_budget": 0})
 
@@ -469,6 +474,23 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
                    "measured": len(excl_todo), "skipped_for_budget": 0})
     bar.step(0, "done", force=True)
     bar.close()
+
+
+def _put_wait_pairs(devs) -> list:
+    """One ordered pair of devices per ordered pair of kinds of hardware (two devices of
+    one kind where there are two): whether a put holds the host depends on the PjRt
+    clients, which go by platform."""
+    kinds: dict = {}
+    for dev in devs:
+        kinds.setdefault((dev.platform, str(dev.device_kind)), []).append(dev)
+    pairs = []
+    for ka, a in kinds.items():
+        for kb, b in kinds.items():
+            if ka != kb:
+                pairs.append((a[0], b[0]))
+            elif len(a) > 1:
+                pairs.append((a[0], a[1]))
+    return pairs
 
 
 def _same_hardware(a, b) -> bool:

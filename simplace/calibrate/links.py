@@ -178,3 +178,49 @@ def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repea
                         samples["chain_host"].append(host)
         out["sizes"][int(nbytes)] = {k: robust_stats(v) for k, v in samples.items()}
     return out
+
+
+def probe_put_wait(src, dst, *, target_s: float = 0.02, repeats: int = 3) -> dict:
+    """Whether a ``jax.device_put`` from ``src`` to ``dst`` holds the host until its copy
+    has arrived (``CostModel.put_waits``): the put of an array still being computed (a
+    jitted loop that takes about ``target_s`` on ``src``) either returns at once or only
+    once the computation and the copy are done. Between PjRt clients (the CPU and a GPU)
+    JAX fetches the value to the host first, so the call waits.
+
+    Returns ``{"call_s", "dispatch_s", "compute_s", "waits"}``: the put call's and the
+    loop's dispatch host time and the loop's blocking time (medians of ``repeats``), and
+    whether the call took over half the loop (None when the loop ran before its own call
+    returned: nothing was pending when the put was made, so this cannot tell)."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def work(y, n):
+        return jax.lax.fori_loop(0, n, lambda i, z: jnp.tanh(z @ z), y)
+
+    x = jax.device_put(jnp.full((128, 128), 0.01, jnp.float32), src)
+    n = 4
+    while True:
+        jax.block_until_ready(work(x, n))  # compiled once: n is an argument
+        t0 = time.perf_counter()
+        jax.block_until_ready(work(x, n))
+        compute = time.perf_counter() - t0
+        if compute >= target_s or n >= 1 << 22:
+            break
+        n = int(n * min(64.0, max(2.0, 1.2 * target_s / max(compute, 1e-9))))
+    jax.block_until_ready(jax.device_put(work(x, n), dst))  # the put's first call
+    calls, dispatches = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        y = work(x, n)
+        t1 = time.perf_counter()
+        z = jax.device_put(y, dst)
+        t2 = time.perf_counter()
+        jax.block_until_ready(z)
+        dispatches.append(t1 - t0)
+        calls.append(t2 - t1)
+    call, dispatch = float(np.median(calls)), float(np.median(dispatches))
+    waits = None if dispatch > 0.5 * compute else bool(call > 0.5 * compute)
+    return {"call_s": call, "dispatch_s": dispatch, "compute_s": compute, "waits": waits}

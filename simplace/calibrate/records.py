@@ -14,6 +14,10 @@
   link (``puts[from][to]``);
 * ``put_host`` records: the host time of one ``jax.device_put`` call from ``src`` to
   ``dst``;
+* ``put_wait`` records: whether a put from ``src`` to ``dst`` holds the host until its
+  copy is in (``waits``: true, false, or null when the probe cannot tell), from a put of
+  an array still being computed (``call_s``: the put call's host time; ``dispatch_s``
+  and ``compute_s``: the computation's call and blocking time);
 * ``op`` records: one op signature of a ``--models`` graph timed alone on one device
   of each kind of hardware (which ops the runtime runs on a thread pool) (``device``,
   ``signature``,
@@ -70,6 +74,8 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "op_error": {"device": (str,), "signature": (str,), "error": (str,)},
     "runtime": {"device": (str,), "block": (dict,), "host": (dict,)},
     "put_host": {"src": (str,), "dst": (str,), "timing": (dict,)},
+    "put_wait": {"src": (str,), "dst": (str,), "call_s": _NUM, "dispatch_s": _NUM,
+                 "compute_s": _NUM},
     "segment": {"device": (str,), "model": (str,), "first": (int,), "stop": (int,),
                 "primitive": (list,), "flops": (list,), "bytes_accessed": (list,),
                 "timing": (dict,)},
@@ -111,6 +117,12 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
             Timing.from_dict(rec[field])
         except CalibrationError as err:
             raise CalibrationError(f"{where}: field {field!r}: {err}") from None
+    if kind == "put_wait" and "waits" not in rec:
+        raise CalibrationError(f"{where}: field 'waits' is missing (a put_wait record needs "
+                               "it: true, false or null).")
+    if kind == "put_wait" and not (rec["waits"] is None or isinstance(rec["waits"], bool)):
+        raise CalibrationError(f"{where}: field 'waits' of a put_wait record must be true, "
+                               f"false or null, got {rec['waits']!r}.")
     if kind == "link_chain" and rec["hops"] < 1:
         raise CalibrationError(f"{where}: field 'hops' of a link_chain record must be 1 or "
                                f"more, got {rec['hops']!r}.")

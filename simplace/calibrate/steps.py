@@ -96,7 +96,7 @@ def scaled_model(model, scales: Mapping[str, float]):
                      latency_s=model.latency_s * s["link"],
                      bandwidth_bytes_per_s=model.bandwidth_bytes_per_s / s["link"],
                      corrections=model.corrections, provenance=model.provenance,
-                     put_s=model.put_s * s["host"])
+                     put_s=model.put_s * s["host"], put_waits=model.put_waits)
 
 
 def step_graphs(records: Sequence[Mapping]) -> tuple[dict[str, Any], list[str]]:
