@@ -180,7 +180,7 @@ def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repea
     return out
 
 
-def probe_put_wait(src, dst, *, target_s: float = 0.02, repeats: int = 3) -> dict:
+def probe_put_wait(src, dst, *, target_s: float = 0.02, repeats: int = 5) -> dict:
     """Whether a ``jax.device_put`` from ``src`` to ``dst`` holds the host until its copy
     has arrived (``CostModel.put_waits``): the put of an array still being computed (a
     jitted loop that takes about ``target_s`` on ``src``) either returns at once or only
@@ -188,9 +188,10 @@ def probe_put_wait(src, dst, *, target_s: float = 0.02, repeats: int = 3) -> dic
     JAX fetches the value to the host first, so the call waits.
 
     Returns ``{"call_s", "dispatch_s", "compute_s", "waits"}``: the put call's and the
-    loop's dispatch host time and the loop's blocking time (medians of ``repeats``), and
-    whether the call took over half the loop (None when the loop ran before its own call
-    returned: nothing was pending when the put was made, so this cannot tell)."""
+    loop's dispatch host time (the least of ``repeats``: a busy host only adds to them)
+    and the loop's blocking time, and whether the call took over half the loop (None
+    when the loop ran before its own call returned: nothing was pending when the put
+    was made, so this cannot tell)."""
     import time
 
     import jax
@@ -221,6 +222,6 @@ def probe_put_wait(src, dst, *, target_s: float = 0.02, repeats: int = 3) -> dic
         jax.block_until_ready(z)
         dispatches.append(t1 - t0)
         calls.append(t2 - t1)
-    call, dispatch = float(np.median(calls)), float(np.median(dispatches))
+    call, dispatch = float(min(calls)), float(min(dispatches))
     waits = None if dispatch > 0.5 * compute else bool(call > 0.5 * compute)
     return {"call_s": call, "dispatch_s": dispatch, "compute_s": compute, "waits": waits}
