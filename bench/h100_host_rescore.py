@@ -182,14 +182,15 @@ def main(argv=None) -> int:
                 f"{cm.latency_s[0, 1] * 1e6:.0f} us + {cm.bandwidth_bytes_per_s[0, 1] / 1e9:.2f}"
                 f" GB/s, gpu->cpu {cm.latency_s[1, 0] * 1e6:.0f} us + "
                 f"{cm.bandwidth_bytes_per_s[1, 0] / 1e9:.2f} GB/s")
+        inputs = {h: sim_inputs(g, cm) for h, g in by_hash.items()}
         for label, waits in (("cpu<->gpu puts hold the host (the simulators)", True),
                              ("every put asynchronous (before 2026-11-24)", False)):
             pred = []
             for r in recs:
-                g = by_hash[r["graph_hash"]]
-                inp = sim_inputs(g, cm)
+                inp = inputs[r["graph_hash"]]
                 inp = inp._replace(put_waits=inp.put_waits & waits)
-                pred.append(simulate(g, inp, np.asarray(r["assignment"])).step_time_s)
+                pred.append(simulate(by_hash[r["graph_hash"]], inp,
+                                     np.asarray(r["assignment"])).step_time_s)
             out.say(f"  {label}:")
             _table(out, np.array(pred), meas, model_of)
         fit, held = split_records(recs, 0.5, seed=0)

@@ -207,8 +207,7 @@ def report_result(result, cost_model, bound_s: float) -> str:
              f"call each); the host thread's last call returns at "
              f"{result.host_s * 1e3:.3f} ms"
              + (" (its calls, and its waits for copies between the CPU and a GPU)"
-                if getattr(cost_model, "put_waits", None) is not None
-                and cost_model.put_waits.any() else "")]
+                if cost_model.put_waits.any() else "")]
     rows = []
     for d, name in enumerate(cost_model.device_names):
         peak, cap = float(result.peak_memory_bytes[d]), float(cost_model.memory_bytes[d])

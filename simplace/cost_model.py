@@ -636,27 +636,30 @@ _TOP_REQUIRED = ("schema", "schema_version", "name", "provenance", "devices", "l
 _TOP_OPTIONAL = ("corrections",)
 
 
-def _default_put_waits(devices) -> np.ndarray:
-    """bool[D, D]: the links between devices of different kinds (two PjRt clients)."""
-    kinds = np.array([dev.kind for dev in devices])
-    return kinds[:, None] != kinds[None, :]
+def default_put_waits(kinds: Sequence[str]) -> np.ndarray:
+    """bool[D, D]: the links between devices of different kinds (two PjRt clients), the
+    default of ``CostModel.put_waits`` for devices of these ``kinds``."""
+    k = np.asarray(kinds)
+    return k[:, None] != k[None, :]
 
 
 def _put_waits(value, devices) -> np.ndarray:
     """``CostModel.put_waits`` checked (None: the default), read-only."""
     d = len(devices)
     if value is None:
-        out = _default_put_waits(devices)
+        out = default_put_waits([dev.kind for dev in devices])
     else:
-        out = np.array(value, dtype=object if not isinstance(value, np.ndarray) else None)
+        try:
+            out = np.array(value)
+        except ValueError:  # rows of different lengths
+            out = np.zeros(0)
         if out.shape != (d, d):
             raise CostModelError(f"links.put_waits must be a {d}x{d} matrix of true/false, "
                                  f"got shape {out.shape}.")
-        if not all(isinstance(x, (bool, np.bool_)) for x in out.reshape(-1).tolist()):
+        if out.dtype.kind != "b":
             raise CostModelError("links.put_waits must hold true or false (whether a "
                                  "device_put on the link holds the host until its copy "
                                  "arrives).")
-        out = out.astype(bool)
         if out.diagonal().any():
             i = int(np.flatnonzero(out.diagonal())[0])
             raise CostModelError(f"links.put_waits[{i}][{i}] must be false (no device_put to "
@@ -1044,7 +1047,8 @@ class CostModel:
                                           for row in self.bandwidth_bytes_per_s.tolist()],
                 "put_s": self.put_s.tolist(),
                 **({"put_waits": self.put_waits.tolist()}
-                   if not np.array_equal(self.put_waits, _default_put_waits(self.devices))
+                   if not np.array_equal(self.put_waits,
+                                         default_put_waits([d.kind for d in self.devices]))
                    else {}),
             },
             "corrections": self.corrections.to_dict(),

@@ -175,7 +175,7 @@ def chain_tables_by_loops(g, inp):
                     arrive = (max(end[u, du], call[u, du] + put[du, dv])
                               + inp.latency_s[du, dv]
                               + nbytes / inp.bandwidth_bytes_per_s[du, dv])
-                    if inp.put_waits is not None and inp.put_waits[du, dv]:
+                    if inp.put_waits[du, dv]:
                         after = max(after, arrive + dispatch[dv])  # the host waited
                     moved = min(moved, max(arrive, after) + enter)
                     after_min = min(after_min, after)

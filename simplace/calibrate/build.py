@@ -18,7 +18,7 @@ from simplace._primitive_costs import xla_flops
 from simplace.calibrate.exclusive import EXCLUSIVE_BELOW, exclusive_groups, overlap
 from simplace.calibrate.fit import fit_link, fit_segments, predict_segments, rel_errors
 from simplace.calibrate.harness import Timing
-from simplace.cost_model import CostModel, Provenance
+from simplace.cost_model import CostModel, Provenance, default_put_waits
 from simplace.errors import CalibrationError
 
 
@@ -507,8 +507,7 @@ def measured_put_waits(recs: Mapping[tuple, dict], names: Sequence[str],
     of different kinds). ``report["put_waits"]`` says what each probe found (when one
     ran)."""
     idx = {n: i for i, n in enumerate(names)}
-    kinds = np.array([i["kind"] for i in dev_info])
-    out = kinds[:, None] != kinds[None, :]
+    out = default_put_waits([i["kind"] for i in dev_info])
     found: dict[tuple[int, int], bool] = {}
     probes = {}
     for (a, b), r in sorted(recs.items()):

@@ -105,6 +105,7 @@ import numpy as np
 from simplace.errors import SimplaceError
 from simplace.graph import split_name_path
 from simplace.placers import PlacerContext, PlacerOutput, penalised, register
+from simplace.sim.inputs import put_waits_of
 from simplace.sim.reference import segments_of
 
 MEMORY_MODELS = ("auto", "conservative", "liveness")
@@ -359,8 +360,7 @@ class _Program:
         self.lat = inp.latency_s.tolist()
         self.bw = inp.bandwidth_bytes_per_s.tolist()
         self.put = inp.put_s.tolist()
-        self.waits = (np.zeros_like(inp.put_s, dtype=bool) if inp.put_waits is None
-                      else inp.put_waits).tolist()
+        self.waits = put_waits_of(inp).tolist()
         self.launch = inp.launch_s.tolist()
         self.disp = inp.dispatch_s.tolist()
         self.group = inp.exclusive_group.tolist()

@@ -40,6 +40,7 @@ import numpy as np
 from simplace import groups as G
 from simplace.errors import SimplaceError
 from simplace.placers import PlacerContext, PlacerOutput, penalised, register
+from simplace.sim.inputs import put_waits_of
 
 # Integer scales for the libraries' weights: totals stay far below 2**31 (METIS may be
 # built with 32-bit indices) while small weights keep a resolution of 1 part in 10**6.
@@ -86,9 +87,7 @@ def device_classes(ctx: PlacerContext) -> np.ndarray:
     columns = [inp.op_time_s, inp.op_pool_work, inp.op_unfused_s, inp.memory_bytes[None],
                inp.launch_s[None], inp.dispatch_s[None], inp.pool_min_work[None],
                inp.pool_launch_s[None]]
-    links = [inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s]
-    if inp.put_waits is not None:
-        links.append(inp.put_waits)
+    links = [inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s, put_waits_of(inp)]
     excl = inp.exclusive_group
 
     def swap_is_automorphism(i: int, j: int) -> bool:

@@ -108,7 +108,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from simplace.sim.inputs import SimInputs, check_placements, check_simulator_options, sim_inputs
+from simplace.sim.inputs import (
+    SimInputs,
+    check_placements,
+    check_simulator_options,
+    put_waits_of,
+    sim_inputs,
+)
 
 # Rows of the segment-end table a segment's last op fills (see the module docstring;
 # the doubling in _impl assumes 8).
@@ -962,8 +968,7 @@ def _precompute(graph, inp: SimInputs) -> tuple[dict, dict]:
     # class 0 stands for "no transfer". With more than _MAX_CLASSES, code is 1 for a
     # transfer and the constants come from per-device columns (TABLE).
     lat, bw, put = inp.latency_s, inp.bandwidth_bytes_per_s, inp.put_s
-    waits = (np.zeros((d, d)) if inp.put_waits is None
-             else np.asarray(inp.put_waits, np.float64))
+    waits = put_waits_of(inp).astype(np.float64)
     off = ~np.eye(d, dtype=bool)
     classmap = np.zeros((d, d), np.int64)
     uniq = np.zeros((0, 4))

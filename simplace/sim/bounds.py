@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simplace.sim.inputs import sim_inputs
+from simplace.sim.inputs import put_waits_of, sim_inputs
 
 
 def lower_bound(graph, cost_model) -> float:
@@ -238,7 +238,8 @@ def chain_tables(graph, cost_model) -> tuple[np.ndarray, np.ndarray]:
     # Another device only: the diagonal (the same device) is cases 1 and 2.
     other = np.where(np.eye(d, dtype=bool), np.inf, 0.0)
     put_then_call = put + dispatch[None, :]  # [d', d]
-    waits = (inp.put_waits if inp.put_waits is not None and inp.put_waits.any() else None)
+    waits = put_waits_of(inp)
+    waits = waits if waits.any() else None  # (most machines: no wait to add)
 
     end_s = dispatch[None, :] + enter + unfused  # the sources' values; others overwritten
     call_s = np.broadcast_to(dispatch, (m, d)).copy()

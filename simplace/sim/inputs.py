@@ -65,7 +65,7 @@ class SimInputs(NamedTuple):
     pool_min_work: np.ndarray
     pool_launch_s: np.ndarray
     op_unfused_s: np.ndarray
-    put_waits: np.ndarray | None = None  # make_sim_inputs sets it (all False by default)
+    put_waits: np.ndarray | None = None  # make_sim_inputs sets it; see put_waits_of
 
     @property
     def num_ops(self) -> int:
@@ -78,6 +78,14 @@ class SimInputs(NamedTuple):
     @property
     def num_groups(self) -> int:
         return int(self.exclusive_group.max()) + 1 if len(self.exclusive_group) else 0
+
+
+def put_waits_of(inp: SimInputs) -> np.ndarray:
+    """bool[D, D]: ``inp.put_waits``, all False for a ``SimInputs`` built without it
+    (``make_sim_inputs`` always sets it)."""
+    if inp.put_waits is None:
+        return np.zeros((inp.num_devices, inp.num_devices), bool)
+    return inp.put_waits
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:

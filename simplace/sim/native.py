@@ -55,7 +55,12 @@ import numba
 import numpy as np
 
 from simplace.sim.batched import BatchResult
-from simplace.sim.inputs import SimInputs, check_placements, check_simulator_options
+from simplace.sim.inputs import (
+    SimInputs,
+    check_placements,
+    check_simulator_options,
+    put_waits_of,
+)
 
 # Ops x placements per kernel call, at most: a larger batch runs in chunks of a power of
 # two of placements (at least 64). The kernel's memory does not grow with the batch
@@ -574,10 +579,8 @@ class NativeSimulator:
         self._m_int = (np.int64(inputs.num_groups),)
         # Per link (from, to): put, latency, bandwidth, and 1 where the host waits for the
         # copy (put_waits), side by side.
-        waits = (np.zeros_like(inputs.put_s) if inputs.put_waits is None
-                 else inputs.put_waits.astype(f64))
         link = np.stack([inputs.put_s, inputs.latency_s, inputs.bandwidth_bytes_per_s,
-                         waits], axis=2)
+                         put_waits_of(inputs).astype(f64)], axis=2)
         # Per device: launch, pool min work, pool launch, side by side.
         launch = np.stack([inputs.launch_s, inputs.pool_min_work, inputs.pool_launch_s],
                           axis=1)

@@ -46,7 +46,7 @@ import dataclasses
 
 import numpy as np
 
-from simplace.sim.inputs import SimInputs, check_placement, sim_inputs
+from simplace.sim.inputs import SimInputs, check_placement, put_waits_of, sim_inputs
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -163,8 +163,7 @@ def _simulate(graph, inp: SimInputs, placement: np.ndarray, *, schedule: bool) -
     lat, bw = inp.latency_s.tolist(), inp.bandwidth_bytes_per_s.tolist()
     launch, dispatch = inp.launch_s.tolist(), inp.dispatch_s.tolist()
     put = inp.put_s.tolist()
-    waits = (np.zeros((d_count, d_count), bool) if inp.put_waits is None
-             else inp.put_waits).tolist()
+    waits = put_waits_of(inp).tolist()
     group = inp.exclusive_group.tolist()
     src, dst = graph.src.tolist(), graph.dst.tolist()
     edge_bytes, edge_output = graph.edge_bytes.tolist(), graph.edge_output.tolist()
