@@ -4,6 +4,7 @@ many-start search finds, row by row, against the methods of a ``placers.py`` run
     python bench/headroom.py [--models rnnlm,...] [--machines haswell_k40x4,...]
         [--evaluations 200000] [--seeds 2] [--episodes 20000]
         [--against bench/results/placers_A.json ...] [--out headroom.txt]
+    python bench/headroom.py --known bench/results/headroom_B.txt --against ...
 
 Issue 15 asks the best RL policy to be at least 5% faster than the best other method on
 half the rows. That is only possible where a placement 5% faster than the others' best
@@ -17,6 +18,10 @@ each row also shows, from that run, the best non-RL method's step time and the b
 method's, and ``other / best known``: the most any method could gain on the run's best
 non-RL method if it found the best known placement (1.05 and above: the target is
 reachable on that row as far as this search can tell).
+
+``--known`` searches nothing: it reads each row's best known step time (and bound
+ratio) from the table of an earlier run's transcript, to set another ``placers.py`` run
+against it.
 
 This is a search, not a bound: a longer one may find more. ``lower_bound`` gives the
 other side.
@@ -54,6 +59,25 @@ def run_rows(paths) -> dict:
             if other:
                 best = min(other, key=lambda r: r["step_time_s"])
                 rows[key] = (best["step_time_s"], best["method"], min(rl) if rl else None)
+    return rows
+
+
+def known_rows(path) -> dict:
+    """{(model, machine): (best known step s, lower bound s)} from the table of a saved
+    transcript of this script."""
+    rows, in_table = {}, False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("row "):
+                in_table = True
+                continue
+            parts = line.split()
+            if not in_table or len(parts) < 4 or line.startswith(("rows ", "command")):
+                continue
+            best_s = float(parts[2]) / 1e3
+            rows[(parts[0], parts[1])] = (best_s, best_s / float(parts[3]))
+    if not rows:
+        raise SystemExit(f"{path}: no table of best known placements in it")
     return rows
 
 
@@ -95,6 +119,8 @@ def main():
                     help="rl-gnn's sampled placements (0: no RL run)")
     ap.add_argument("--against", nargs="*", default=[],
                     help="placers.py --out files to compare with")
+    ap.add_argument("--known", help="a transcript of an earlier run: its best known "
+                    "placements, instead of searching")
     ap.add_argument("--out", help="also write the transcript to this file")
     args = ap.parse_args()
     out = Transcript()
@@ -102,7 +128,12 @@ def main():
     say(machine_line())
     run = run_rows(args.against)
     table = []
-    for model in args.models.split(","):
+    if args.known:
+        known = known_rows(args.known)
+        keys = [k for k in run if k in known] if run else list(known)
+        table = [(*k, *known[k], run.get(k)) for k in keys]
+        say(f"best known placements from {args.known}")
+    for model in [] if args.known else args.models.split(","):
         graph = load_graph(model)
         for machine in args.machines.split(","):
             cm = simplace.CostModel.load(machine)
