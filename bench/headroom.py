@@ -17,7 +17,8 @@ them is the row's *best known*. With ``--against`` (rows saved by ``placers.py -
 each row also shows, from that run, the best non-RL method's step time and the best RL
 method's, and ``other / best known``: the most any method could gain on the run's best
 non-RL method if it found the best known placement (1.05 and above: the target is
-reachable on that row as far as this search can tell).
+reachable on that row as far as this search can tell). The best known is the best of
+this search and of the run's own methods (a run's RL can beat the search).
 
 ``--known`` searches nothing: it reads each row's best known step time (and bound
 ratio) from the table of an earlier run's transcript, to set another ``placers.py`` run
@@ -82,7 +83,8 @@ def known_rows(path) -> dict:
 
 
 def best_known(graph, cm, *, evaluations: int, seeds: int, episodes: int, say):
-    """(best step time, method that found it, list of (label, step)) for one row."""
+    """(the best result that fits or None, the label of the run that found it) for one
+    row, saying each run's result as it comes."""
     found = {m: optimize(graph, cm, m) for m in STARTS}
     say("  starts: " + ", ".join(f"{m} {r.step_time_s * 1e3:.3f}{'!' if r.oom else ''}"
                                  for m, r in found.items()))
@@ -152,6 +154,8 @@ def main():
     reachable = 0
     compared = 0
     for model, machine, best, bound, r in table:
+        if r is not None:
+            best = min([best, r[0]] + ([r[2]] if r[2] is not None else []))
         line = f"{model:<13} {machine:<18} {best * 1e3:12.3f} {best / bound:8.2f}"
         if r is not None:
             other, method, rl = r
