@@ -33,20 +33,19 @@ import json
 import time
 
 import numpy as np
-from report import Transcript, load_average, machine_line
+from report import FAST_HEURISTICS, Transcript, load_average, machine_line
 
 import simplace
 from simplace.models import load_graph
 from simplace.placers import optimize
 
-STARTS = ("single", "expert", "heft", "m_etf", "m_sct", "m_topo")
 MODELS = "rnnlm,nmt_2layer,bert_base,transformer,nmt_4layer,inception_v3,resnet50"
 MACHINES = "haswell_k40x4,cpu_h100x4_nvlink,hsdag_cpu_gpu"
 
 
 def run_rows(paths) -> dict:
-    """{(model, machine): (best non-RL step, its method, best RL step)} from
-    ``placers.py --out`` files (a later file's row replaces an earlier one's)."""
+    """{(model, machine): (best non-RL step, its method, best RL step, lower bound)}
+    from ``placers.py --out`` files (a later file's row replaces an earlier one's)."""
     rows = {}
     for path in paths:
         by_row = {}
@@ -59,13 +58,15 @@ def run_rows(paths) -> dict:
             rl = [r["step_time_s"] for r in rs if r["method"].startswith("rl-")]
             if other:
                 best = min(other, key=lambda r: r["step_time_s"])
-                rows[key] = (best["step_time_s"], best["method"], min(rl) if rl else None)
+                rows[key] = (best["step_time_s"], best["method"], min(rl) if rl else None,
+                             best["lower_bound_s"])
     return rows
 
 
 def known_rows(path) -> dict:
     """{(model, machine): (best known step s, lower bound s)} from the table of a saved
-    transcript of this script."""
+    transcript of this script (the bound from its rounded ratio: ``main`` takes the
+    compared run's exact one where it has it)."""
     rows, in_table = {}, False
     with open(path) as f:
         for line in f:
@@ -85,11 +86,11 @@ def known_rows(path) -> dict:
 def best_known(graph, cm, *, evaluations: int, seeds: int, episodes: int, say):
     """(the best result that fits or None, the label of the run that found it) for one
     row, saying each run's result as it comes."""
-    found = {m: optimize(graph, cm, m) for m in STARTS}
+    found = {m: optimize(graph, cm, m) for m in FAST_HEURISTICS}
     say("  starts: " + ", ".join(f"{m} {r.step_time_s * 1e3:.3f}{'!' if r.oom else ''}"
                                  for m, r in found.items()))
     results = [(f"{m} (heuristic)", r) for m, r in found.items()]
-    for m in STARTS:
+    for m in FAST_HEURISTICS:
         for seed in range(seeds):
             t0 = time.perf_counter()
             r = optimize(graph, cm, "local", seed=seed, max_evaluations=evaluations,
@@ -133,7 +134,8 @@ def main():
     if args.known:
         known = known_rows(args.known)
         keys = [k for k in run if k in known] if run else list(known)
-        table = [(*k, *known[k], run.get(k)) for k in keys]
+        table = [(*k, known[k][0], run[k][3] if k in run else known[k][1], run.get(k))
+                 for k in keys]
         say(f"best known placements from {args.known}")
     for model in [] if args.known else args.models.split(","):
         graph = load_graph(model)
@@ -158,7 +160,7 @@ def main():
             best = min([best, r[0]] + ([r[2]] if r[2] is not None else []))
         line = f"{model:<13} {machine:<18} {best * 1e3:12.3f} {best / bound:8.2f}"
         if r is not None:
-            other, method, rl = r
+            other, method, rl, _ = r
             compared += 1
             reachable += other / best >= 1.05
             rl_s = f"{rl * 1e3:13.3f}" if rl is not None else f"{'-':>13}"

@@ -17,12 +17,11 @@ import platform
 import time
 
 import numpy as np
+from report import FAST_HEURISTICS
 
 import simplace
 from simplace.models import load_graph
 from simplace.placers import optimize
-
-STARTS = ("single", "expert", "heft", "m_etf", "m_sct", "m_topo")
 
 
 def main():
@@ -36,15 +35,15 @@ def main():
 
     graph = load_graph(args.model)
     cm = simplace.CostModel.load(args.machine)
-    found = {m: optimize(graph, cm, m) for m in STARTS}
+    found = {m: optimize(graph, cm, m) for m in FAST_HEURISTICS}
     lines = [f"machine: {platform.node()}, {os.cpu_count()} cores, "
              f"{time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.2f}",
              f"{args.model} x {args.machine}: local with {args.evaluations:,} evaluations, "
              f"seeds 0-{args.seeds - 1}",
              "starts: " + ", ".join(f"{m} {found[m].step_time_s * 1e3:.2f} ms"
-                                   for m in STARTS)]
-    sets = [("single+expert", ("single", "expert")), ("all fast heuristics", STARTS)]
-    sets += [(f"{m} (+single)", (m,)) for m in STARTS if m != "single"]
+                                   for m in FAST_HEURISTICS)]
+    sets = [("single+expert", ("single", "expert")), ("all fast heuristics", FAST_HEURISTICS)]
+    sets += [(f"{m} (+single)", (m,)) for m in FAST_HEURISTICS if m != "single"]
     for name, starts in sets:
         times = [optimize(graph, cm, "local", seed=seed, max_evaluations=args.evaluations,
                           starts=[found[m].placement for m in starts]).step_time_s * 1e3

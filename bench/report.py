@@ -48,6 +48,10 @@ class Transcript:
         self.save(path)
 
 
+# The fast heuristics ``local`` takes as starts by default (and ``single``).
+FAST_HEURISTICS = ("single", "expert", "heft", "m_etf", "m_sct", "m_topo")
+
+
 def starts_then_local(graph, cost_model, starts, *, seed: int, budget_s: float):
     """``(found, local)``: each method of ``starts`` run on the graph and machine, then
     ``local`` for ``budget_s`` from all of them."""

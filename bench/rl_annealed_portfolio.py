@@ -18,24 +18,16 @@ import sys
 import time
 
 import numpy as np
+from report import FAST_HEURISTICS, problems, starts_then_local
 
-import simplace
-from simplace.models import load_graph
 from simplace.placers import optimize
-
-STARTS = ("single", "expert", "heft", "m_etf", "m_sct", "m_topo")
 
 
 def main():
-    rows = sys.argv[1].split(",")
+    rows = sys.argv[1]
     budget = float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
-    for row in rows:
-        model, machine = row.split(":")
-        g = load_graph(model)
-        cm = simplace.CostModel.load(machine)
-        found = [optimize(g, cm, m) for m in STARTS]
-        loc = optimize(g, cm, "local", seed=0, budget_s=budget,
-                       starts=[r.placement for r in found])
+    for model, machine, g, cm in problems(rows):
+        found, loc = starts_then_local(g, cm, FAST_HEURISTICS, seed=0, budget_s=budget)
         ranked = sorted([r for r in found + [loc] if not r.oom], key=lambda r: r.step_time_s)
         t = time.perf_counter()
         a = optimize(g, cm, "rl-gnn", seed=0, budget_s=budget,
