@@ -235,3 +235,37 @@ def test_local_time_budget_and_trivial_cases():
     assert res.info["restarts"] == 0 and res.info["stop"] == "patience"
     g1, cm1 = tiny_case(2, m=3, d=1)
     assert optimize(g1, cm1, method="local", max_evaluations=64).placement.tolist() == [0] * 3
+
+
+def test_local_races_distinct_starts_and_halves_them():
+    rng = np.random.default_rng(3)
+    g = sim_cases.random_graph(rng, "layered", 30)
+    cm = machine(with_segment_costs(sim_cases.random_inputs(rng, 30, 3), rng, False))
+    starts = [rng.integers(0, 3, 30) for _ in range(5)]
+    starts.append(starts[0].copy())  # a duplicate is raced once
+    kw = dict(method="local", starts=starts, max_evaluations=6000, batch=32,
+              patience=10_000, race=4)
+    res = optimize(g, cm, seed=2, **kw)
+    lanes = res.info["lanes"]
+    assert len(lanes) == 4
+    scores = {r["start"]: r["score"] for r in res.info["starts"]}
+    assert [r["start_score"] for r in lanes] == sorted(r["start_score"] for r in lanes)
+    assert lanes[0]["start_score"] == min(scores.values())
+    assert len({r["start"] for r in lanes} & {"placement[0]", "placement[5]"}) <= 1
+    # Three rungs: two lanes stop after the first, one after the second.
+    ends = sorted(r["end"] for r in lanes)
+    assert ends == ["ran to the end", "rung 1", "rung 1", "rung 2"]
+    won = next(r for r in lanes if r["end"] == "ran to the end")
+    assert won["score"] == pytest.approx(res.info["score"], rel=1e-12)
+    assert won["rounds"] > max(r["rounds"] for r in lanes if r["end"] == "rung 1")
+    assert all(r["score"] <= r["start_score"] for r in lanes)
+    assert res.step_time_s == pytest.approx(res.info["score"], rel=1e-9)
+    # Deterministic for a seed; race=1 anneals from the best start alone.
+    again = optimize(g, cm, seed=2, **kw)
+    assert np.array_equal(again.placement, res.placement)
+    assert again.info["lanes"] == lanes
+    one = optimize(g, cm, seed=2, **{**kw, "race": 1})
+    assert [r["start"] for r in one.info["lanes"]] == [lanes[0]["start"]]
+    assert one.info["lanes"][0]["end"] == "ran to the end"
+    with pytest.raises(SimplaceError, match="race must be >= 1"):
+        optimize(g, cm, seed=2, **{**kw, "race": 0})

@@ -1,9 +1,19 @@
-"""``local``: simulated annealing over the batched simulator, from the best heuristic.
+"""``local``: simulated annealing over the batched simulator, racing the best heuristics.
 
-Start: the best (lowest score, see below) of the placements given by the methods named in
-option ``starts`` (default: every registered method but ``local``, ``exact`` and
-``all``; methods that fail are skipped and reported in ``info["starts"]``) and of
-``single``. ``starts`` may also hold placements (int[M] arrays) to start from.
+Starts: the placements given by the methods named in option ``starts`` (default: every
+registered method but ``local``, ``exact`` and ``all``; methods that fail are skipped and
+reported in ``info["starts"]``) and by ``single``. ``starts`` may also hold placements
+(int[M] arrays) to start from.
+
+The race (option ``race``, default 3): the search anneals from the ``race`` best
+(lowest score, see below) distinct starts at once, one lane each, taking rounds in turn.
+It runs in rungs of equal progress (1 + ceil(log2 lanes) of them); at the end of each, the
+lanes whose best placement is in the slower half stop, so the last rung is one lane's
+alone. The best-scoring start is not where annealing ends best on rugged problems (on
+nmt_4layer x haswell_k40x4, from m_etf's 452 ms start two runs ended at 394 and 407 ms,
+from ``single``'s 5,168 ms at 346 and 382 ms: ``bench/results/headroom_2026-11-24_vm.txt``).
+``info["lanes"]``: each lane's start, best score, rounds and where it ended.
+``race=1`` anneals from the best start alone.
 
 Each round proposes a batch of ``batch`` neighbours of the current placement and scores
 them in one call of the batched simulator (``ctx.batched``, the call behind
@@ -35,8 +45,9 @@ placement if it is no worse, else with probability ``exp(-delta / T)``. The temp
 falls geometrically from ``t0`` to ``t1`` (fractions of the step time of the start, or
 of the first placement found that fits; while none fits the search is greedy) over the
 budget (the fraction of ``max_evaluations`` used, or of the time budget, whichever is
-further along). After ``patience // 4`` rounds without a new best the search returns to
-the best placement; after ``patience`` rounds it stops, unless a time budget has at least
+further along); every lane follows the same schedule. After ``patience // 4`` of its
+rounds without a new best a lane returns to its best placement; after ``patience`` it
+stops if other lanes run. The last lane stops then too, unless a time budget has at least
 a tenth of the search's time left: then it restarts (iterated local search) from the
 best placement a few random moves away, the temperature falling again from ``t0`` over
 the time left (``info["restarts"]``). The best placement ever scored
@@ -86,6 +97,7 @@ RESTART_KICKS = 3
 RESTART_SHARE = 0.1
 # Start heuristics are run until this share of the budget is spent (``single`` always).
 STARTS_SHARE = 0.5
+DEFAULT_RACE = 3
 OPTIONS = {
     "starts": "method names and/or int[M] placements to start from (default: every fast "
               "heuristic, and single)",
@@ -99,6 +111,8 @@ OPTIONS = {
     "t0": "start temperature, a fraction of the start's step time (default 0.01)",
     "t1": "final temperature, a fraction of it (default 1e-4)",
     "module_depths": "module-path depths whose groups are moved (default (1, 2, 3, 4))",
+    "race": f"anneal from this many of the best distinct starts at once, halving them "
+            f"as the search goes (default {DEFAULT_RACE}; 1: the best start only)",
     **SESSION_OPTIONS,
 }
 
@@ -231,6 +245,33 @@ def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | Non
             found.append((f"placement[{i}]", p))
             report.append({"start": f"placement[{i}]"})
     return found, report
+
+
+def _race_starts(placements: np.ndarray, scores: np.ndarray, race: int) -> list[int]:
+    """Indices of the ``race`` best distinct placements, best first."""
+    picked: list[int] = []
+    for k in np.argsort(scores, kind="stable"):
+        if len(picked) == race:
+            break
+        if not any(np.array_equal(placements[k], placements[i]) for i in picked):
+            picked.append(int(k))
+    return picked
+
+
+class _Lane:
+    """One annealing run of the race: its current placement and its best."""
+
+    def __init__(self, label: str, p: np.ndarray, score: float):
+        self.label = label
+        self.cur, self.cur_s = p.copy(), score
+        self.best, self.best_s = p.copy(), score
+        self.start_s = score
+        self.stale = self.rounds = 0
+        self.end: str | None = None
+
+    def row(self) -> dict:
+        return {"start": self.label, "start_score": self.start_s, "score": self.best_s,
+                "rounds": self.rounds, "end": self.end}
 
 
 # ---------------------------------------------------------------- move structures
@@ -400,6 +441,10 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     checks = int(opts.get("screen_checks", 2))
     t0_rel, t1_rel = float(opts.get("t0", 0.01)), float(opts.get("t1", 1e-4))
     screen = opts.get("screen", "auto")
+    race = int(opts.get("race", DEFAULT_RACE))
+    if race < 1:
+        raise SimplaceError(f"local: race must be >= 1 (1: anneal from the best start "
+                            f"only), got {race}.")
     if screen not in ("auto", True, False):
         raise SimplaceError(f"local: screen must be 'auto', True or False, got {screen!r}.")
     if patience < 1 or checks < 1 or not (t0_rel > 0 and t1_rel > 0):
@@ -434,7 +479,14 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     j = int(np.argmin(start_s))
     for k in np.argsort(start_s, kind="stable"):
         session.offer(start_p[k], float(start_s[k]))
-    cur, cur_s = start_p[j].copy(), float(start_s[j])
+    lanes = [_Lane(found[k][0], start_p[k], float(start_s[k]))
+             for k in _race_starts(start_p, start_s, race)]
+    alive = list(lanes)
+    # Successive halving: the race runs in rungs of equal progress; at the end of each,
+    # the lanes whose best is in the slower half stop (the search's progress, as for the
+    # temperature, is the share of evaluations or of time used).
+    rungs = max(1, math.ceil(math.log2(len(lanes))) + 1)
+    next_cut = 1.0 / rungs
     evals, memory_checks = len(start_p), len(start_p)
     # Temperatures are fractions of the first fitting best's step time; while nothing
     # fits the search is greedy (uphill steps would only add memory excess).
@@ -453,13 +505,13 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     fast = fast_simulator(ctx)
     t_search = time.perf_counter()
     session.record({"evaluations": evals, "best_step_time_s": session.best_score,
-                    "current_step_time_s": cur_s})
-    rounds = stale = accepted = 0
+                    "current_step_time_s": alive[0].cur_s})
+    rounds = accepted = 0
     deadline = session.deadline
 
     def validate(round_index: int):
-        """Call the hook; on a new model: a new context, the current placement re-scored."""
-        nonlocal ctx, fast, cur_s, ref
+        """Call the hook; on a new model: a new context, the lanes re-scored."""
+        nonlocal ctx, fast, ref
         made = {}
 
         def rescore(model, placements):
@@ -471,8 +523,18 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             return
         ctx = made["ctx"]
         fast = fast_simulator(ctx)
-        cur_s = float(_score_fixed(ctx, cur[None], checks)[0][0])
+        scores = _score_fixed(ctx, np.stack([p for lane in alive
+                                             for p in (lane.cur, lane.best)]), checks)[0]
+        for i, lane in enumerate(alive):
+            lane.cur_s, lane.best_s = float(scores[2 * i]), float(scores[2 * i + 1])
         ref = session.best_score if session.best_score < OOM_PENALTY else None
+
+    def progress(since: float) -> float:
+        """Share of the search used: of evaluations, or of the time from ``since``."""
+        frac = 0.0 if max_evals is None else evals / max_evals
+        if budget is not None and deadline > since:
+            frac = max(frac, (time.perf_counter() - since) / (deadline - since))
+        return frac
 
     stop = "budget"
     restarts = 0
@@ -481,7 +543,20 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         if max_evals is not None and evals >= max_evals:
             stop = "max_evaluations"
             break
-        if stale >= patience:
+        while len(alive) > 1 and progress(t_search) >= next_cut:
+            next_cut += 1.0 / rungs
+            keep = sorted(alive, key=lambda lane: lane.best_s)[:(len(alive) + 1) // 2]
+            for lane in alive:
+                if lane not in keep:
+                    lane.end = f"rung {round(next_cut * rungs) - 1}"
+            alive = [lane for lane in alive if lane in keep]
+        # Round robin: the lane that has run the fewest rounds goes next.
+        lane = min(alive, key=lambda x: x.rounds)
+        if lane.stale >= patience and len(alive) > 1:
+            lane.end = "stalled"  # its time goes to the others
+            alive.remove(lane)
+            continue
+        if lane.stale >= patience:
             if budget is None or not _restart_worth_it(t_search, deadline):
                 stop = "patience"
                 break
@@ -489,35 +564,30 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             # search that stops early leaves it unused. Kick the best placement a few
             # random moves away and anneal again over the time left.
             restarts += 1
-            stale = 0
+            lane.stale = 0
             cur = session.best.copy()
             for _ in range(RESTART_KICKS):
                 cur = mover.propose(rng, cur, 1)[0]
-            cur_s = float(_score_fixed(ctx, cur[None], checks)[0][0])
+            lane.cur, lane.cur_s = cur, float(_score_fixed(ctx, cur[None], checks)[0][0])
             evals += 1
             t_phase = time.perf_counter()
         if session.should_stop():
             stop = session.stop
             break
-        now = time.perf_counter()
         session.step_started()
-        best_s = session.best_score
-        frac = 0.0
-        if max_evals is not None:
-            frac = evals / max_evals
-        if budget is not None and deadline > t_phase:
-            frac = max(frac, (now - t_phase) / (deadline - t_phase))
-        if ref is None and best_s < OOM_PENALTY:
-            ref = best_s
+        if ref is None and session.best_score < OOM_PENALTY:
+            ref = session.best_score
         temp = 1e-300 if ref is None else max(
-            t0_rel * ref * (t1_rel / t0_rel) ** min(1.0, frac), 1e-300)
+            t0_rel * ref * (t1_rel / t0_rel) ** min(1.0, progress(t_phase)), 1e-300)
 
+        cur, cur_s = lane.cur, lane.cur_s
         cand = mover.propose(rng, cur, batch)
         # A neighbour whose moves cancelled out is the current placement: never pick it,
         # or the search could not take an uphill step.
         same = np.all(cand == cur[None], axis=1)
         evals += batch
         rounds += 1
+        lane.rounds += 1
         pick = None
         if screen and cur_s >= OOM_PENALTY:
             # Repair: the current placement is OOM, and the fastest neighbours tend to be
@@ -558,40 +628,47 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             u = rng.random()
             k = int(np.argmin(obj))
             pick = k, float(obj[k])
-        improved = False
         if pick is not None and _accepts(pick[1] - cur_s, u, temp):
-            cur, cur_s = cand[pick[0]].copy(), pick[1]
+            lane.cur, lane.cur_s = cand[pick[0]].copy(), pick[1]
             accepted += 1
+        improved = False
         if pick is not None and math.isfinite(pick[1]):
-            # A pick better than the best is always accepted (the current placement is
-            # never better than the best), so the best is the best accepted placement.
-            improved = session.offer(cand[pick[0]], pick[1])
+            # A pick better than the lane's best is always accepted (its current
+            # placement is never better than its best).
+            session.offer(cand[pick[0]], pick[1])
+            if pick[1] < lane.best_s:
+                lane.best, lane.best_s = cand[pick[0]].copy(), pick[1]
+                improved = True
         if improved:
-            stale = 0
+            lane.stale = 0
         else:
-            stale += 1
-            if stale % max(1, patience // 4) == 0:
-                # back to the best, from a new angle
-                cur, cur_s = session.best.copy(), session.best_score
+            lane.stale += 1
+            if lane.stale % max(1, patience // 4) == 0:
+                # back to the lane's best, from a new angle
+                lane.cur, lane.cur_s = lane.best.copy(), lane.best_s
         session.step_done()
         if session.validation_due(rounds):
             validate(rounds)  # after the step: a new model's compilation is expected next
         if improved or rounds % 10 == 0:  # rows by round count: deterministic
             session.record({"evaluations": evals, "best_step_time_s": session.best_score,
-                            "current_step_time_s": cur_s})
+                            "current_step_time_s": lane.cur_s})
         elapsed = time.perf_counter() - t_search
-        session.show(evals, (evals - len(start_p)) / elapsed if elapsed > 0 else 0.0, cur_s)
+        session.show(evals, (evals - len(start_p)) / elapsed if elapsed > 0 else 0.0,
+                     lane.cur_s)
     if session.hook is not None and stop != "interrupted":
         validate(-1)
     session.record({"evaluations": evals, "best_step_time_s": session.best_score,
-                    "current_step_time_s": cur_s})
+                    "current_step_time_s": lane.cur_s})
     search_s = time.perf_counter() - t_search
     best, best_s = session.best, session.best_score
+    for lane in alive:
+        lane.end = "ran to the end"
     info = {
         "starts": start_report, "start": found[j][0], "start_score": float(start_s[j]),
         "score": best_s, "fits": bool(best_s < OOM_PENALTY), "evaluations": evals,
         "memory_checks": memory_checks if screen else evals, "screen": screen,
         "rounds": rounds, "accepted": accepted, "restarts": restarts, "batch": batch,
+        "lanes": [x.row() for x in lanes],
         "search_s": search_s,
         "evaluations_per_s": (evals - len(start_p)) / search_s if search_s > 0 else None,
         "groupings": {name: len(ptr) - 1 for name, _, ptr in mover.groupings},
