@@ -1,13 +1,10 @@
 """What REINFORCE adds after ``local`` search, as ``compare`` runs them: the policy is
 warm-started from every placement found so far (local's best first) and searches for
-the same time again. One row per (model, machine), setting of the gnn policy's
-``explore`` (fresh deviations per sample around a warm start) and set of warm starts
-(``--warm``: ``found``, every placement found; ``lanes``, those and local's other lanes'
-bests, its ``alternatives``, right after its best, as ``compare`` passes them now).
+the same time again. One row per (model, machine) and setting of the gnn policy's
+``explore`` (fresh deviations per sample around a warm start).
 
     python bench/rl_from_local.py [--rows rnnlm:cpu_h100x4_nvlink,...] [--budget-s 30]
-                                  [--explore 2,6,16] [--warm found,lanes] [--seed 0]
-                                  [--out rl_from_local.txt]
+                                  [--explore 2,6,16] [--seed 0] [--out rl_from_local.txt]
 
 ``local/RL`` above 1 is the policy's gain over local's result (it is never below 1: the
 policy keeps its warm start). The issue asks for 1.05 on half the rows. Wall times are
@@ -15,7 +12,6 @@ this machine's: quote its load (printed per row) with the figures.
 """
 
 import argparse
-import itertools
 
 import numpy as np
 from report import Transcript, load_average, machine_line, problems, starts_then_local
@@ -32,7 +28,6 @@ def main():
     ap.add_argument("--budget-s", type=float, default=30.0,
                     help="local's budget, and again each policy run's")
     ap.add_argument("--explore", default="2,6,16", help="gnn explore settings to run")
-    ap.add_argument("--warm", default="found", help="warm-start sets to run: found, lanes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
@@ -43,19 +38,17 @@ def main():
         found, loc = starts_then_local(g, cm, STARTS, seed=args.seed, budget_s=args.budget_s)
         found = sorted((r for r in found + [loc] if not r.oom), key=lambda r: r.step_time_s)
         say(f"\n{model} x {machine}: local {loc.step_time_s * 1e3:.3f} ms in "
-            f"{loc.wall_s:.1f} s, {len(loc.alternatives)} alternatives (load {load_average()})")
-        warm_sets = {"found": [x.placement for x in found],
-                     "lanes": [p for x in found for p in (x.placement, *x.alternatives)]}
-        for ex, warm in itertools.product(args.explore.split(","), args.warm.split(",")):
+            f"{loc.wall_s:.1f} s (load {load_average()})")
+        for ex in args.explore.split(","):
             r = optimize(g, cm, "rl-gnn", seed=args.seed, budget_s=args.budget_s,
-                         warm_start=np.stack(warm_sets[warm]), explore=float(ex))
-            say(f"  explore {float(ex):>4g}, warm {warm:>5}: {r.step_time_s * 1e3:.3f} ms, "
-                f"local/RL "
+                         warm_start=np.stack([x.placement for x in found]),
+                         explore=float(ex))
+            say(f"  explore {float(ex):>4g}: {r.step_time_s * 1e3:.3f} ms, local/RL "
                 f"{loc.step_time_s / r.step_time_s:.3f}, {r.info.get('updates')} updates, "
                 f"{r.info.get('restarts')} restarts, first batch "
                 f"{r.info.get('first_batch_s', 0):.1f} s, wall {r.wall_s:.1f} s "
                 f"(load {load_average()})")
-    out.finish(__file__, None, args.out)
+    out.save(args.out)
 
 
 if __name__ == "__main__":

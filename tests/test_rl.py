@@ -422,7 +422,7 @@ def test_compare_skips_a_search_whose_part_is_shorter_than_a_first_batch(monkeyp
         first = {"local": 0.2, "rl-gnn": 5.0}.get(method, 9.0)
         clock[0] += first + budget_s  # compiles, then uses its whole part
         return types.SimpleNamespace(method=method, oom=False, step_time_s=1.0,
-                                     placement=np.zeros(3, np.int32), alternatives=[],
+                                     placement=np.zeros(3, np.int32),
                                      info={"first_batch_s": first})
 
     monkeypatch.setattr(placers, "optimize", fake_optimize)
@@ -439,32 +439,3 @@ def test_compare_skips_a_search_whose_part_is_shorter_than_a_first_batch(monkeyp
     skipped = [m for m in said if "skipped" in m]
     assert len(skipped) == 1 and skipped[0].startswith("rl-seq2seq skipped")
     assert "first batch took 9.0 s" in skipped[0] and "--budget-s" in skipped[0]
-
-
-def test_compare_warm_starts_policies_from_local_alternatives_after_its_best(monkeypatch):
-    """The policy's warm starts: every placement found, best first, each followed by
-    its method's alternatives (local's other lanes), so that its portfolio restarts
-    go to those annealed basins before the heuristics."""
-    import simplace.placers as placers
-
-    got = {}
-
-    def result(method, t, p, alternatives=()):
-        return types.SimpleNamespace(method=method, oom=False, step_time_s=t,
-                                     placement=np.full(3, p, np.int32),
-                                     alternatives=[np.full(3, a, np.int32)
-                                                   for a in alternatives],
-                                     info={"first_batch_s": 0.0})
-
-    def fake_optimize(graph, cost_model, method, **kw):
-        if method == "single":
-            return result(method, 5.0, 0)
-        if method == "local":
-            assert [int(p[0]) for p in kw["starts"]] == [0]
-            return result(method, 1.0, 1, alternatives=(2, 3))
-        got["warm"] = kw["warm_start"]
-        return result(method, 1.0, 1)
-
-    monkeypatch.setattr(placers, "optimize", fake_optimize)
-    compare(None, None, ["single", "local", "rl-gnn"], budget_s=60.0)
-    assert got["warm"][:, 0].tolist() == [1, 2, 3, 0]

@@ -32,16 +32,12 @@ class PlacerOutput:
     """What a method returns: ``placement`` int32[M], and optionally a ``history`` of
     ``{"wall_s", "step_time_s", ...}`` rows (for search curves), ``info`` (free form) and
     ``cost_model``: the model the placement was judged under when it is not the one
-    ``optimize`` was given (a search that switched to a drift-corrected model);
-    ``alternatives``: other good placements it found, distinct from ``placement`` and
-    from each other, best first (``local``: its race's other lanes' bests), which a
-    search run after it starts from too (``compare``)."""
+    ``optimize`` was given (a search that switched to a drift-corrected model)."""
 
     placement: np.ndarray
     history: list[dict] = dataclasses.field(default_factory=list)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
     cost_model: Any = None
-    alternatives: list[np.ndarray] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -60,7 +56,6 @@ class OptimizeResult:
     cost_model: the cost model the figures above were simulated under: the one given to
       ``optimize``, or the drift-corrected one a validating search switched to. Compare
       results (and lower bounds) under the same model.
-    alternatives: ``PlacerOutput.alternatives`` (int32[M] each), best first.
     """
 
     placement: np.ndarray
@@ -78,7 +73,6 @@ class OptimizeResult:
     num_transfers: int = 0
     host_s: float = 0.0
     cost_model: Any = None
-    alternatives: list[np.ndarray] = dataclasses.field(default_factory=list)
 
 
 class PlacerContext:
@@ -288,9 +282,7 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
         peak_memory_bytes=res.peak_memory_bytes, busy_s=res.busy_s,
         bytes_moved=float(res.bytes_moved), wall_s=wall_s, method=method, seed=int(seed),
         history=list(out.history), info=dict(out.info), num_segments=int(res.num_segments),
-        num_transfers=int(res.num_transfers), host_s=float(res.host_s), cost_model=model,
-        alternatives=[check_placement(a, graph.num_ops, ctx.inputs.num_devices)
-                      for a in out.alternatives])
+        num_transfers=int(res.num_transfers), host_s=float(res.host_s), cost_model=model)
 
 
 def run_method(graph, cost_model, method: str, *, seed: int = 0,
@@ -345,8 +337,7 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     share what is left, each taking an equal part of the time remaining when it starts:
     ``local`` first, starting from every placement found before it (none is
     recomputed), then the ``rl-*`` methods, warm-started from every placement found so
-    far, best first, each followed by its ``alternatives`` (the best seeds them; their
-    restarts go to the next ones). So no
+    far, best first (the best seeds them; their restarts go to the next ones). So no
     search returns worse than the best method before it. As for one search, the time
     to build a search's first batch (compilation) is outside its part, so the whole
     can overrun the budget by a first batch; to keep it to about one, a search is
@@ -405,12 +396,10 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         if m == "local":
             options = {"starts": [r.placement for r in results]} if results else {}
         else:
-            # Every placement found so far, best first, each followed by its method's
-            # alternatives (local's other lanes): the policy starts from the best and its
-            # portfolio restarts from the next distinct ones (other basins).
+            # Every placement found so far, best first: the policy starts from the best
+            # and its portfolio restarts from the next distinct ones (other basins).
             ranked = sorted(found, key=lambda r: r.step_time_s)
-            options = {"warm_start": np.stack([p for r in ranked
-                                               for p in (r.placement, *r.alternatives)])} \
+            options = {"warm_start": np.stack([r.placement for r in ranked])} \
                 if ranked else {}
         n_before = len(results)
         run(m, share_s, **options)

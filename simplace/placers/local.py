@@ -12,9 +12,8 @@ lanes whose best placement is in the slower half stop, so the last rung is one l
 alone. The best-scoring start is not where annealing ends best on rugged problems (on
 nmt_4layer x haswell_k40x4, from m_etf's 452 ms start two runs ended at 394 and 407 ms,
 from ``single``'s 5,168 ms at 346 and 382 ms: ``bench/results/headroom_2026-11-24_vm.txt``).
-``info["lanes"]``: each lane's start, best score, rounds and where it ended; the other
-lanes' bests are the result's ``alternatives`` (``compare`` warm-starts the policies
-from them too). ``race=1`` anneals from the best start alone.
+``info["lanes"]``: each lane's start, best score, rounds and where it ended.
+``race=1`` anneals from the best start alone.
 
 Each round proposes a batch of ``batch`` neighbours of the current placement and scores
 them in one call of the batched simulator (``ctx.batched``, the call behind
@@ -257,17 +256,6 @@ def _race_starts(placements: np.ndarray, scores: np.ndarray, race: int) -> list[
         if not any(np.array_equal(placements[k], placements[i]) for i in picked):
             picked.append(int(k))
     return picked
-
-
-def _alternatives(lanes: list, best: np.ndarray) -> list[np.ndarray]:
-    """The lanes' best placements that fit, best first, distinct from ``best`` and from
-    each other: other basins for a search that follows (``compare``'s policies)."""
-    out: list[np.ndarray] = []
-    for lane in sorted(lanes, key=lambda x: x.best_s):
-        if lane.best_s < OOM_PENALTY and not any(
-                np.array_equal(lane.best, q) for q in (best, *out)):
-            out.append(lane.best.astype(np.int32))
-    return out
 
 
 class _Lane:
@@ -690,4 +678,4 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     }
     return PlacerOutput(best.astype(np.int32), history=session.history, info=info,
                         cost_model=session.cost_model if session.validation["corrections"]
-                        else None, alternatives=_alternatives(lanes, best))
+                        else None)
