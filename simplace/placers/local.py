@@ -546,11 +546,11 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             break
         while len(alive) > 1 and progress(t_search) >= next_cut:
             next_cut += 1.0 / rungs
-            keep = sorted(alive, key=lambda lane: lane.best_s)[:(len(alive) + 1) // 2]
-            for lane in alive:
-                if lane not in keep:
-                    lane.end = f"rung {round(next_cut * rungs) - 1}"
-            alive = [lane for lane in alive if lane in keep]
+            keep = sorted(alive, key=lambda x: x.best_s)[:(len(alive) + 1) // 2]
+            for x in alive:
+                if x not in keep:
+                    x.end = f"rung {round(next_cut * rungs) - 1}"
+            alive = [x for x in alive if x in keep]
         # Round robin: the lane that has run the fewest rounds goes next.
         lane = min(alive, key=lambda x: x.rounds)
         if lane.stale >= patience and len(alive) > 1:
