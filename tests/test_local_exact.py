@@ -271,7 +271,6 @@ def test_local_races_distinct_starts_and_halves_them():
         optimize(g, cm, seed=2, **{**kw, "race": 0})
 
 
-
 def test_local_stopped_before_its_first_round_returns_the_best_start():
     rng = np.random.default_rng(6)
     g = sim_cases.random_graph(rng, "layered", 20)
