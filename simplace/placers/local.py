@@ -486,7 +486,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     # the lanes whose best is in the slower half stop (the search's progress, as for the
     # temperature, is the share of evaluations or of time used).
     rungs = max(1, math.ceil(math.log2(len(lanes))) + 1)
-    next_cut = 1.0 / rungs
+    rung = 1  # the rung running now; it ends at progress rung / rungs
     evals, memory_checks = len(start_p), len(start_p)
     # Temperatures are fractions of the first fitting best's step time; while nothing
     # fits the search is greedy (uphill steps would only add memory excess).
@@ -544,13 +544,13 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         if max_evals is not None and evals >= max_evals:
             stop = "max_evaluations"
             break
-        while len(alive) > 1 and progress(t_search) >= next_cut:
-            next_cut += 1.0 / rungs
+        while len(alive) > 1 and progress(t_search) >= rung / rungs:
             keep = sorted(alive, key=lambda x: x.best_s)[:(len(alive) + 1) // 2]
             for x in alive:
                 if x not in keep:
-                    x.end = f"rung {round(next_cut * rungs) - 1}"
+                    x.end = f"rung {rung}"
             alive = [x for x in alive if x in keep]
+            rung += 1
         # Round robin: the lane that has run the fewest rounds goes next.
         lane = min(alive, key=lambda x: x.rounds)
         if lane.stale >= patience and len(alive) > 1:
