@@ -439,3 +439,42 @@ def test_compare_skips_a_search_whose_part_is_shorter_than_a_first_batch(monkeyp
     skipped = [m for m in said if "skipped" in m]
     assert len(skipped) == 1 and skipped[0].startswith("rl-seq2seq skipped")
     assert "first batch took 9.0 s" in skipped[0] and "--budget-s" in skipped[0]
+
+
+def test_compare_gives_a_short_budget_to_local_not_to_compiling_policies(monkeypatch):
+    """compare plans only as many policies as get ``_MIN_POLICY_S`` each (rl-gnn first);
+    the rest are skipped up front, named, and their time goes to local. Without local,
+    one policy runs whatever the budget."""
+    import simplace.placers as placers
+
+    clock = [0.0]
+    monkeypatch.setattr(placers.time, "perf_counter", lambda: clock[0])
+    ran = []
+
+    def fake_optimize(graph, cost_model, method, *, budget_s=None, **kw):
+        ran.append((method, budget_s))
+        clock[0] += budget_s
+        return types.SimpleNamespace(method=method, oom=False, step_time_s=1.0,
+                                     placement=np.zeros(3, np.int32),
+                                     info={"first_batch_s": 0.1})
+
+    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    four = ["rl-seq2seq", "local", "rl-hierarchical", "rl-gnn"]
+    said = []
+    compare(None, None, four, budget_s=10.0, progress=said.append)
+    assert ran == [("local", pytest.approx(10.0))]  # 10 / 2 < 8 s: no policy
+    skipped = [m for m in said if "skipped" in m]
+    assert [m.split()[0] for m in skipped] == ["rl-gnn", "rl-hierarchical", "rl-seq2seq"]
+    assert all("8 s a policy needs" in m and "--budget-s" in m for m in skipped)
+    assert "would be 5.0 s" in skipped[0]
+
+    ran.clear()
+    compare(None, None, four, budget_s=20.0)  # 20 / 2 = 10 s: local and rl-gnn
+    assert ran == [("local", pytest.approx(10.0)), ("rl-gnn", pytest.approx(10.0))]
+    ran.clear()
+    compare(None, None, four, budget_s=32.0)  # 32 / 4 = 8 s: every search
+    assert [m for m, _ in ran] == ["local", "rl-gnn", "rl-hierarchical", "rl-seq2seq"]
+    assert all(b == pytest.approx(8.0) for _, b in ran)
+    ran.clear()
+    compare(None, None, ["rl-hierarchical", "rl-gnn"], budget_s=3.0)  # no local
+    assert ran == [("rl-gnn", pytest.approx(3.0))]

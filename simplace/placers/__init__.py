@@ -319,6 +319,10 @@ COMPARE_DEFAULT_BUDGET_S = 60.0
 _FAST_SHARE = 0.4
 # A search is not started with less than this (it could not build its first batch).
 _MIN_SEARCH_S = 1.0
+# An RL policy compiles before its first batch (5-13 s for the zoo's training graphs on
+# 2 CPU cores), so with a shorter part it would return its warm start after overrunning
+# the budget: ``compare`` plans no policy a part under this and gives its time to local.
+_MIN_POLICY_S = 8.0
 
 
 def is_search(method: str) -> bool:
@@ -338,7 +342,11 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     ``local`` first, starting from every placement found before it (none is
     recomputed), then the ``rl-*`` methods, warm-started from every placement found so
     far, best first (the best seeds them; their restarts go to the next ones). So no
-    search returns worse than the best method before it. As for one search, the time
+    search returns worse than the best method before it. Policies are planned first:
+    only as many (in name order, rl-gnn first) as get a part of at least
+    ``_MIN_POLICY_S`` each, so that a short budget goes to ``local`` rather than to
+    compiling policies; the others are skipped and reported (without ``local``, one
+    policy always runs). As for one search, the time
     to build a search's first batch (compilation) is outside its part, so the whole
     can overrun the budget by a first batch; to keep it to about one, a search is
     skipped (and reported) when its part is shorter than the longest first batch of the
@@ -381,6 +389,8 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         # Fast methods that honour a budget (the list schedulers) stop starting runs
         # when the fast share is spent; the others ignore it.
         run(m, max(fast_until - time.perf_counter(), 0.05 * total_s))
+    searches = _plan_searches(searches, t0 + total_s - time.perf_counter(), total_s,
+                              progress)
     first_batch_s = 0.0  # the longest first batch of the searches run so far
     for i, m in enumerate(searches):
         left_s = t0 + total_s - time.perf_counter()
@@ -406,6 +416,25 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         if len(results) > n_before:
             first_batch_s = max(first_batch_s, results[-1].info.get("first_batch_s") or 0.0)
     return results
+
+
+def _plan_searches(searches: list[str], left_s: float, total_s: float,
+                   progress: Callable[[str], None] | None) -> list[str]:
+    """The searches ``compare`` runs: ``local`` (if asked for), then as many policies as
+    get at least ``_MIN_POLICY_S`` each of the ``left_s`` seconds shared equally (at
+    least one when there is no ``local``); the others are reported as skipped."""
+    local = [m for m in searches if m == "local"]
+    policies = [m for m in searches if m != "local"]
+    k = len(policies)
+    while k > (0 if local else 1) and left_s / (len(local) + k) < _MIN_POLICY_S:
+        k -= 1
+    if progress:
+        for m in policies[k:]:
+            progress(f"{m} skipped: its part of the {total_s:g} s budget would be "
+                     f"{max(left_s, 0.0) / (len(local) + k + 1):.1f} s, under the "
+                     f"{_MIN_POLICY_S:g} s a policy needs to compile and train; local "
+                     f"gets the time (give more with --budget-s)")
+    return local + policies[:k]
 
 
 def best_of(results: list[OptimizeResult]) -> OptimizeResult:
