@@ -20,11 +20,11 @@ from simplace.errors import CalibrationError
 LOG_F_SCALE = 0.1
 
 
-def _least_squares(residuals, x0, lower, upper, jac="2-point"):
+def _least_squares(residuals, x0, lower, upper):
     from scipy.optimize import least_squares
 
     x0 = np.clip(x0, lower + 1e-9, upper - 1e-9)
-    return least_squares(residuals, x0, jac=jac, bounds=(lower, upper), loss="soft_l1",
+    return least_squares(residuals, x0, bounds=(lower, upper), loss="soft_l1",
                          f_scale=LOG_F_SCALE, method="trf", x_scale=1.0, max_nfev=2000)
 
 
@@ -241,36 +241,6 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
         per_seg = np.bincount(seg, weights=op_costs(x), minlength=n_seg)
         return np.log(base_s + par * x[-1] * us + per_seg) - log_t
 
-    # The Jacobian in closed form: finite differences took one residual evaluation per
-    # parameter per step, most of a fit's time. Where the roofline's max() ties, the
-    # compute side is taken (a one-sided derivative, as finite differences take).
-    from scipy.sparse import csr_matrix
-
-    charges = (~(no_work | (pos < 0))).astype(np.float64)  # ops that cost anything
-    onehot = (pos[:, None] == np.arange(npres)[None, :]) * charges[:, None]  # [ops, K]
-    sums = csr_matrix((np.ones(len(seg)), (seg, np.arange(len(seg)))),
-                      shape=(n_seg, len(seg)))  # [segments, ops]: sums ops per segment
-
-    def jacobian(x):
-        peak, bw, eff, _, frac = unpack(x)
-        p = np.maximum(pos, 0)
-        charged = np.where(fused, frac * by, by)
-        compute, memory = fl / peak, charged / bw
-        bound = compute >= memory
-        roof = np.maximum(compute, memory) / eff[p] * charges
-        d = np.zeros((len(cls), len(x)))
-        d[:, 0] = -np.where(bound, roof, 0.0)
-        d[:, 1] = -np.where(bound, 0.0, roof)
-        d[:, 2:2 + npres] = -roof[:, None] * onehot
-        d[:, 2 + npres:2 + 2 * npres] = us * onehot
-        d[:, -3] = np.where(~bound & fused, by / bw / eff[p], 0.0) * charges
-        d[:, -2] = unfused * us * charges
-        per_seg = np.bincount(seg, weights=op_costs(x), minlength=n_seg)
-        total = base_s + par * x[-1] * us + per_seg
-        j = np.asarray(sums @ d)
-        j[:, -1] = par * us
-        return j / total[:, None]
-
     x0 = np.concatenate([[math.log(1e11), math.log(2e10)], np.log(np.full(npres, 0.5)),
                          np.full(npres, 1.0), [0.5], [1.0], [10.0 if par.any() else 0.0]])
     lo = np.concatenate([[math.log(_PEAK_FLOPS_BOUNDS[0]), math.log(_BANDWIDTH_BOUNDS[0])],
@@ -284,7 +254,7 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
     res = None
     for peak0, bw0 in ((1e11, 2e10), (1e13, 5e11), (3e14, 3e12)):
         x0[0], x0[1] = math.log(peak0), math.log(bw0)
-        r = _least_squares(residuals, x0, lo, hi, jac=jacobian)
+        r = _least_squares(residuals, x0, lo, hi)
         if res is None or r.cost < res.cost:
             res = r
     # A rate that ran to its bound is one the segments cannot see (their times come from
