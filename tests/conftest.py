@@ -143,6 +143,9 @@ HEAVY = {
     "tests/test_calibrate_segments.py::test_fit_segments_names_rates_the_segments_cannot_see",
     # the segment fit predicts fresh segments: test_fit_segments_predicts_held_out_segments
     "tests/test_calibrate_segments.py::test_fit_segments_uses_a_base_per_segment",
+    # the worker-thread launch paid by threshold: test_calibrate_fit.py's
+    # test_fit_device_recovers_the_wake_up_of_segments_whose_ops_wake_the_thread... stays
+    "tests/test_calibrate_segments.py::test_fit_device_pays_parallel_launch_by_threshold_and_reports_held_out_errors",
     # batched = reference: the random-DAG case [0] stays
     "tests/test_sim.py::test_batched_matches_reference_with_ties_and_long_segments",
     # policies: seq2seq stays for each

@@ -476,5 +476,10 @@ def test_compare_gives_a_short_budget_to_local_not_to_compiling_policies(monkeyp
     assert [m for m, _ in ran] == ["local", "rl-gnn", "rl-hierarchical", "rl-seq2seq"]
     assert all(b == pytest.approx(8.0) for _, b in ran)
     ran.clear()
-    compare(None, None, ["rl-hierarchical", "rl-gnn"], budget_s=3.0)  # no local
+    said.clear()
+    compare(None, None, ["rl-hierarchical", "rl-gnn"], budget_s=3.0,  # no local
+            progress=said.append)
     assert ran == [("rl-gnn", pytest.approx(3.0))]
+    skipped = [m for m in said if "skipped" in m]
+    assert len(skipped) == 1 and skipped[0].startswith("rl-hierarchical skipped")
+    assert "local" not in skipped[0]

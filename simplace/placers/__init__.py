@@ -432,8 +432,9 @@ def _plan_searches(searches: list[str], left_s: float, total_s: float,
         for m in policies[k:]:
             progress(f"{m} skipped: its part of the {total_s:g} s budget would be "
                      f"{max(left_s, 0.0) / (len(local) + k + 1):.1f} s, under the "
-                     f"{_MIN_POLICY_S:g} s a policy needs to compile and train; local "
-                     f"gets the time (give more with --budget-s)")
+                     f"{_MIN_POLICY_S:g} s a policy needs to compile and train"
+                     f"{'; local gets the time' if local else ''} (give more with "
+                     f"--budget-s)")
     return local + policies[:k]
 
 
