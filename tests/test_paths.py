@@ -185,9 +185,28 @@ def test_refit_of_the_committed_machine_writes_to_the_user_dir(home):
     before = committed.read_bytes()
     assert main(["calibrate", "--refit", "--name", "cpu_vm2core_x4"]) == 0
     written = home / "cost_models" / "cpu_vm2core_x4.json"
-    assert CostModel.load(written) == CostModel.load(committed)
+    # The same model up to rounding: the least-squares fits take other floating-point
+    # paths on another CPU (this case failed on exact equality on an AMD EPYC host,
+    # 2026-11-24, with the committed records and code unchanged).
+    _assert_same_numbers(json.loads(written.read_text()), json.loads(committed.read_text()))
     assert committed.read_bytes() == before
     assert paths.find_cost_model("cpu_vm2core_x4") == written
+
+
+def _assert_same_numbers(a, b, path="", rel=1e-4):
+    """Two JSON trees with the same structure and strings, and numbers within ``rel``."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), path
+        for k in a:
+            _assert_same_numbers(a[k], b[k], f"{path}/{k}", rel)
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same_numbers(x, y, f"{path}[{i}]", rel)
+    elif isinstance(a, float) and not isinstance(a, bool):
+        assert b == pytest.approx(a, rel=rel, abs=1e-15), path
+    else:
+        assert a == b, path
 
 
 # --------------------------------------------------------------------------- CLI
