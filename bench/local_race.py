@@ -15,7 +15,7 @@ import argparse
 import time
 
 import numpy as np
-from report import FAST_HEURISTICS, Transcript, machine_line, problems
+from report import FAST_HEURISTICS, Transcript, geometric_mean, machine_line, problems
 
 from simplace.placers import optimize
 
@@ -74,7 +74,7 @@ def main():
         out.say("  mean vs race " + str(races[0]) + ": " + ", ".join(
             f"race {r} {np.mean(ends[r]) / base:.3f}" for r in races))
     out.say(f"\ngeometric mean over rows, vs race {races[0]}: " + ", ".join(
-        f"race {r} {np.exp(np.mean(np.log(ratios[r]))):.3f} "
+        f"race {r} {geometric_mean(ratios[r]):.3f} "
         f"(best {min(ratios[r]):.3f}, worst {max(ratios[r]):.3f})" for r in races))
     out.say(f"at the end: {machine_line()}")
     out.finish(__file__, None, args.out)

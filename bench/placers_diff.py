@@ -11,9 +11,8 @@ lines of both runs' transcripts with the figures.
 
 import argparse
 import json
-import math
 
-from report import Transcript
+from report import Transcript, geometric_mean
 
 
 def _rows(paths):
@@ -50,7 +49,7 @@ def main():
         out.say(line)
     for m, r in ratios.items():
         if r:
-            out.say(f"{m}: new/old geometric mean {math.exp(sum(map(math.log, r)) / len(r)):.3f}"
+            out.say(f"{m}: new/old geometric mean {geometric_mean(r):.3f}"
                     f" over {len(r)} rows (best {min(r):.3f}, worst {max(r):.3f}); "
                     f"<= 0.95 on {sum(x <= 0.95 for x in r)}, >= 1.05 on "
                     f"{sum(x >= 1.05 for x in r)}")

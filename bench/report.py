@@ -48,6 +48,14 @@ class Transcript:
         self.save(path)
 
 
+def geometric_mean(ratios) -> float:
+    """The geometric mean of positive ratios (how the benchmarks average speedups)."""
+    import math
+
+    ratios = list(ratios)
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+
 # The fast heuristics ``local`` takes as starts by default (and ``single``).
 FAST_HEURISTICS = ("single", "expert", "heft", "m_etf", "m_sct", "m_topo")
 
