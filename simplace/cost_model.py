@@ -690,8 +690,12 @@ class CostModel:
         to the file only where it differs from that default.
       corrections: ``Corrections`` applied by ``op_times`` and the transfer times.
       provenance: ``Provenance`` (source, host, date, versions, notes).
+      profile: a ``simplace.profile.Profile`` attached by ``with_profile`` (None: none):
+        ``price`` uses its measured op times for the graph it was made for. Never
+        written to the model's file.
 
-    Two models are equal when their ``to_dict()`` are.
+    Two models are equal when their ``to_dict()`` are: the attached profile is not
+    part of the comparison.
     """
 
     name: str
@@ -702,6 +706,7 @@ class CostModel:
     provenance: Provenance | None = None
     put_s: np.ndarray | None = None
     put_waits: np.ndarray | None = None
+    profile: Any = None
 
     def __post_init__(self):
         set_ = functools.partial(object.__setattr__, self)
@@ -952,11 +957,76 @@ class CostModel:
             provenance=prov,
             put_s=self.put_s[np.ix_(ix, ix)],
             put_waits=self.put_waits[np.ix_(ix, ix)],
+            profile=self.profile,
         )
 
     def with_corrections(self, corrections: Corrections) -> CostModel:
-        """The same machine with other drift corrections."""
+        """The same machine with other drift corrections (and the same profile)."""
         return dataclasses.replace(self, corrections=corrections)
+
+    # ------------------------------------------------------------------ pricing
+    def with_profile(self, profile) -> CostModel:
+        """A copy of this machine carrying ``profile`` (a ``simplace.profile.Profile`` made
+        on it; None: none): ``price`` (and so every simulator, bound and placer) uses it
+        for the graph it was made for, and the plain costs for other graphs. Raises
+        CostModelError for a profile of another machine or of device kinds it lacks."""
+        if profile is not None:
+            self._check_profile(profile)
+        return dataclasses.replace(self, profile=profile)
+
+    def _check_profile(self, profile) -> None:
+        base = self.name.split("[", 1)[0]  # a subset keeps its machine's profile
+        if profile.cost_model != base:
+            raise CostModelError(
+                f"The profile was made on machine {profile.cost_model!r}, not "
+                f"{self.name!r}: profile this machine (`simplace profile MODEL "
+                f"--cost-model {base}`).")
+        kinds = {dev.kind for dev in self.devices}
+        extra = sorted(set(profile.op_time_s) - kinds)
+        if extra:
+            raise CostModelError(
+                f"The profile measured device kind(s) {', '.join(extra)}, which machine "
+                f"{self.name!r} does not have ({', '.join(sorted(kinds))}).")
+
+    def price(self, graph, profile=None):
+        """``SimInputs`` of ``graph`` on this machine: the one place where a graph, a
+        machine and an optional profile become per-op and per-link costs.
+
+        profile: a ``simplace.profile.Profile`` of this graph on this machine (its graph
+          hash must match: CostModelError otherwise); None: the profile attached by
+          ``with_profile`` when it was made for ``graph``, else none.
+
+        Without a profile the op times are ``op_times(graph)``. With one, the column of
+        every device whose kind the profile measured is the profile's in-segment op
+        time times that device's drift correction ``compute_scale[d]``; devices of other
+        kinds keep ``op_times``. Links, launch, dispatch, pool and fusion costs always
+        come from the model.
+        """
+        from simplace.sim.inputs import assemble_inputs
+
+        if profile is None:
+            attached = self.profile
+            if attached is not None and attached.graph_hash == graph.hash:
+                profile = attached
+        else:
+            if profile.graph_hash != graph.hash:
+                raise CostModelError(
+                    f"The profile was made for graph {profile.graph_hash[:12]}... "
+                    f"({profile.graph_name or 'unnamed'}, {profile.num_ops} ops), not for "
+                    f"this graph {graph.hash[:12]}... ({graph.name or 'unnamed'}, "
+                    f"{graph.num_ops} ops): profile this model at these sizes.")
+            self._check_profile(profile)
+        t = self.op_times(graph)
+        if profile is not None:
+            if profile.num_ops != graph.num_ops:
+                raise CostModelError(f"The profile has {profile.num_ops} ops but the graph "
+                                     f"has {graph.num_ops}.")
+            t = t.copy()
+            for k, dev in enumerate(self.devices):
+                prof = profile.op_time_s.get(dev.kind)
+                if prof is not None:
+                    t[:, k] = self.corrections.compute_scale[k] * np.asarray(prof)
+        return assemble_inputs(graph, self, op_time_s=t)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -1138,7 +1208,8 @@ class CostModel:
 
     def __repr__(self) -> str:
         return (f"CostModel(name={self.name!r}, devices={self.device_names}, "
-                f"source={self.provenance.source!r})")
+                f"source={self.provenance.source!r}"
+                + (", profiled" if self.profile is not None else "") + ")")
 
 
 # --------------------------------------------------------------------------- lookup

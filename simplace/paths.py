@@ -5,8 +5,9 @@ This module is the one place that resolves data directories. Three kinds of plac
 - **the user directory** (``user_dir()``): ``$SIMPLACE_HOME`` if set, else the
   platform's user data directory (``~/.local/share/simplace`` on Linux). What the user
   makes goes there: ``cost_models/NAME.json`` written by ``simplace calibrate`` and
-  ``simplace validate --update``, and ``calibration/NAME/`` with the raw calibration and
-  validation records.
+  ``simplace validate --update``, ``calibration/NAME/`` with the raw calibration and
+  validation records, and ``profiles/NAME/`` with the profiles ``simplace profile``
+  measures of models on machine NAME.
 - **a source checkout** (``checkout_dir()``), when simplace is imported from one: its
   ``cost_models/`` and ``calibration/`` hold what the project itself measured (e.g.
   ``cpu_vm2core_x4``). Read, never written unless a ``--cost-model-dir`` or
@@ -30,8 +31,8 @@ from simplace.errors import CalibrationError, CostModelError, OutputError
 
 __all__ = ["ENV_COST_MODELS", "ENV_HOME", "available_cost_models", "checkout_dir",
            "cost_model_search_dirs", "cost_model_write_path", "find_cost_model",
-           "find_records", "package_cost_model_dir", "records_path", "user_cost_model_dir",
-           "user_dir", "user_records_dir"]
+           "find_records", "package_cost_model_dir", "profile_dir", "profile_path",
+           "records_path", "user_cost_model_dir", "user_dir", "user_records_dir"]
 
 ENV_HOME = "SIMPLACE_HOME"
 # Extra directories of cost models (os.pathsep-separated), searched after
@@ -71,6 +72,24 @@ def user_cost_model_dir() -> Path:
 def user_records_dir() -> Path:
     """``<user_dir>/calibration``: where calibration and validation records are written."""
     return user_dir() / "calibration"
+
+
+def profile_dir() -> Path:
+    """``<user_dir>/profiles``: where ``simplace profile`` writes what it measures."""
+    return user_dir() / "profiles"
+
+
+def profile_path(cost_model_name: str, graph_hash: str) -> Path:
+    """The profile of graph ``graph_hash`` on machine ``cost_model_name``:
+    ``<profile_dir>/NAME/HASH16.json`` (the first 16 hex digits of the graph hash).
+
+    Raises:
+      CostModelError: the machine name is not a plain file name.
+    """
+    if not _is_plain_name(cost_model_name) or cost_model_name.startswith("."):
+        raise CostModelError(f"A machine name must be a plain file name to key its profiles "
+                             f"(no folders, no leading dot), got {cost_model_name!r}.")
+    return profile_dir() / cost_model_name / f"{graph_hash[:16]}.json"
 
 
 def package_cost_model_dir() -> Path:

@@ -185,8 +185,26 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
 def sim_inputs(graph, cost_model) -> SimInputs:
     """The ``SimInputs`` of ``graph`` on the machine ``cost_model``.
 
-    ``cost_model`` is either a ``SimInputs`` (checked against the graph and returned) or
-    any object with the cost-model interface: ``op_times(graph) -> float[M, D]``,
+    ``cost_model`` is a ``SimInputs`` (checked against the graph and returned), an object
+    with a ``price(graph) -> SimInputs`` method (``CostModel.price``: the one place where
+    a graph, a machine and its profile become op and link costs), or any other object
+    with the cost-model interface, assembled by ``assemble_inputs``.
+    """
+    if isinstance(cost_model, SimInputs):
+        inp = make_sim_inputs(*cost_model)
+    elif callable(getattr(cost_model, "price", None)):
+        inp = cost_model.price(graph)
+    else:
+        inp = assemble_inputs(graph, cost_model)
+    if inp.num_ops != graph.num_ops:
+        raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
+                             f"{graph.num_ops}: build SimInputs for this graph.")
+    return inp
+
+
+def assemble_inputs(graph, cost_model, op_time_s=None) -> SimInputs:
+    """``SimInputs`` from any object with the cost-model interface (duck-typed):
+    ``op_times(graph) -> float[M, D]``,
     ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``,
     optionally ``launch_s``, ``dispatch_s`` (float[D]), ``put_s`` (float[D, D]) and
     ``op_unfused_times(graph)`` (-> float[M, D]) (missing means zeros),
@@ -197,40 +215,36 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     ``latency * scale`` and ``bandwidth / scale``; ``corrected_put_s`` (the put calls'
     host time with the host drift correction) is read in place of ``put_s`` where the
     model has it (``CostModel.dispatch_s`` has that correction already).
+
+    ``op_time_s`` (float[M, D]), when given, is used in place of ``op_times(graph)``
+    (``CostModel.price`` passes the profiled op times).
     """
-    if isinstance(cost_model, SimInputs):
-        inp = make_sim_inputs(*cost_model)
-    else:
-        try:
-            t = cost_model.op_times(graph)
-            lat = np.asarray(cost_model.latency_s, dtype=np.float64)
-            bw = np.asarray(cost_model.bandwidth_bytes_per_s, dtype=np.float64)
-            mem = cost_model.memory_bytes
-            grp = getattr(cost_model, "exclusive_group_ids", None)
-            launch = getattr(cost_model, "launch_s", None)
-            dispatch = getattr(cost_model, "dispatch_s", None)
-            # host_scale (drift of the host's calls) is folded in where the model has it
-            put = getattr(cost_model, "corrected_put_s", getattr(cost_model, "put_s", None))
-            pool = (cost_model.pool_rule(graph) if hasattr(cost_model, "pool_rule")
-                    else (None, None, None))
-            unfused = (cost_model.op_unfused_times(graph)
-                       if hasattr(cost_model, "op_unfused_times") else None)
-            waits = getattr(cost_model, "put_waits", None)
-        except AttributeError as err:
-            raise CostModelError(
-                f"{type(cost_model).__name__} is neither SimInputs nor a cost model "
-                f"(missing {err.name!r}); pass a simplace.CostModel or sim.SimInputs."
-            ) from None
-        scale = getattr(getattr(cost_model, "corrections", None), "link_scale", None)
-        if scale is not None:
-            scale = np.asarray(scale, dtype=np.float64)
-            lat, bw = lat * scale, bw / scale
-        inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
-                              waits)
-    if inp.num_ops != graph.num_ops:
-        raise CostModelError(f"The op times cover {inp.num_ops} ops but the graph has "
-                             f"{graph.num_ops}: build SimInputs for this graph.")
-    return inp
+    try:
+        t = cost_model.op_times(graph) if op_time_s is None else op_time_s
+        lat = np.asarray(cost_model.latency_s, dtype=np.float64)
+        bw = np.asarray(cost_model.bandwidth_bytes_per_s, dtype=np.float64)
+        mem = cost_model.memory_bytes
+        grp = getattr(cost_model, "exclusive_group_ids", None)
+        launch = getattr(cost_model, "launch_s", None)
+        dispatch = getattr(cost_model, "dispatch_s", None)
+        # host_scale (drift of the host's calls) is folded in where the model has it
+        put = getattr(cost_model, "corrected_put_s", getattr(cost_model, "put_s", None))
+        pool = (cost_model.pool_rule(graph) if hasattr(cost_model, "pool_rule")
+                else (None, None, None))
+        unfused = (cost_model.op_unfused_times(graph)
+                   if hasattr(cost_model, "op_unfused_times") else None)
+        waits = getattr(cost_model, "put_waits", None)
+    except AttributeError as err:
+        raise CostModelError(
+            f"{type(cost_model).__name__} is neither SimInputs nor a cost model "
+            f"(missing {err.name!r}); pass a simplace.CostModel or sim.SimInputs."
+        ) from None
+    scale = getattr(getattr(cost_model, "corrections", None), "link_scale", None)
+    if scale is not None:
+        scale = np.asarray(scale, dtype=np.float64)
+        lat, bw = lat * scale, bw / scale
+    return make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
+                           waits)
 
 
 def check_simulator_options(memory, max_batch) -> None:
