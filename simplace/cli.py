@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
@@ -156,6 +157,7 @@ def cmd_simulate(args) -> int:
     # Read the placement before tracing, so that a bad file fails at once.
     placement = Placement.load(args.placement) if args.placement is not None else None
     graph = graph_from_args(args)
+    cost_model = use_profile(args, cost_model, graph)
     if placement is not None:
         assignment = placement.check(graph, cost_model, force=args.force)
         method = placement.method or "file"
@@ -241,12 +243,17 @@ def cmd_optimize(args) -> int:
         raise SimplaceError(f"Unknown --method {args.method!r}: use one of "
                             f"{', '.join(methods())} or 'all' (see `simplace methods`).")
     cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
-    if args.validate_every is not None:
+    if args.no_profile:
+        args.profile = "never"
+    if args.validate_every is not None or args.profile != "never":
         from simplace._devices import match_cpu_cost_model
 
-        # Runs on hardware need the model's devices, fixed when JAX starts (tracing).
-        match_cpu_cost_model(cost_model)
+        # Runs on hardware (validation, profiling) need the model's devices, fixed when
+        # JAX starts (tracing); a model of another host is left alone.
+        with contextlib.suppress(SimplaceError):
+            match_cpu_cost_model(cost_model)
     graph = graph_from_args(args)
+    cost_model = use_profile(args, cost_model, graph)
     print(graph.summary(top=5))
     print(f"machine {cost_model.name} ({cost_model.provenance.source}, "
           f"{cost_model.num_devices} devices)")
@@ -369,6 +376,197 @@ def results_table(results, bound_s: float) -> str:
         "the lower bound, 1.00x is optimal)"
 
 
+# ---------------------------------------------------------------------------- profile
+def _profile_timing(args) -> dict:
+    from simplace.profile import DEFAULT_TIMING
+
+    timing = dict(DEFAULT_TIMING)
+    if getattr(args, "profile_repeats", None) is not None:
+        timing["min_repeats"] = int(args.profile_repeats)
+        timing["max_repeats"] = max(timing["max_repeats"], int(args.profile_repeats))
+    if getattr(args, "profile_budget_s", None) is not None:
+        timing["budget_s"] = float(args.profile_budget_s)
+    return timing
+
+
+def _profile_line(prof, path) -> str:
+    """The one line simulate, optimize and validate print when they use a profile."""
+    est = prof.num_estimated
+    return (f"profile: {path} ({', '.join(sorted(prof.op_time_s))} measured in "
+            f"{len(prof.bounds)} chunks" + (f", {est} estimated" if est else "")
+            + f"; {prof.date}; --no-profile skips it)")
+
+
+def make_profile(args, cost_model, program, run_args, *, resume: bool = False):
+    """Profile ``program`` on this host (``simplace profile``, ``optimize --profile``):
+    written to the user directory, with a progress line; an interrupt keeps the chunks
+    timed and says how to go on."""
+    from simplace import paths
+    from simplace.profile import Profile, ProfileError, ProfileInterrupted, profile
+
+    graph = program.graph
+    machine = cost_model.name.split("[", 1)[0]
+    path = paths.profile_path(machine, graph.hash)
+    partial = None
+    if resume and path.exists():
+        try:
+            partial = Profile.load(path)
+        except ProfileError as err:
+            raise ProfileError(f"{err} Cannot resume from it: profile again without "
+                               "--resume.") from None
+        if partial.complete:
+            note(f"{path} is complete already: nothing to resume")
+            return partial, path
+        done = sum(len(c) for c in partial.chunks.values())
+        note(f"resuming {path}: {done} chunks timed before")
+    elif resume:
+        note(f"no partial profile at {path}: profiling from the start")
+    chunks = getattr(args, "chunks", None) or 24
+    kinds = sorted({d.kind for d in cost_model.devices})
+    note(f"profiling {graph.name or args.model} ({graph.num_ops:,} ops) on {machine}: "
+         f"{len(partial.bounds) if partial else chunks} chunks on one "
+         f"{'/'.join(kinds)} device each")
+    t0 = time.perf_counter()
+    try:
+        prof = profile(None, run_args, cost_model, chunks=chunks, program=program,
+                       resume=partial, path=path, timing=_profile_timing(args))
+    except ProfileInterrupted as stop:
+        done = sum(len(c) for c in stop.profile.chunks.values())
+        total = len(stop.profile.bounds) * len(stop.profile.chunks)
+        print(f"interrupted: kept {done} of {total} chunks timed in {stop.path}; "
+              f"`simplace profile {args.model} --cost-model {args.cost_model} --resume` "
+              "(same sizes) goes on from them", file=sys.stderr)
+        raise
+    note(f"profiled in {time.perf_counter() - t0:.1f} s")
+    return prof, path
+
+
+def use_profile(args, cost_model, graph, *, program=None, run_args=None):
+    """``cost_model`` carrying the profile of ``graph`` where one is to be used (the
+    ``--no-profile`` and ``--profile`` options), with one line saying so; makes one under
+    ``optimize --profile auto|always``. A bad, foreign or incomplete file is an error
+    unless it is remade."""
+    from simplace.profile import ProfileError, find_profile
+
+    mode = getattr(args, "profile", None) or "auto"
+    if getattr(args, "no_profile", False):
+        mode = "never"
+    if mode == "never":
+        return cost_model
+    can_make = getattr(args, "profile", None) is not None  # optimize only
+    prof, path, problem = None, None, None
+    try:
+        prof, path = find_profile(cost_model, graph)
+    except ProfileError as err:
+        problem = err
+    if can_make and (mode == "always" or prof is None):
+        why = ("--profile always" if mode == "always" else
+               "its profile is refused" if problem is not None else "no profile yet")
+        here = _host_is(cost_model)
+        if here is not True:
+            if mode == "always" or problem is not None:
+                raise SimplaceError(f"Cannot profile {cost_model.name} ({why}): {here}") \
+                    from None
+            note(f"no profile of this model on {cost_model.name}, and not made: {here}")
+            return cost_model
+        if program is None:
+            from simplace.models import is_graph_file
+            from simplace.validate import cli as validate_cli
+
+            if is_graph_file(args.model):
+                if problem is not None:
+                    raise problem
+                note("no profile of this graph, and none made: a saved graph cannot run "
+                     "(name the model it was traced from)")
+                return cost_model
+            program, run_args, _ = validate_cli._load_program(args)
+            if program.graph.hash != graph.hash:
+                raise SimplaceError("The model does not trace to the same graph when run "
+                                    "for real; check --batch/--inference/--small.")
+        if problem is not None:
+            note(f"remaking the profile: {problem}")
+        incomplete = problem is not None and "incomplete" in str(problem)
+        prof, path = make_profile(args, cost_model, program, run_args,
+                                  resume=incomplete and mode == "auto")
+    elif problem is not None:
+        raise problem
+    if prof is None:
+        return cost_model
+    print(_profile_line(prof, path))
+    return cost_model.with_profile(prof)
+
+
+def _host_is(cost_model) -> bool | str:
+    """True when ``cost_model``'s devices are this host's, else why not (one line)."""
+    from simplace._devices import match_cpu_cost_model
+    from simplace.validate.executor import resolve_devices
+
+    try:
+        match_cpu_cost_model(cost_model)
+        resolve_devices(cost_model.device_names, hint="")
+    except SimplaceError:
+        return (f"its devices ({', '.join(cost_model.device_names)}) are not all on this "
+                "host; profile on the machine it describes")
+    return True
+
+
+def cmd_profile(args) -> int:
+    from simplace.cost_model import CostModel
+    from simplace.errors import OptionError
+
+    if args.list:
+        return _list_profiles()
+    if args.model is None or args.cost_model is None:
+        raise OptionError("simplace profile needs MODEL and --cost-model NAME (or --list).")
+    if args.chunks < 1:
+        raise OptionError(f"--chunks must be >= 1, got {args.chunks}.")
+    from simplace.validate import cli as validate_cli
+
+    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
+    from simplace._devices import match_cpu_cost_model
+
+    match_cpu_cost_model(cost_model)  # before JAX starts: a model of N virtual CPUs
+    validate_cli._devices(cost_model)  # this machine's devices, or a clear error now
+    program, run_args, _ = validate_cli._load_program(args)
+    t0 = time.perf_counter()
+    prof, path = make_profile(args, cost_model, program, run_args, resume=args.resume)
+    wall_s = time.perf_counter() - t0
+    print(prof.summary())
+    for kind, chunks in sorted(prof.chunks.items()):
+        timed = [c for c in chunks if not c.estimated]
+        step_s = sum(c.measured_s for c in timed)
+        est = [c for c in chunks if c.estimated]
+        print(f"  {kind} ({prof.devices[kind][1]}): {len(timed)} chunks timed, adding up to "
+              f"{step_s * 1e3:.3f} ms (one step run chunk by chunk)"
+              + (f"; {len(est)} estimated from the calibration (ops {est[0].first}.."
+                 f"{est[0].stop}: {est[0].error})" if est else ""))
+    print(f"profile written to {path} ({wall_s:.1f} s)")
+    return 0
+
+
+def _list_profiles() -> int:
+    from simplace import paths
+    from simplace.profile import list_profiles
+
+    found = list_profiles()
+    if not found:
+        print(f"no profiles in {paths.profile_dir()}")
+        return 0
+    rows = []
+    for path, prof in found:
+        if isinstance(prof, str):
+            rows.append([path.parent.name, "-", "-", "-", "-", "BAD: " + prof[-60:], str(path)])
+            continue
+        rows.append([prof.cost_model, prof.graph_name or prof.graph_hash[:12],
+                     f"{prof.num_ops:,}", ",".join(sorted(prof.chunks)),
+                     str(len(prof.bounds)),
+                     ("complete" if prof.complete else "INCOMPLETE")
+                     + (f", {prof.num_estimated} estimated" if prof.num_estimated else "")
+                     + f", {prof.date}", str(path)])
+    print(_table(rows, ["machine", "graph", "ops", "kinds", "chunks", "state", "file"]))
+    return 0
+
+
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     from simplace import __version__, paths
@@ -421,6 +619,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true",
                     help="apply a --placement made for another machine of the same size "
                          "(device k of one becomes device k of the other)")
+    sp.add_argument("--no-profile", action="store_true",
+                    help="price ops with the cost model alone, not with this model's "
+                         "profile on the machine (`simplace profile`)")
     sp.set_defaults(func=cmd_simulate)
 
     sp = sub.add_parser("optimize", help="search for a fast placement")
@@ -444,12 +645,50 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--start", metavar="P.JSON", default=None,
                     help="--method local: start from this placement instead of the "
                          "heuristics (e.g. one an interrupted run saved: resume it)")
+    sp.add_argument("--profile", choices=("auto", "always", "never"), default="auto",
+                    help="price ops with this model's profile on the machine (`simplace "
+                         "profile`): auto (default) uses one that exists and makes one when "
+                         "the machine is this host; always makes it again; never uses none")
+    sp.add_argument("--no-profile", action="store_true", help="the same as --profile never")
     add_rl_args(sp)
     validate_cli.add_validate_args(sp)
     sp.set_defaults(func=cmd_optimize)
 
     sp = sub.add_parser("methods", help="list the placement methods")
     sp.set_defaults(func=cmd_methods)
+
+    sp = sub.add_parser(
+        "profile", help="time a model's own ops on this machine, to price placements",
+        description="Cut the model's graph into chunks of about equal estimated work, run "
+                    "each as one jitted computation on one device of each kind of the "
+                    "machine, and scale the cost model's op times to the measured times. "
+                    "simulate, optimize and validate use the profile from then on (say so, "
+                    "and skip it with --no-profile). Written to profiles/MACHINE/ in the "
+                    "user directory ($SIMPLACE_HOME).")
+    sp.add_argument("model", metavar="MODEL", nargs="?",
+                    help="zoo name, path/file.py:factory or package.module:factory (the "
+                         "model must run)")
+    sp.add_argument("--batch", type=_argtypes.positive_int, default=None,
+                    help="batch size (default: the model's)")
+    sp.add_argument("--inference", action="store_true",
+                    help="profile inference instead of a training step")
+    sp.add_argument("--small", action="store_true", help="tiny sizes of a zoo model")
+    sp.add_argument("--cost-model", default=None, metavar="NAME",
+                    help=paths.CLI_COST_MODEL_HELP + " (the machine: this host)")
+    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
+                    help=paths.CLI_COST_MODEL_DIR_HELP)
+    sp.add_argument("--chunks", type=_argtypes.positive_int, default=24, metavar="N",
+                    help="chunks to cut the graph into (default 24)")
+    sp.add_argument("--resume", action="store_true",
+                    help="go on from an interrupted profile (its chunks are kept)")
+    sp.add_argument("--repeats", dest="profile_repeats", type=_argtypes.positive_int,
+                    default=None, metavar="N", help="timed runs of each chunk at least "
+                                                   "(default 3)")
+    sp.add_argument("--budget-s", dest="profile_budget_s",
+                    type=_argtypes.nonnegative_seconds, default=None, metavar="S",
+                    help="timing budget per chunk once --repeats are done (default 0.3 s)")
+    sp.add_argument("--list", action="store_true", help="list the profiles made")
+    sp.set_defaults(func=cmd_profile)
 
     # Subcommands that live with their stage of the loop; each module adds its own parser.
     from simplace.calibrate import cli as calibrate_cli
@@ -529,7 +768,8 @@ def _check_image_format(path: str, option: str) -> None:
 
 # Commands that compile XLA programs (simulators, policies, the executor): they use the
 # persistent compilation cache (``simplace.compile_cache``; $SIMPLACE_COMPILE_CACHE=off).
-_COMPILING_COMMANDS = ("simulate", "optimize", "calibrate", "validate", "parallelize")
+_COMPILING_COMMANDS = ("simulate", "optimize", "calibrate", "validate", "parallelize",
+                      "profile")
 
 
 def main(argv: list[str] | None = None) -> int:

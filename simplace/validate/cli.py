@@ -75,6 +75,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--force", action="store_true",
                     help="validate placements made for another machine of the same size "
                          "(device k of one becomes device k of the other)")
+    sp.add_argument("--no-profile", action="store_true",
+                    help="predict with the cost model alone, not with this model's profile "
+                         "on the machine (`simplace profile`)")
     _timing_args(sp)
     sp.set_defaults(func=run)
     return sp
@@ -175,6 +178,9 @@ def run(args) -> int:
     placements = [Placement.load(p) for p in args.placements]
     program, run_args, spec = _load_program(args)
     graph = program.graph
+    from simplace.cli import use_profile
+
+    cost_model = use_profile(args, cost_model, graph)
     for k, (path, p) in enumerate(zip(args.placements, placements, strict=True)):
         try:
             p.check(graph, cost_model, force=args.force)
