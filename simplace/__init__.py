@@ -21,6 +21,7 @@ from simplace.groups import coarsen
 from simplace.parallel import Strategy, parallelize
 from simplace.placement import Placement
 from simplace.placers import compare, optimize
+from simplace.profile import Profile, profile
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
 from simplace.validate.executor import apply
@@ -40,6 +41,7 @@ __all__ = [
     "OpGraph",
     "Placement",
     "PlacementError",
+    "Profile",
     "Provenance",
     "SimplaceError",
     "Strategy",
@@ -49,6 +51,7 @@ __all__ = [
     "lower_bound",
     "optimize",
     "parallelize",
+    "profile",
     "simulate",
     "coarsen",
     "compare",

@@ -1,0 +1,383 @@
+"""Profiles (issue 32): chunks timed on this host scale the cost model's op times, and
+``CostModel.price`` is the one place a profile enters the simulators."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import simplace.calibrate.harness as harness
+from simplace import CostModel, Device, zoo
+from simplace.cli import main
+from simplace.cost_model import Corrections, call_arguments
+from simplace.errors import CostModelError
+from simplace.profile import (
+    Profile,
+    ProfileError,
+    ProfileInterrupted,
+    cut_chunks,
+    find_profile,
+    profile,
+)
+from simplace.sim import simulate
+from simplace.sim.inputs import sim_inputs
+
+MACHINE = "cpu_vm2core_x4"  # 4 virtual CPU devices, as tests/conftest.py gives JAX
+FAST = {"warmup": 1, "min_repeats": 2, "max_repeats": 3, "budget_s": 0.01, "rel_tol": 0.5}
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    """(fn, real args, Program) of the small mlp's training step."""
+    from simplace.validate.executor import prepare
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fn, args = zoo.get("mlp", small=True, abstract=False)
+        return fn, args, prepare(fn, args, name="mlp")
+
+
+@pytest.fixture(scope="module")
+def machine():
+    return CostModel.load(MACHINE)
+
+
+@pytest.fixture(scope="module")
+def prof(mlp, machine):
+    fn, args, program = mlp
+    return profile(fn, args, machine, chunks=6, program=program, timing=FAST, progress=False)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("SIMPLACE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _plain_estimate(machine, graph, k=0):
+    base = machine.with_corrections(Corrections.identity(machine.num_devices))
+    est = base.op_times(graph)[:, k]
+    arg = machine.devices[k].argument_s * call_arguments(graph)
+    return np.maximum(est - arg, 0.0), arg
+
+
+# --------------------------------------------------------------------------- chunks
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cut_chunks_cover_the_ops_exactly_with_about_equal_work(seed):
+    rng = np.random.default_rng(seed)
+    work = rng.exponential(size=300) * (rng.random(300) < 0.7)  # some ops cost nothing
+    bounds = cut_chunks(work, 12)
+    assert bounds[0][0] == 0 and bounds[-1][1] == 300 and len(bounds) <= 12
+    assert all(b > a for a, b in bounds)
+    assert all(bounds[k][1] == bounds[k + 1][0] for k in range(len(bounds) - 1))
+    share = work.sum() / 12
+    assert max(work[a:b].sum() for a, b in bounds) <= share + work.max() + 1e-12
+    assert cut_chunks(np.zeros(5), 3) == ((0, 2), (2, 3), (3, 5))  # no estimate: by count
+    assert cut_chunks(np.ones(3), 10) == ((0, 1), (1, 2), (2, 3))
+
+
+def test_profile_chunks_cover_the_graph_and_are_the_segments_timed(prof, mlp):
+    graph = mlp[2].graph
+    assert prof.complete and prof.graph_hash == graph.hash and prof.num_ops == graph.num_ops
+    assert set(prof.chunks) == {"cpu"} and prof.cost_model == MACHINE
+    assert 2 <= len(prof.bounds) <= 6
+    assert prof.bounds[0][0] == 0 and prof.bounds[-1][1] == graph.num_ops
+    assert [(c.first, c.stop) for c in prof.chunks["cpu"]] == list(prof.bounds)
+    assert all(c.measured_s > 0 and c.fixed_s > 0 and not c.estimated
+               for c in prof.chunks["cpu"])
+    assert prof.op_time_s["cpu"].shape == (graph.num_ops,)
+
+
+def test_scaled_op_times_add_up_to_the_measured_time_less_the_fixed_cost(prof, mlp,
+                                                                         machine):
+    graph = mlp[2].graph
+    t = prof.op_time_s["cpu"]
+    work, arg = _plain_estimate(machine, graph)
+    for c in prof.chunks["cpu"]:
+        want = max(c.measured_s - c.fixed_s, 0.0) + c.argument_s
+        assert t[c.first:c.stop].sum() == pytest.approx(want, rel=1e-9, abs=1e-15)
+        assert c.argument_s == pytest.approx(arg[c.first:c.stop].sum())
+        # the cost model's work estimates, all scaled by one factor within the chunk
+        w, scaled = work[c.first:c.stop], t[c.first:c.stop] - arg[c.first:c.stop]
+        if w.sum() > 0:
+            np.testing.assert_allclose(scaled, w * (scaled.sum() / w.sum()), rtol=1e-9,
+                                       atol=1e-18)
+
+
+# --------------------------------------------------------------------------- pricing
+def _mixed_machine():
+    devs = [Device(name=f"cpu:{k}", kind="cpu", memory_bytes=2 ** 34, peak_flops_per_s=1e11,
+                   memory_bandwidth_bytes_per_s=2e10, launch_s=5e-6, dispatch_s=1e-5)
+            for k in range(2)]
+    devs.append(Device(name="gpu:0", kind="gpu", memory_bytes=2 ** 34, peak_flops_per_s=1e13,
+                       memory_bandwidth_bytes_per_s=1e12, launch_s=8e-6, dispatch_s=1e-5))
+    lat = np.full((3, 3), 1e-5)
+    np.fill_diagonal(lat, 0)
+    bw = np.full((3, 3), 1e10)
+    np.fill_diagonal(bw, np.inf)
+    return CostModel("mixed", tuple(devs), lat, bw)
+
+
+def _hand_profile(graph, machine="mixed", kind="cpu"):
+    t = np.arange(graph.num_ops, dtype=np.float64) * 1e-6
+    return Profile(cost_model=machine, graph_hash=graph.hash, graph_name=graph.name,
+                   num_ops=graph.num_ops, bounds=((0, graph.num_ops),),
+                   chunks={kind: ()}, op_time_s={kind: t}, devices={kind: ("x", "y")})
+
+
+def test_price_changes_exactly_the_profiled_kinds_columns(mlp_graph):
+    cm = _mixed_machine()
+    scale = np.array([2.0, 3.0, 1.5])
+    cm = cm.with_corrections(Corrections(scale, np.zeros(3), np.ones((3, 3))))
+    p = _hand_profile(mlp_graph)
+    plain, priced = cm.price(mlp_graph), cm.price(mlp_graph, p)
+    for k in (0, 1):  # the CPUs: the profile's times, drift-corrected
+        np.testing.assert_allclose(priced.op_time_s[:, k], scale[k] * p.op_time_s["cpu"])
+    np.testing.assert_array_equal(priced.op_time_s[:, 2], plain.op_time_s[:, 2])
+    assert not np.allclose(priced.op_time_s[:, 0], plain.op_time_s[:, 0])
+    for field in plain._fields:  # links, launch, dispatch, pool...: the model's
+        if field != "op_time_s":
+            np.testing.assert_array_equal(getattr(priced, field), getattr(plain, field))
+    # every caller of sim_inputs(graph, model) picks up an attached profile
+    attached = cm.with_profile(p)
+    np.testing.assert_array_equal(sim_inputs(mlp_graph, attached).op_time_s, priced.op_time_s)
+    assert simulate(mlp_graph, attached, np.zeros(mlp_graph.num_ops, int)).step_time_s != \
+        simulate(mlp_graph, cm, np.zeros(mlp_graph.num_ops, int)).step_time_s
+
+
+def test_an_attached_profile_survives_derived_models_and_is_never_saved(mlp_graph, tmp_path):
+    cm = _mixed_machine()
+    p = _hand_profile(mlp_graph)
+    attached = cm.with_profile(p)
+    assert attached.subset([0, 2]).profile is p
+    assert attached.with_corrections(Corrections.identity(3)).profile is p
+    assert attached == cm  # equality ignores the profile
+    assert attached.to_dict() == cm.to_dict()
+    attached.save(tmp_path / "m.json")
+    assert CostModel.load(tmp_path / "m.json").profile is None
+    sub = attached.subset([2, 0])  # a subset prices with its own columns
+    np.testing.assert_allclose(sub.price(mlp_graph).op_time_s[:, 1], p.op_time_s["cpu"])
+    # another graph: the attached profile is not used, silently
+    fn, args = zoo.get("tiny_cnn", small=True)
+    from simplace import trace
+
+    other = trace(fn, *args)
+    np.testing.assert_array_equal(attached.price(other).op_time_s, cm.price(other).op_time_s)
+
+
+def test_a_profile_of_another_graph_or_machine_is_refused(mlp_graph):
+    cm = _mixed_machine()
+    fn, args = zoo.get("tiny_cnn", small=True)
+    from simplace import trace
+
+    other = trace(fn, *args)
+    p = _hand_profile(other)
+    with pytest.raises(CostModelError, match="profile was made for graph .* not for this graph"):
+        cm.price(mlp_graph, p)
+    with pytest.raises(CostModelError, match="made on machine 'elsewhere'"):
+        cm.with_profile(_hand_profile(mlp_graph, machine="elsewhere"))
+    with pytest.raises(CostModelError, match="kind.*tpu"):
+        cm.with_profile(_hand_profile(mlp_graph, kind="tpu"))
+
+
+# --------------------------------------------------------------------------- files
+def test_profile_file_round_trips(prof, tmp_path):
+    prof.save(tmp_path / "p.json")
+    back = Profile.load(tmp_path / "p.json")
+    np.testing.assert_array_equal(back.op_time_s["cpu"], prof.op_time_s["cpu"])
+    assert back.chunks == prof.chunks and back.bounds == prof.bounds
+    assert back.host and back.date and back.jax_version
+
+
+@pytest.mark.parametrize("edit, message", [
+    ("truncate", "not valid JSON"),
+    ("short", "entries but the graph has"),
+    ("nudge", "the file was edited"),
+    ("negative", "must be finite and >= 0"),
+    ("nan", "must be finite and >= 0"),
+    ("version", "schema_version 99 is not supported"),
+    ("bounds", "cover ops"),
+])
+def test_a_truncated_or_hand_edited_file_is_refused(prof, tmp_path, edit, message):
+    path = tmp_path / "p.json"
+    prof.save(path)
+    text = path.read_text()
+    d = json.loads(text)
+    t = d["kinds"]["cpu"]["op_time_s"]
+    if edit == "truncate":
+        path.write_text(text[:len(text) // 2])
+    else:
+        if edit == "short":
+            del t[-1]
+        elif edit == "nudge":
+            k = int(np.argmax(t))
+            t[k] *= 1.5
+        elif edit == "negative":
+            t[0] = -1e-6
+        elif edit == "nan":
+            t[0] = float("nan")
+        elif edit == "version":
+            d["schema_version"] = 99
+        elif edit == "bounds":
+            del d["bounds"][-1]
+        path.write_text(json.dumps(d))
+    with pytest.raises(ProfileError, match=message):
+        Profile.load(path)
+
+
+def test_find_profile_refuses_a_file_of_another_graph(prof, mlp, machine, home):
+    from simplace import paths
+
+    graph = mlp[2].graph
+    assert find_profile(machine, graph) == (None, paths.profile_path(MACHINE, graph.hash))
+    d = prof.to_dict()
+    d["graph_hash"] = "f" * 64
+    path = paths.profile_path(MACHINE, graph.hash)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(d))
+    with pytest.raises(ProfileError, match="not of this graph.*--no-profile"):
+        find_profile(machine, graph)
+    prof.save(path)
+    found, where = find_profile(machine, graph)
+    assert where == path and found.graph_hash == graph.hash
+
+
+# --------------------------------------------------------------------------- interrupts
+def _timing_that(monkeypatch, fail_at: int, exc):
+    """Patch the harness so that its ``fail_at``-th call (from 1) raises ``exc``; returns
+    the list of calls made."""
+    real, calls = harness.time_fn, []
+
+    def time_fn(*a, **kw):
+        calls.append(1)
+        if len(calls) == fail_at:
+            raise exc
+        return real(*a, **kw)
+
+    monkeypatch.setattr(harness, "time_fn", time_fn)
+    return calls
+
+
+def test_an_interrupt_keeps_the_chunks_timed_and_resume_goes_on(mlp, machine, home,
+                                                                 monkeypatch, capsys):
+    fn, args, program = mlp
+    from simplace import paths
+
+    _timing_that(monkeypatch, 3, KeyboardInterrupt())
+    argv = ["profile", "mlp", "--small", "--cost-model", MACHINE, "--chunks", "5",
+            "--repeats", "2", "--budget-s", "0.01"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    path = paths.profile_path(MACHINE, program.graph.hash)
+    assert f"kept 2 of 5 chunks timed in {path}" in err and "--resume" in err
+    partial = Profile.load(path)
+    assert not partial.complete and len(partial.chunks["cpu"]) == 2
+    with pytest.raises(ProfileError, match="incomplete.*--resume"):
+        find_profile(machine, program.graph)
+    # simulate refuses it, with the way out
+    assert main(["simulate", "mlp", "--small", "--cost-model", MACHINE, "--single",
+                 "cpu:0"]) == 2
+    assert "incomplete" in capsys.readouterr().err
+
+    calls = _timing_that(monkeypatch, 0, None)
+    assert main([*argv, "--resume"]) == 0
+    assert len(calls) == 3  # only the chunks not timed before
+    done = Profile.load(path)
+    assert done.complete and done.chunks["cpu"][:2] == partial.chunks["cpu"]
+
+
+def test_the_python_api_raises_profile_interrupted_with_the_partial_profile(mlp, machine,
+                                                                            monkeypatch,
+                                                                            tmp_path):
+    fn, args, program = mlp
+    _timing_that(monkeypatch, 2, KeyboardInterrupt())
+    with pytest.raises(ProfileInterrupted) as info:
+        profile(fn, args, machine, chunks=4, program=program, timing=FAST, progress=False,
+                path=tmp_path / "p.json")
+    assert len(info.value.profile.chunks["cpu"]) == 1
+    assert Profile.load(tmp_path / "p.json").chunks == info.value.profile.chunks
+
+
+def test_a_failing_chunk_is_estimated_from_the_calibration_and_marked(mlp, machine,
+                                                                      monkeypatch):
+    fn, args, program = mlp
+    _timing_that(monkeypatch, 2, RuntimeError("RESOURCE_EXHAUSTED: out of memory"))
+    p = profile(fn, args, machine, chunks=4, program=program, timing=FAST, progress=False)
+    chunks = p.chunks["cpu"]
+    assert [c.estimated for c in chunks] == [False, True] + [False] * (len(chunks) - 2)
+    bad = chunks[1]
+    assert bad.measured_s is None and "RESOURCE_EXHAUSTED" in bad.error
+    work, arg = _plain_estimate(machine, program.graph)
+    np.testing.assert_allclose(p.op_time_s["cpu"][bad.first:bad.stop],
+                               (work + arg)[bad.first:bad.stop])
+    assert p.complete and p.num_estimated == 1
+    assert "1 estimated" in p.summary()
+
+
+# --------------------------------------------------------------------------- commands
+def test_simulate_and_optimize_use_the_profile_and_say_so(home, capsys):
+    base = ["mlp", "--small", "--cost-model", MACHINE]
+    opt = ["optimize", *base, "--method", "single"]
+    assert main(["simulate", *base, "--single", "cpu:0"]) == 0
+    assert "profile:" not in capsys.readouterr().out  # none yet
+    assert main([*opt, "--profile", "never"]) == 0
+    out, err = capsys.readouterr()
+    assert "profile:" not in out and "profiling" not in err
+    assert main(opt) == 0  # auto: the machine is this host, so one is made
+    out, err = capsys.readouterr()
+    assert "profiling mlp/train/small" in err
+    line = next(x for x in out.splitlines() if x.startswith("profile: "))
+    path = line.split()[1]
+    assert path.startswith(str(home / "profiles" / MACHINE))
+    assert main(["simulate", *base, "--single", "cpu:0"]) == 0
+    out, err = capsys.readouterr()
+    assert f"profile: {path} (cpu measured" in out and "profiling" not in err
+    simulated = [x for x in out.splitlines() if x.startswith("step time")]
+    assert main(["simulate", *base, "--single", "cpu:0", "--no-profile"]) == 0
+    out = capsys.readouterr().out
+    assert "profile:" not in out
+    assert [x for x in out.splitlines() if x.startswith("step time")] != simulated
+    assert main([*opt, "--no-profile"]) == 0
+    assert "profile:" not in capsys.readouterr().out
+    placement = str(home / "p.json")
+    assert main(["simulate", *base, "--single", "cpu:0", "--out", placement]) == 0
+    capsys.readouterr()
+    validate = ["validate", *base, placement, "--repeats", "2", "--budget-s", "0.01",
+                "--records-dir", str(home / "records")]
+    assert main(validate) == 0
+    assert f"profile: {path}" in capsys.readouterr().out
+    assert main([*validate, "--no-profile"]) == 0
+    assert "profile:" not in capsys.readouterr().out
+    assert main(["profile", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert MACHINE in out and "mlp/train/small" in out and "complete" in out
+
+
+def test_optimize_makes_no_profile_for_another_machine(home, capsys):
+    assert main(["optimize", "mlp", "--small", "--cost-model", "haswell_k40x2", "--method",
+                 "single"]) == 0
+    out, err = capsys.readouterr()
+    assert "profile:" not in out and "not all on this host" in err
+    assert not (home / "profiles").exists()
+    assert main(["optimize", "mlp", "--small", "--cost-model", "haswell_k40x2", "--method",
+                 "single", "--profile", "always"]) == 2
+    assert "Cannot profile haswell_k40x2" in capsys.readouterr().err
+
+
+def test_a_bad_profile_is_refused_by_simulate_and_remade_by_optimize(home, capsys):
+    base = ["mlp", "--small", "--cost-model", MACHINE]
+    assert main(["profile", *base, "--chunks", "3", "--repeats", "2", "--budget-s",
+                 "0.01"]) == 0
+    path = next((home / "profiles" / MACHINE).glob("*.json"))
+    capsys.readouterr()
+    path.write_text(path.read_text()[:-40])  # truncated
+    assert main(["simulate", *base, "--single", "cpu:0"]) == 2
+    err = capsys.readouterr().err
+    assert "not valid JSON" in err and "--no-profile" in err
+    assert main(["simulate", *base, "--single", "cpu:0", "--no-profile"]) == 0
+    capsys.readouterr()
+    assert main(["optimize", *base, "--method", "single"]) == 0
+    out, err = capsys.readouterr()
+    assert "remaking the profile" in err and f"profile: {path}" in out
+    assert Profile.load(path).complete
