@@ -210,6 +210,13 @@ def run(args) -> int:
             raise SimplaceError(f"--update needs at least 2 validation records of this model "
                                 f"on {cost_model.name}; {records_path} has {len(mine)}. "
                                 "Validate more placements first.")
+        if cost_model.profile is not None:
+            # The corrections go into the machine's file and so price every model on
+            # it: they are fitted to the cost model's own predictions, not this
+            # model's profile.
+            cost_model = cost_model.with_profile(None)
+            print("(drift corrections are fitted without the profile: they are the "
+                  "machine's, for every model)")
         if 0 < args.held_out < 1 and len(mine) >= 4:
             fit, held = split_records(mine, 1 - args.held_out)
             check = fit_drift(fit, [graph], cost_model, held_out=held,
