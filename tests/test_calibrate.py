@@ -613,33 +613,52 @@ def test_build_links_from_the_copy_time_after_the_call():
         check_record(bad[k], "record 3")
 
 
-def test_build_warns_of_a_cpu_rate_no_cpu_has():
+def test_build_refuses_a_rate_no_cpu_has_and_a_rate_at_its_bound():
     """A segment fit that gives the CPU devices more than 1 TFLOP/s per core (under load
-    on the 2-core VM one came out 254 TFLOP/s) is written with a warning that says what
-    to measure again, in the report, the model's notes and the CLI summary; the
-    synthetic CPU's 80 GFLOP/s passes."""
-    from simplace.calibrate.build import rate_warnings
-    from simplace.calibrate.cli import format_report
+    on the 2-core VM one came out 254 TFLOP/s), or a rate that ran to its bound, is a
+    problem that says what to measure again (issue 32: an error, no longer a warning
+    beside a written file); the synthetic CPU's 80 GFLOP/s passes."""
+    from simplace.calibrate.build import rate_problems
 
     recs = synthetic_records()
     recs[0] = dict(recs[0], cpu_count=1)
-    model, report = build_cost_model(recs)
+    _, report = build_cost_model(recs)
     assert report.get("warnings", []) == []
     fit = true_fit("cpu")
-    assert rate_warnings(fit, ("cpu", "cpu"), 1) == []
-    assert rate_warnings(fit, ("cpu", "cpu"), 0) == []  # cores unknown: nothing to check
+    assert rate_problems(fit, ("cpu", "cpu"), 1) == []
+    assert rate_problems(fit, ("cpu", "cpu"), 0) == []  # cores unknown: nothing to check
     fast = dataclasses.replace(fit, peak_flops_per_s=2e12)
-    (w,) = rate_warnings(fast, ("cpu", "cpu"), 1)
-    assert "2 TFLOP/s" in w and "1 CPU core" in w and "--overwrite" in w and "--refit" in w
+    (w,) = rate_problems(fast, ("cpu", "cpu"), 1)
+    assert "2 TFLOP/s" in w and "1 CPU core" in w and "microbenchmarks" in w
     # accelerators are not checked against the host's cores
-    assert rate_warnings(dataclasses.replace(fit, peak_flops_per_s=2e15), ("gpu", "H100"),
+    assert rate_problems(dataclasses.replace(fit, peak_flops_per_s=2e15), ("gpu", "H100"),
                          1) == []
     # a rate the segments could not pin is named, whatever the device
-    (w,) = rate_warnings(dataclasses.replace(fit, unpinned=("memory bandwidth",)),
+    (w,) = rate_problems(dataclasses.replace(fit, unpinned=("memory bandwidth",)),
                          ("gpu", "H100"), 1)
-    assert "do not pin the gpu devices (H100)' memory bandwidth" in w
-    report["warnings"] = [w]
-    assert f"WARNING: {w}" in format_report(model, report)
+    assert "do not pin the gpu devices (H100)' memory bandwidth" in w and "--resume" in w
+
+
+def test_build_takes_the_rates_of_rate_records():
+    """Records with a rate record per class for the CPU kind: its devices get exactly
+    those rates (peak, bandwidth, efficiencies), and the report says so."""
+    from simplace.calibrate.rates import RATE_CLASSES, device_rates, rate_record
+
+    rates = {"matmul": 9e10, "conv": 5e10, "elementwise": 8e9, "reduction": 6e9,
+             "data_movement": 3e9}
+    recs = synthetic_records() + [rate_record("cpu:1", c, {"rate": rates[c],
+                                                           "saturated": True, "points": []})
+                                  for c in RATE_CLASSES]
+    model, report = build_cost_model(recs)
+    peak, bw, eff = device_rates(rates)
+    for name in ("cpu:0", "cpu:1"):
+        dev = _device(model, name)
+        assert dev.memory_bandwidth_bytes_per_s == pytest.approx(bw, rel=1e-9)
+        assert dev.efficiency["data_movement"] == pytest.approx(eff["data_movement"])
+        assert report["devices"][name]["rates"]["matmul"]["rate"] == 9e10
+    gpu = _device(model, "gpu:0")  # no rate records for this kind: fitted as before
+    assert gpu.peak_flops_per_s != pytest.approx(peak)
+    assert isinstance(report["devices"]["gpu:0"]["rates"], str)
 
 
 def test_build_segment_costs_per_kind_of_hardware(built):

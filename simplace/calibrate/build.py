@@ -18,6 +18,7 @@ from simplace._primitive_costs import xla_flops
 from simplace.calibrate.exclusive import EXCLUSIVE_BELOW, exclusive_groups, overlap
 from simplace.calibrate.fit import fit_link, fit_segments, predict_segments, rel_errors
 from simplace.calibrate.harness import Timing
+from simplace.calibrate.rates import RATE_UNITS, rates_of
 from simplace.cost_model import CostModel, Provenance, default_put_waits
 from simplace.errors import CalibrationError
 
@@ -116,14 +117,16 @@ def _has_parallel(rec: Mapping, min_flops: float | None) -> bool:
 
 def fit_device(seg_records: Sequence[dict], base_s,
                parallel_min_flops: float | None = None, *,
-               held_out_fraction: float = 0.25, seed: int = 0):
+               held_out_fraction: float = 0.25, seed: int = 0,
+               rates: Mapping[str, float] | None = None):
     """Segment fit and error report for the segments timed on one kind of device.
 
     ``base_s``: what each segment costs besides its ops (a number, or one per record).
     Segments whose ops' flops add up to ``parallel_min_flops`` (None: none) pay a fitted
     ``parallel_launch_s`` once. A random ``held_out_fraction`` of the segments
     (seeded) is left out of the fit and reports how well it predicts segments it has
-    not seen.
+    not seen. ``rates``: the device's rates from saturating microbenchmarks, which the
+    fit takes as they are (``fit_segments``).
     """
     recs = list(seg_records)
     t = np.array([Timing.from_dict(r["timing"]).median_s for r in recs])
@@ -132,7 +135,7 @@ def fit_device(seg_records: Sequence[dict], base_s,
     rng = np.random.default_rng(seed)
     held = rng.random(len(recs)) < held_out_fraction
     fit_recs = [r for r, h in zip(recs, held, strict=True) if not h]
-    fit = fit_segments(fit_recs, t[~held], base_s[~held], parallel=par[~held])
+    fit = fit_segments(fit_recs, t[~held], base_s[~held], parallel=par[~held], rates=rates)
     dev = fit.device(name="probe", kind="cpu", memory_bytes=1.0)
     base = base_s + np.where(par, fit.parallel_launch_s, 0.0)
     pred = predict_segments(dev, recs, base)
@@ -210,6 +213,9 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             raise CalibrationError(f"No timed segments for device(s) {', '.join(members)}; "
                                    "calibrate again without a tight --budget-s.")
         base = float(np.median([block[m] for m in members]))
+        # Rates from saturating microbenchmarks, where the records hold them (since
+        # issue 32): they pin the peaks that small segments cannot.
+        rates = rates_of(records, members) or None
         # Only XLA:CPU runs computations inline or on a worker thread; on an
         # accelerator, ops alone that cost 10 us more than an empty call do real work.
         alone = [r for r in op_recs if r["device"] in members] if key[0] == "cpu" else []
@@ -235,14 +241,19 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         for how, seg_base in bases:
             try:
                 fit, rep = fit_device(recs, seg_base, thresholds[key],
-                                      seed=int(head["settings"].get("seed", 0)))
+                                      seed=int(head["settings"].get("seed", 0)),
+                                      rates=rates)
                 break
             except CalibrationError as err:
                 if how == bases[-1][0]:
                     raise
                 tried.append(f"{how}: {err}")
-        report.setdefault("warnings", []).extend(
-            rate_warnings(fit, key, int(head.get("cpu_count") or 0)))
+        problems = rate_problems(fit, key, int(head.get("cpu_count") or 0))
+        if problems:
+            raise CalibrationError(f"The calibration of {', '.join(members)} is refused: "
+                                   + " ".join(problems))
+        rep["rates"] = ({c: {"rate": rates[c], "unit": RATE_UNITS[c]} for c in rates}
+                        if rates else "fitted to the segments (no microbenchmarks recorded)")
         rep["segment_base"] = how
         rep["segment_base_refused"] = tried
         rep["parallel_launch_s"] = fit.parallel_launch_s
@@ -611,20 +622,20 @@ def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
     return new
 
 
-def rate_warnings(fit, key: tuple[str, str], cpu_count: int) -> list[str]:
-    """What is implausible about a segment fit's rates, with what to measure again: a
-    rate the segments could not pin (it ran to its bound), and a CPU compute rate no CPU
-    of ``cpu_count`` cores has (the segments were too small, or timed under load, to
-    tell the rate apart from per-op costs). Empty when nothing is."""
+def rate_problems(fit, key: tuple[str, str], cpu_count: int) -> list[str]:
+    """Why a segment fit cannot be written, with what to measure again: a parameter the
+    segments could not pin (it ran to its bound: a rate, an efficiency at its floor, a
+    per-op cost at its ceiling), and a CPU compute rate no CPU of ``cpu_count`` cores
+    has. Empty when nothing is wrong."""
     out = []
     what = f"{key[0]} devices ({key[1]})"
-    remedy = ("calibrate again on an idle machine (--overwrite) with larger --models "
-              "(segments that do more work); the records are kept, so --refit after "
-              "adding measurements")
+    remedy = ("measure the device's rates with saturating microbenchmarks (`simplace "
+              "calibrate --resume --name NAME` adds them to a calibration that has none; "
+              "then it refits), on an idle machine")
     for rate in fit.unpinned:
         out.append(f"the timed segments do not pin the {what}' {rate} (the fit ran to its "
-                   "bound: their times are per-op and launch costs): ops with much more "
-                   f"work than these segments will be mispredicted; {remedy}.")
+                   "bound: their times are per-op and launch costs, and ops of real size "
+                   f"would be mispredicted by orders of magnitude); {remedy}.")
     if key[0] == "cpu" and cpu_count >= 1 and "peak compute rate" not in fit.unpinned:
         best = fit.peak_flops_per_s * max(fit.efficiency.values(), default=1.0)
         most = CPU_CORE_FLOPS_MAX * cpu_count

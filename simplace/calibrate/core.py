@@ -20,6 +20,7 @@ from simplace import paths as data_paths
 from simplace.calibrate import exclusive as excl_mod
 from simplace.calibrate import links as links_mod
 from simplace.calibrate import ops as ops_mod
+from simplace.calibrate import rates as rates_mod
 from simplace.calibrate.build import build_cost_model
 from simplace.calibrate.records import (
     SCHEMA,
@@ -253,6 +254,8 @@ def calibrate(name: str, *, models: Sequence[str] | None = None,
                 done_ops.add(r.get("model") or r["phase"][len("model:"):])
             elif r["kind"] == "op":
                 done_ops.add((r["device"], r["signature"]))
+            elif r["kind"] == "rate":
+                done_ops.add(("rate", (r["device"], r["op_class"])))
             elif r["kind"] in ("runtime", "put_host", "put_wait"):
                 done_ops.add((r["kind"], r.get("device") or (r["src"], r["dst"])))
             elif r["kind"] == "link":
@@ -316,13 +319,20 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
         todo = [n for n in chain_sizes if (device_name(a), device_name(b), n) not in done_chains]
         if todo:
             chain_todo.append((a, b, todo))
+    kinds: dict = {}
+    for dev in devs:  # one device per kind of hardware
+        kinds.setdefault((dev.platform, str(dev.device_kind)), dev)
+    probe_devs = list(kinds.values())
+    rate_todo = [(dev, c) for dev in probe_devs for c in rates_mod.RATE_CLASSES
+                 if ("rate", (device_name(dev), c)) not in done_ops]
     # Weights in rough seconds, so the ETA is sensible from the first step on.
     w_rt = 0.5
+    w_rate = 2.0 if settings.quick else 4.0
     w_model = 4.0 + 20 * settings.op_budget_s
     w_link = settings.link_budget_s
     w_excl = 3 * settings.excl_budget_s + 1.0
     w_chain = settings.chain_budget_s + 0.5
-    bar = Progress(w_rt * len(devs) + w_model * len(models) + w_link * len(link_todo)
+    bar = Progress(w_rt * len(devs) + w_rate * len(rate_todo) + w_model * len(models) + w_link * len(link_todo)
                    + w_chain * len(chain_todo) + w_excl * len(excl_todo),
                    stream=sys.stderr if show else None)
     seg_kw = dict(min_repeats=settings.op_min_repeats, max_repeats=settings.op_max_repeats,
@@ -354,12 +364,21 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
         out.write({"kind": "phase", "phase": "runtime", "wall_s": time.perf_counter() - t0,
                    "measured": len(devs), "skipped_for_budget": 0})
 
+        # Each device's rates, grown until they saturate: small segments cannot pin
+        # them (one device per kind of hardware; always measured, whatever the budget).
+        t0 = time.perf_counter()
+        for dev, c in rate_todo:
+            dn = device_name(dev)
+            res = rates_mod.measure_rate(c, dev, kind=dev.platform, memory_bytes=mem[dn],
+                                         quick=settings.quick,
+                                         budget_s=3.0 if settings.quick else 8.0)
+            out.write(rates_mod.rate_record(dn, c, res))
+            bar.step(w_rate, f"{c} rate {dn}")
+        out.write({"kind": "phase", "phase": "rates", "wall_s": time.perf_counter() - t0,
+                   "measured": len(rate_todo), "skipped_for_budget": 0})
+
         t0, n_done, n_cut = time.perf_counter(), 0, 0
         rng = np.random.default_rng(settings.seed)
-        kinds: dict = {}
-        for dev in devs:  # one device per kind of hardware
-            kinds.setdefault((dev.platform, str(dev.device_kind)), dev)
-        probe_devs = list(kinds.values())
         for m in models:
             if over(0.7) and n_done:
                 n_cut += 1

@@ -112,6 +112,8 @@ def fit_link(nbytes: Sequence[float], time_s: Sequence[float]) -> LinkFit:
 _PEAK_FLOPS_BOUNDS = (1e8, 1e16)
 _BANDWIDTH_BOUNDS = (1e8, 1e14)
 _OP_OVERHEAD_MAX_S = 1e-3
+# An efficiency below this is a rate folded into an efficiency, not a measurement.
+EFFICIENCY_MIN = 1e-3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,7 +169,7 @@ def _segment_arrays(segments: Sequence[Mapping]):
 
 
 def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
-                 parallel=None) -> SegmentFit:
+                 parallel=None, rates: Mapping[str, float] | None = None) -> SegmentFit:
     """Fit in-segment op costs to segments timed alone.
 
     Args:
@@ -179,6 +181,10 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
         a number, or one per segment.
       parallel: bool per segment: it holds an op the runtime runs on a thread pool, and
         pays ``parallel_launch_s`` (fitted) once; None: no segment does.
+      rates: the device's per-class rates from saturating microbenchmarks
+        (``simplace.calibrate.rates``): they fix the peaks and efficiencies, and the fit
+        only finds what small segments show (per-op costs, fusion, the worker-thread
+        wake-up). None: the rates are fitted too (older records; see ``unpinned``).
 
     Robust (soft-L1) least squares on log segment times. A class no segment has enough
     work of keeps the default efficiency and a zero per-op cost. Raises
@@ -223,10 +229,23 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
     log_t = np.log(t)
     us = 1e-6
 
+    pinned = None
+    if rates is not None:
+        from simplace.calibrate.rates import device_rates
+
+        peak_p, bw_p, eff_p = device_rates(rates)
+        eff_pinned = np.array([eff_p.get(OP_CLASSES[k], DEFAULT_EFFICIENCY[OP_CLASSES[k]])
+                               for k in present])
+        pinned = (peak_p, bw_p, eff_pinned)
+    n_rate = 0 if pinned else 2 + npres  # leading parameters: log rates, log efficiencies
+
     def unpack(x):
-        peak, bw = math.exp(x[0]), math.exp(x[1])
-        eff = np.exp(x[2:2 + npres])
-        ovh = x[2 + npres:2 + 2 * npres] * us
+        if pinned:
+            peak, bw, eff = pinned
+        else:
+            peak, bw = math.exp(x[0]), math.exp(x[1])
+            eff = np.exp(x[2:2 + npres])
+        ovh = x[n_rate:n_rate + npres] * us
         frac = x[-3]
         return peak, bw, eff, ovh, frac
 
@@ -244,32 +263,42 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
     x0 = np.concatenate([[math.log(1e11), math.log(2e10)], np.log(np.full(npres, 0.5)),
                          np.full(npres, 1.0), [0.5], [1.0], [10.0 if par.any() else 0.0]])
     lo = np.concatenate([[math.log(_PEAK_FLOPS_BOUNDS[0]), math.log(_BANDWIDTH_BOUNDS[0])],
-                         np.full(npres, math.log(1e-3)), np.zeros(npres), [0.0], [0.0], [0.0]])
+                         np.full(npres, math.log(EFFICIENCY_MIN)), np.zeros(npres), [0.0],
+                         [0.0], [0.0]])
     hi = np.concatenate([[math.log(_PEAK_FLOPS_BOUNDS[1]), math.log(_BANDWIDTH_BOUNDS[1])],
                          np.zeros(npres), np.full(npres, _OP_OVERHEAD_MAX_S / us), [1.0],
                          [_OP_OVERHEAD_MAX_S / us],
                          [_OP_OVERHEAD_MAX_S / us if par.any() else 1.0]])
-    # The max() of the roofline makes the loss non-convex in the rates: start from a CPU,
-    # a GPU and an accelerator and keep the best.
     res = None
-    for peak0, bw0 in ((1e11, 2e10), (1e13, 5e11), (3e14, 3e12)):
-        x0[0], x0[1] = math.log(peak0), math.log(bw0)
-        r = _least_squares(residuals, x0, lo, hi)
-        if res is None or r.cost < res.cost:
-            res = r
-    # A rate that ran to its bound is one the segments cannot see (their times come from
-    # per-op and launch costs). It is kept (these segments do not depend on it) but
-    # named, so that the calibration says so instead of writing an absurd figure
-    # silently (101 TB/s of memory bandwidth for a 2-core VM's CPU, calibrated at 19:40
-    # on 2026-11-23).
-    unpinned = tuple(what for k, what, bounds in (
+    if pinned:
+        x0, lo, hi = x0[2 + npres:], lo[2 + npres:], hi[2 + npres:]
+        res = _least_squares(residuals, x0, lo, hi)
+    else:
+        # The max() of the roofline makes the loss non-convex in the rates: start from
+        # a CPU, a GPU and an accelerator and keep the best.
+        for peak0, bw0 in ((1e11, 2e10), (1e13, 5e11), (3e14, 3e12)):
+            x0[0], x0[1] = math.log(peak0), math.log(bw0)
+            r = _least_squares(residuals, x0, lo, hi)
+            if res is None or r.cost < res.cost:
+                res = r
+    # A parameter that ran to its bound is one the segments cannot see (a rate: their
+    # times are per-op and launch costs; an efficiency at its floor: a rate folded
+    # into it). It is named, and the calibration refuses it (build_cost_model).
+    unpinned = () if pinned else tuple(what for k, what, bounds in (
         (0, "peak compute rate", _PEAK_FLOPS_BOUNDS),
         (1, "memory bandwidth", _BANDWIDTH_BOUNDS))
         if res.x[k] >= math.log(bounds[1]) - 0.01)
+    if not pinned:
+        unpinned += tuple(f"{OP_CLASSES[k]} efficiency" for k, n in kpos.items()
+                          if res.x[2 + n] <= math.log(EFFICIENCY_MIN) + 0.01)
+    unpinned += tuple(f"{OP_CLASSES[k]} per-op cost" for k, n in kpos.items()
+                      if res.x[n_rate + n] >= _OP_OVERHEAD_MAX_S / us * 0.99)
     peak, bw, eff, ovh, frac = unpack(res.x)
-    # The efficiency of the best class is 1 by convention: fold it into the peaks.
-    top = float(eff.max()) if npres else 1.0
-    eff_out = {c: DEFAULT_EFFICIENCY[c] for c in WORK_CLASSES}
+    # The efficiency of the best class is 1 by convention: fold it into the peaks
+    # (pinned rates: the best class of each unit is 1 already).
+    top = 1.0 if pinned or not npres else float(eff.max())
+    eff_out = {c: (eff_p.get(c, DEFAULT_EFFICIENCY[c]) if pinned else DEFAULT_EFFICIENCY[c])
+               for c in WORK_CLASSES}
     ovh_out = {c: 0.0 for c in WORK_CLASSES}
     for k, n in kpos.items():
         eff_out[OP_CLASSES[k]] = float(min(eff[n] / top, 1.0))

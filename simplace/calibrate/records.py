@@ -36,6 +36,10 @@
   2026-11-24);
 * ``exclusive`` records: the same work timed on devices ``a`` and ``b`` alone and
   together (``alone_a``, ``alone_b``, ``together`` timings);
+* ``rate`` records: one op class's saturating microbenchmark on ``device``
+  (``simplace.calibrate.rates``): ``op_class``, ``unit`` (flop or byte), the ``rate``
+  kept, whether the series ``saturated`` (and ``why`` not), and its ``points`` (size,
+  work, median time, rate);
 * ``phase`` records: a phase (``runtime``, ``segments``, ``model:NAME``, ``links``,
   ``link_chains``, ``exclusive``) finished, so that
   ``--resume`` knows what is left.
@@ -87,6 +91,8 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "link_chain": {"a": (str,), "b": (str,), "nbytes": _NUM, "hops": (int,),
                    "alone_a": (dict,), "alone_b": (dict,), "chain": (dict,),
                    "chain_host": (dict,)},
+    "rate": {"device": (str,), "op_class": (str,), "unit": (str,), "rate": _NUM,
+             "saturated": (bool,), "points": (list,)},
     "phase": {"phase": (str,)},
 }
 _TIMING_FIELDS = {"op": ("timing",), "link": ("timing",), "runtime": ("block", "host"),
@@ -123,6 +129,9 @@ def check_record(rec: Any, where: str) -> dict[str, Any]:
     if kind == "put_wait" and not (rec["waits"] is None or isinstance(rec["waits"], bool)):
         raise CalibrationError(f"{where}: field 'waits' of a put_wait record must be true, "
                                f"false or null, got {rec['waits']!r}.")
+    if kind == "rate" and not rec["rate"] > 0:
+        raise CalibrationError(f"{where}: field 'rate' of a rate record must be > 0, got "
+                               f"{rec['rate']!r}.")
     if kind == "link_chain" and rec["hops"] < 1:
         raise CalibrationError(f"{where}: field 'hops' of a link_chain record must be 1 or "
                                f"more, got {rec['hops']!r}.")
