@@ -476,6 +476,10 @@ def use_profile(args, cost_model, graph, *, program=None, run_args=None):
             if is_graph_file(args.model):
                 if problem is not None:
                     raise problem
+                if mode == "always":
+                    raise SimplaceError(f"--profile always: '{args.model}' is a saved graph, "
+                                        "which cannot run; name the model it was traced "
+                                        "from.")
                 note("no profile of this graph, and none made: a saved graph cannot run "
                      "(name the model it was traced from)")
                 return cost_model

@@ -43,7 +43,9 @@ SCHEMA_VERSION = 1
 DEFAULT_CHUNKS = 24
 # Each chunk is timed like a segment in calibration, with a small budget: a profile of
 # a few dozen chunks should take seconds to a minute, not the calibration's minutes.
-DEFAULT_TIMING = {"warmup": 1, "min_repeats": 3, "max_repeats": 30, "budget_s": 0.3,
+# No warm-up run: the chunk's first run (which compiles it and makes the next chunk's
+# inputs) is one.
+DEFAULT_TIMING = {"warmup": 0, "min_repeats": 3, "max_repeats": 30, "budget_s": 0.3,
                   "rel_tol": 0.02}
 # How far the scaled op times of a chunk may be from its measured time less its fixed
 # cost in a file (rounding of the JSON floats); more means an edited file.
