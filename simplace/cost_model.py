@@ -981,6 +981,10 @@ class CostModel:
                 f"The profile was made on machine {profile.cost_model!r}, not "
                 f"{self.name!r}: profile this machine (`simplace profile MODEL "
                 f"--cost-model {base}`).")
+        if not profile.complete:
+            raise CostModelError(
+                f"The profile is incomplete ({profile.summary()}): finish it with "
+                f"`simplace profile MODEL --cost-model {base} --resume`.")
         kinds = {dev.kind for dev in self.devices}
         extra = sorted(set(profile.op_time_s) - kinds)
         if extra:

@@ -26,6 +26,7 @@ import datetime
 import math
 import os
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -469,8 +470,7 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
                        devices=devices, **meta)
 
     timing = dict(DEFAULT_TIMING if timing is None else timing)
-    stream = (None if progress is False else
-              __import__("sys").stderr if progress is True else progress)
+    stream = None if progress is False else sys.stderr if progress is True else progress
     todo = sum(len(bounds) - len(cs) for cs in done.values())
     bar = Progress(max(todo, 1), stream=stream)
     try:

@@ -179,6 +179,10 @@ def test_a_profile_of_another_graph_or_machine_is_refused(mlp_graph):
         cm.with_profile(_hand_profile(mlp_graph, machine="elsewhere"))
     with pytest.raises(CostModelError, match="kind.*tpu"):
         cm.with_profile(_hand_profile(mlp_graph, kind="tpu"))
+    partial = _hand_profile(mlp_graph)
+    partial = Profile(**{**partial.__dict__, "op_time_s": {}})
+    with pytest.raises(CostModelError, match="incomplete.*--resume"):
+        cm.with_profile(partial)
 
 
 # --------------------------------------------------------------------------- files
@@ -313,6 +317,25 @@ def test_a_failing_chunk_is_estimated_from_the_calibration_and_marked(mlp, machi
                                (work + arg)[bad.first:bad.stop])
     assert p.complete and p.num_estimated == 1
     assert "1 estimated" in p.summary()
+
+
+def test_chunks_after_one_that_cannot_be_stood_in_for_are_estimated(mlp, machine,
+                                                                     monkeypatch):
+    import jax
+
+    fn, args, program = mlp
+    _timing_that(monkeypatch, 2, RuntimeError("failed to compile"))
+
+    def no_shapes(*a, **kw):
+        raise TypeError("no zeros of this dtype")
+
+    monkeypatch.setattr(jax, "eval_shape", no_shapes)
+    p = profile(fn, args, machine, chunks=4, program=program, timing=FAST, progress=False)
+    chunks = p.chunks["cpu"]
+    assert not chunks[0].estimated and all(c.estimated for c in chunks[1:])
+    assert "failed to compile" in chunks[1].error
+    assert all(c.error.startswith(f"not run: chunk {chunks[1].first}..{chunks[1].stop} "
+                                  "failed before it") for c in chunks[2:])
 
 
 # --------------------------------------------------------------------------- commands
