@@ -524,6 +524,11 @@ def cmd_profile(args) -> int:
         raise OptionError("simplace profile needs MODEL and --cost-model NAME (or --list).")
     if args.chunks < 1:
         raise OptionError(f"--chunks must be >= 1, got {args.chunks}.")
+    from simplace.models import is_graph_file
+
+    if is_graph_file(args.model):
+        raise OptionError(f"'{args.model}' is a saved graph: profiling runs the model, so "
+                          "name the zoo model or file.py:factory it was traced from.")
     from simplace.validate import cli as validate_cli
 
     cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
