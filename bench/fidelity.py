@@ -57,7 +57,8 @@ def heuristics() -> list[str]:
     return [m for m in methods() if m not in SEARCH and m not in SKIP]
 
 
-def candidates(graph, cost_model, n: int, seed: int, search_budget_s: float, log):
+def candidates(graph, cost_model, n: int, seed: int, search_budget_s: float, log,
+               random_ops: bool = True, methods_: list[str] | None = None):
     """``([(label, method, assignment)], {method: label})``: distinct placements, at
     least ``n`` of them (when the graph has that many), including at least
     ``MIN_RANDOM`` of each random kind; and, for each method whose placement was
@@ -76,7 +77,7 @@ def candidates(graph, cost_model, n: int, seed: int, search_budget_s: float, log
 
     for k in range(d):
         add(f"single:{k}", "single", np.full(m, k))
-    for meth in heuristics() + list(SEARCH):
+    for meth in methods_ if methods_ is not None else heuristics() + list(SEARCH):
         t = time.perf_counter()
         try:
             res = simplace.optimize(graph, cost_model, meth, seed=seed,
@@ -89,11 +90,11 @@ def candidates(graph, cost_model, n: int, seed: int, search_budget_s: float, log
             f"({time.perf_counter() - t:.1f} s)"
             + ("" if new else f", the placement of {same_as[meth]}"))
     rng = np.random.default_rng(seed)
-    count = {"random-ops": 0, "random-runs": 0}
+    count = {"random-ops": 0, "random-runs": 0} if random_ops else {"random-runs": 0}
     k = 0
     while (len(out) < n or min(count.values()) < MIN_RANDOM) and k < 100 * max(n, 1):
         k += 1
-        if k % 4 == 0:  # every op on a random device: about one segment per op
+        if random_ops and k % 4 == 0:  # every op on a random device: ~one segment per op
             kind, p = "random-ops", rng.integers(0, d, m)
         else:  # a few random runs of ops, like a coarse manual split
             kind = "random-runs"

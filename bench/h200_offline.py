@@ -1,6 +1,6 @@
 """What the calibration alone predicts for the H200 host's real-size steps, offline.
 
-    PYTHONPATH=. python bench/h200_offline.py [--measurements ../shared/measurements/h200_2026-11-27]
+    PYTHONPATH=. python bench/h200_offline.py [--measurements DIR] [--quick]
         [--out bench/results/h200_offline_DATE.txt]
 
 The H200 records of 2026-11-27 hold small segments, launches, dispatch and links, and
@@ -215,7 +215,8 @@ def main(argv=None) -> int:
     rows = predict(meas / "h200_x1_records.jsonl", meas / "h200_x1_validation.jsonl", host, log)
     log()
     log(f"{'step':<20} {'method':<12} {'ops there/here':>15} {'measured':>10} "
-        f"{'old pred':>10} {'old x':>7} {'new pred':>10} {'new x':>7} {'copies there/here (MB)':>24}")
+        f"{'old pred':>10} {'old x':>7} {'new pred':>10} {'new x':>7} "
+        f"{'copies there/here (MB)':>24}")
     for r in rows:
         log(f"{r['label']:<20} {r['method']:<12} {r['ops_there']:>7}/{r['ops_here']:<7} "
             f"{r['measured_s'] * 1e3:>8.2f}ms {r['old_predicted_s'] * 1e3:>8.1f}ms "

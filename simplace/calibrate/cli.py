@@ -174,6 +174,21 @@ def _put_wait_lines(report: dict) -> list[str]:
     return out
 
 
+def _rate_lines(report: dict) -> list[str]:
+    """The rates each kind of device was pinned at (saturating microbenchmarks)."""
+    lines, seen = [], set()
+    for name, r in report["devices"].items():
+        rates = r.get("rates")
+        if not isinstance(rates, dict) or tuple(r.get("shared_with", [name])) in seen:
+            continue
+        seen.add(tuple(r.get("shared_with", [name])))
+        parts = [f"{c} {v['rate'] / 1e12:.3g} TFLOP/s" if v["unit"] == "flop"
+                 else f"{c} {v['rate'] / 1e9:.3g} GB/s" for c, v in rates.items()]
+        lines.append(f"rates ({', '.join(r.get('shared_with', [name]))}; saturating "
+                     f"microbenchmarks): {', '.join(parts)}")
+    return lines
+
+
 def format_report(model, report: dict) -> str:
     """A short human-readable summary of a calibration report."""
     def pct(x):
@@ -191,6 +206,7 @@ def format_report(model, report: dict) -> str:
         lines.append(f"  {name:<8} {r['segments_measured']:>8} {h['n']:>10} "
                      f"{pct(h['median_rel_error'])} {pct(h['p90_rel_error'])} "
                      f"{pct(o['median_rel_error']):>15} {pct(o['p90_rel_error'])}")
+    lines += _rate_lines(report)
     lines += _worker_thread_lines(report)
     lines += _put_wait_lines(report)
     lines.append("links (put host time, latency, bandwidth, median fit error):")

@@ -332,8 +332,8 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
     w_link = settings.link_budget_s
     w_excl = 3 * settings.excl_budget_s + 1.0
     w_chain = settings.chain_budget_s + 0.5
-    bar = Progress(w_rt * len(devs) + w_rate * len(rate_todo) + w_model * len(models) + w_link * len(link_todo)
-                   + w_chain * len(chain_todo) + w_excl * len(excl_todo),
+    bar = Progress(w_rt * len(devs) + w_rate * len(rate_todo) + w_model * len(models)
+                   + w_link * len(link_todo) + w_chain * len(chain_todo) + w_excl * len(excl_todo),
                    stream=sys.stderr if show else None)
     seg_kw = dict(min_repeats=settings.op_min_repeats, max_repeats=settings.op_max_repeats,
                   budget_s=settings.op_budget_s, rel_tol=settings.op_rel_tol)

@@ -1,0 +1,187 @@
+"""Fidelity at real sizes: predicted vs measured step times, with and without profiles.
+
+    PYTHONPATH=. python bench/fidelity_real.py [--cost-model cpu_vm2core_x4]
+        [--models resnet50:2,bert_base:1,transformer:2,rnnlm:4] [--placements 8]
+        [--search-budget-s 10] [--out-dir bench/results] [--tag vm]
+
+Each model (``NAME:BATCH``: the zoo model's training step at that batch; ``:0`` or no
+batch: the zoo's default batch, the size on a GPU host; on a 2-core VM pick batches
+where one step on one device takes 0.2-3 s) is traced, **profiled** on this machine
+(``simplace.profile``: its own ops at their real shapes, timed in chunks), and at least
+``--placements`` distinct placements are gathered: one single device (this machine's
+devices of one kind run the same code), every heuristic and partitioner, ``local`` and
+``rl-gnn`` (planned against the profiled model, as ``optimize`` plans once a profile
+exists), and random runs of ops. Each runs for real (``simplace.validate``) and is
+compared, raw (no drift corrections), with the calibration alone and with the profile.
+
+Reported per model and overall: MAPE and Kendall tau of both predictions, the time the
+profile took beside the time of one step, and the pick: the placement the optimizer
+would choose (best predicted with the profile) against the best measured one.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+from fidelity import SEARCH, candidates, heuristics  # noqa: E402
+
+import simplace  # noqa: E402
+from simplace import zoo  # noqa: E402
+from simplace.sim import simulate  # noqa: E402
+from simplace.validate import kendall_tau, mape, raw_model, validate  # noqa: E402
+from simplace.validate.executor import prepare  # noqa: E402
+
+VM_MODELS = "resnet50:2,bert_base:1,transformer:2,rnnlm:4"
+
+
+def _spec(s: str) -> tuple[str, int | None]:
+    name, _, batch = s.partition(":")
+    return name, (int(batch) or None) if batch else None
+
+
+def run_model(name, batch, cm_raw, args, log) -> dict:
+    """Profile, plan, validate one model; its row of the table."""
+    log(f"== {name} (batch {batch or 'default'})")
+    fn, fargs = zoo.get(name, batch=batch, abstract=False, training=True)
+    t0 = time.perf_counter()
+    program = prepare(fn, fargs, name=f"{name}/train")
+    g = program.graph
+    log(f"    traced {g.num_ops} ops, {g.flops.sum() / 1e9:.1f} GFLOP in "
+        f"{time.perf_counter() - t0:.1f} s")
+    t0 = time.perf_counter()
+    prof = simplace.profile(None, fargs, cm_raw, program=program, chunks=args.chunks,
+                            progress=sys.stderr)
+    profile_s = time.perf_counter() - t0
+    cm_prof = cm_raw.with_profile(prof)
+    log(f"    profiled in {profile_s:.1f} s ({prof.num_estimated} chunks estimated)")
+    methods = [m for m in heuristics() if m != "single"] + list(SEARCH)
+    # candidates() lists every single device first: ask for the ones dropped below too
+    cands, same_as = candidates(g, cm_prof, args.placements + cm_raw.num_devices - 1,
+                                args.seed, args.search_budget_s, log, random_ops=False,
+                                methods_=methods)
+    # one single device: the others are the same hardware here (virtual CPU devices)
+    cands = [c for c in cands if not c[0].startswith("single:") or c[0] == "single:0"]
+    cands.insert(0, ("single:0", "single", np.zeros(g.num_ops, np.int32)))
+    seen, uniq = set(), []
+    for c in cands:
+        if c[2].tobytes() not in seen:
+            seen.add(c[2].tobytes())
+            uniq.append(c)
+    timing = {"warmup": 1, "min_repeats": args.repeats, "max_repeats": args.repeats,
+              "budget_s": args.timing_budget_s}
+    t0 = time.perf_counter()
+    rep = validate(g, cm_raw, [c[2] for c in uniq], program=program, args=fargs,
+                   labels=[c[0] for c in uniq], methods=[c[1] for c in uniq], timing=timing,
+                   rounds=args.rounds, progress=lambda s: log("    " + s))
+    validate_s = time.perf_counter() - t0
+    meas = np.array([r["measured_step_time_s"] for r in rep.records])
+    pred = {kind: np.array([simulate(g, m, np.asarray(r["assignment"])).step_time_s
+                            for r in rep.records])
+            for kind, m in (("calibration", cm_raw), ("profile", cm_prof))}
+    pick = int(np.argmin(pred["profile"]))
+    best = int(np.argmin(meas))
+    one_step = float(meas[0])
+    rows = [{"label": r["label"], "method": r["method"], "measured_s": float(meas[k]),
+             "calibration_s": float(pred["calibration"][k]),
+             "profile_s": float(pred["profile"][k]), "segments": r["num_segments"],
+             "transfers": r["num_transfers"]} for k, r in enumerate(rep.records)]
+    return {"model": name, "batch": batch, "ops": g.num_ops, "graph_hash": g.hash,
+            "profile_wall_s": profile_s, "one_step_s": one_step, "validate_wall_s": validate_s,
+            "estimated_chunks": prof.num_estimated, "chunks": len(prof.bounds),
+            "same_placement_as": same_as, "placements": rows,
+            **{f"mape_{k}": mape(p, meas) for k, p in pred.items()},
+            **{f"tau_{k}": kendall_tau(p, meas) for k, p in pred.items()},
+            "pick": rows[pick]["label"], "pick_measured_s": float(meas[pick]),
+            "best": rows[best]["label"], "best_measured_s": float(meas[best])}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def table(res: list[dict], head: str) -> list[str]:
+    lines = [head, f"{'model':<14} {'n':>3} {'MAPE calib':>10} {'tau':>5} {'MAPE prof':>10} "
+             f"{'tau':>5} {'profile':>8} {'1 step':>8} {'pick / best measured':>28}"]
+    for r in res:
+        lines.append(
+            f"{r['model'] + ':' + str(r['batch'] or 'dflt'):<14} {len(r['placements']):>3} "
+            f"{_pct(r['mape_calibration']):>10} {r['tau_calibration']:>5.2f} "
+            f"{_pct(r['mape_profile']):>10} {r['tau_profile']:>5.2f} "
+            f"{r['profile_wall_s']:>7.1f}s {r['one_step_s']:>7.3f}s "
+            f"{r['pick']:>12} {r['pick_measured_s'] / r['best_measured_s']:.3f}x of {r['best']}")
+    if res:
+        meas = np.concatenate([[p["measured_s"] for p in r["placements"]] for r in res])
+        for kind in ("calibration", "profile"):
+            pred = np.concatenate([[p[f"{kind}_s"] for p in r["placements"]] for r in res])
+            taus = [r[f"tau_{kind}"] for r in res]
+            lines.append(f"all models, {kind:<11}: MAPE {_pct(mape(pred, meas))}, tau per "
+                         f"model {min(taus):.2f}-{max(taus):.2f} (n {len(meas)})")
+    for r in res:
+        lines.append(f"  {r['model']}: " + ", ".join(
+            f"{p['label']} {p['measured_s'] * 1e3:.0f}/{p['calibration_s'] * 1e3:.0f}/"
+            f"{p['profile_s'] * 1e3:.0f}" for p in r["placements"])
+            + " ms (measured/calibration/profile)")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cost-model", default="cpu_vm2core_x4")
+    ap.add_argument("--models", default=VM_MODELS,
+                    help=f"NAME:BATCH,... (default {VM_MODELS}; batch 0: the zoo's default)")
+    ap.add_argument("--placements", type=int, default=8)
+    ap.add_argument("--chunks", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--search-budget-s", type=float, default=10.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--timing-budget-s", type=float, default=5.0)
+    ap.add_argument("--out-dir", default="bench/results")
+    ap.add_argument("--tag", default="vm")
+    args = ap.parse_args(argv)
+    if args.placements < 8:
+        ap.error("--placements must be at least 8")
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    cm_raw = raw_model(simplace.CostModel.load(args.cost_model))
+    load0 = os.getloadavg()
+    t_start = time.perf_counter()
+    results = []
+    for spec in args.models.split(","):
+        name, batch = _spec(spec)
+        try:
+            results.append(run_model(name, batch, cm_raw, args, log))
+        except Exception as err:  # noqa: BLE001 - one model failing does not end the run
+            log(f"    {name}: failed: {type(err).__name__}: {str(err)[:300]}")
+    import jax
+
+    head = (f"# bench/fidelity_real.py {' '.join(argv or sys.argv[1:])}\n"
+            f"# {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+            f"{os.cpu_count()} cores, JAX {jax.__version__}, devices "
+            f"{', '.join(str(d) for d in jax.devices()[:4])}; cost model {args.cost_model} "
+            f"(raw); load {load0[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
+            f"{time.perf_counter() - t_start:.0f} s")
+    lines = table(results, head)
+    print("\n".join(lines), flush=True)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"fidelity_real_{datetime.date.today():%Y-%m-%d}_{args.tag}"
+    (out / f"{stem}.txt").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    log(f"wrote {out / stem}.txt and .json")
+    return 0 if results else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
