@@ -226,8 +226,10 @@ def report_result(result, cost_model, bound_s: float) -> str:
 def cmd_methods(args) -> int:
     from simplace.placers import method_docs
 
-    for name, doc in method_docs().items():
-        print(f"{name:<10} {doc}")
+    docs = method_docs()
+    width = max(map(len, docs), default=0)
+    for name, doc in docs.items():
+        print(f"{name:<{width}}  {doc}")
     return 0
 
 

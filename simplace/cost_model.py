@@ -1199,15 +1199,57 @@ class CostModel:
     __hash__ = None
 
     def summary(self) -> str:
+        """One line per device. In a measured model, figures the calibration fitted
+        rather than measured are marked ``*``, and a rate the fit ran to its bound is
+        shown as ``bound`` (the timings did not pin it)."""
+        measured = self.provenance.source == "measured"
+        lo_hi = {}
+        if measured:
+            from simplace.calibrate.fit import _BANDWIDTH_BOUNDS, _PEAK_FLOPS_BOUNDS
+
+            lo_hi = {"flops": _PEAK_FLOPS_BOUNDS, "bytes": _BANDWIDTH_BOUNDS}
+        reports = (self.provenance.meta.get("fit_report") or {}).get("devices") or {}
+        marks = set()
+
+        def rate(value: float, unit: str, scale: float, width: int, fmt: str,
+                 recorded) -> str:
+            if not measured:
+                return f"{value / scale:{width}{fmt}}"
+            lo, hi = lo_hi[unit]
+            if value >= 0.99 * hi or value <= 1.01 * lo:
+                marks.add("bound")
+                return f"{'bound':>{width}}"
+            if any(math.isclose(value, r, rel_tol=1e-9) for r in recorded):
+                return f"{value / scale:{width}{fmt}}"  # a rate benchmark's figure
+            marks.add("*")
+            return f"{value / scale:{width - 1}{fmt}}*"
+
+        def us(value: float) -> str:
+            if value == 0:
+                return "0"
+            return f"{value * 1e6:.1f}" if value >= 1e-7 else f"{value * 1e6:.2g}"
+
         lines = [f"CostModel {self.name}  ({self.provenance.source}, {self.num_devices} devices"
                  f"{', corrected' if not self.corrections.is_identity else ''})"]
         for dev in self.devices:
+            recs = (reports.get(dev.name) or {}).get("rates") or {}
+            recorded = [float(r["rate"]) for r in recs.values()
+                        if isinstance(r, Mapping) and isinstance(r.get("rate"), int | float)]
+            op = f"op {us(dev.overhead_s)} us" + ("*" if measured else "")
+            if measured:  # per-op costs come from the segment fit
+                marks.add("*")
             lines.append(
-                f"  {dev.name:<10} {dev.kind:<4} {dev.peak_flops_per_s / 1e12:8.2f} TFLOP/s "
-                f"{dev.memory_bandwidth_bytes_per_s / 1e9:8.1f} GB/s "
-                f"{dev.memory_bytes / 2 ** 30:7.1f} GiB  launch {dev.launch_s * 1e6:.1f} us  "
-                f"dispatch {dev.dispatch_s * 1e6:.1f} us  op {dev.overhead_s * 1e6:.1f} us"
+                f"  {dev.name:<10} {dev.kind:<4} "
+                f"{rate(dev.peak_flops_per_s, 'flops', 1e12, 8, '.2f', recorded)} TFLOP/s "
+                f"{rate(dev.memory_bandwidth_bytes_per_s, 'bytes', 1e9, 8, '.1f', recorded)} "
+                f"GB/s {dev.memory_bytes / 2 ** 30:7.1f} GiB  launch {us(dev.launch_s)} us  "
+                f"dispatch {us(dev.dispatch_s)} us  {op}"
                 + (f"  {len(dev.op_times_s)} measured ops" if dev.op_times_s else ""))
+        if "*" in marks:
+            lines.append("  *: fitted to timed segments, not measured directly")
+        if "bound" in marks:
+            lines.append("  bound: the fit ran this rate to its limit; the timings do not "
+                         "pin it")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

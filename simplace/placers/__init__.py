@@ -228,13 +228,14 @@ def methods() -> list[str]:
 
 
 def method_docs() -> dict[str, str]:
-    """``{name: first line of its docstring}`` for every method."""
+    """``{name: one-line summary}`` for every method: the first paragraph of its
+    docstring (of its module's when it has none), whole, on one line."""
     _load_methods()
     docs = {}
     for name in sorted(_METHODS):
         fn = _METHODS[name]
         doc = (fn.__doc__ or sys.modules[fn.__module__].__doc__ or "").strip()
-        first = doc.splitlines()[0] if doc else ""
+        first = " ".join(doc.split("\n\n")[0].split())
         docs[name] = first.removeprefix(f"``{name}``:").strip()
     return docs
 

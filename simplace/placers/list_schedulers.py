@@ -1019,10 +1019,11 @@ def heft_proposal(ctx: PlacerContext, memory: str, *, fifo_links: bool = False
     **_COMMON_OPTIONS,
     "fifo_links": "HEFT's own schedule models links as FIFOs (default False: contention-free)"})
 def heft(ctx: PlacerContext) -> PlacerOutput:
-    """HEFT's devices, scheduled in the program's order: each unit (op or block, in graph
-    order) goes to the device HEFT's own schedule gives most of its work
-    (``heft_proposal``) or stays on the open segment's device, whichever ends it first
-    under the program's semantics (module docstring). Option ``fifo_links``: HEFT's own
+    """HEFT's device choices, scheduled in the program's order.
+
+    Each unit (op or block, in graph order) goes to the device HEFT's own schedule gives
+    most of its work (``heft_proposal``) or stays on the open segment's device, whichever
+    ends it first under the program's semantics (module docstring). Option ``fifo_links``: HEFT's own
     schedule models links as FIFOs (default: contention-free, the classic model)."""
     s = _Setup(ctx)
     if s.m == 0:
@@ -1066,8 +1067,9 @@ def heft(ctx: PlacerContext) -> PlacerOutput:
 @register("m_topo", options={"memory": _COMMON_OPTIONS["memory"],
                              "fallback_single": _COMMON_OPTIONS["fallback_single"]})
 def m_topo(ctx: PlacerContext) -> PlacerOutput:
-    """Baechi's m-TOPO: fill devices in turn, in topological (graph) order, under memory
-    caps; over the fastest k devices for every k, the best simulated.
+    """Baechi's m-TOPO: fill devices in turn, in graph order, under memory caps.
+
+    Over the fastest k devices for every k, the best simulated.
 
     Devices are ranked fastest first (smallest total op time ``T_d = sum_i t[i, d]``,
     ties by index). For k = 1..D the first k take part: device ``d``'s share is
@@ -1140,10 +1142,11 @@ def m_topo(ctx: PlacerContext) -> PlacerOutput:
 # --------------------------------------------------------------------------- ETF family
 @register("m_etf", options=_COMMON_OPTIONS)
 def m_etf(ctx: PlacerContext) -> PlacerOutput:
-    """Baechi's m-ETF in the program's order: each unit (op or block, in graph order)
-    goes to the device that can hold it where its segment ends first, under the
-    program's semantics (ties: the open segment's device, then the lower index); the
-    best of the unit runs, never worse than ``single`` (module docstring)."""
+    """Baechi's m-ETF in the program's order: each unit to the device where it ends first.
+
+    Each unit (op or block, in graph order) goes to the device that can hold it where its
+    segment ends first, under the program's semantics (ties: the open segment's device,
+    then the lower index); the best of the unit runs, never worse than ``single`` (module docstring)."""
     s = _Setup(ctx)
     if s.m == 0:
         return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,

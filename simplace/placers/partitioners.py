@@ -342,6 +342,7 @@ def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> Placer
 
 @register("metis")
 def place_metis(ctx: PlacerContext) -> PlacerOutput:
+    """METIS min-cut partition, parts sized by device speed, mapped onto the devices."""
     speed = device_speed(ctx)
     classes = device_classes(ctx)
 
@@ -463,6 +464,7 @@ def _scotch_parts(ctx: PlacerContext, ug: _Undirected, devices: list[int]) -> np
 
 @register("scotch")
 def place_scotch(ctx: PlacerContext) -> PlacerOutput:
+    """Scotch static mapping onto the machine's devices and links."""
     everything = list(range(ctx.cost_model.num_devices))
     gpus = gpu_devices(ctx.cost_model)
     sets = [everything] + ([gpus] if len(gpus) > 1 and gpus != everything else [])
