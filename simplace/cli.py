@@ -245,6 +245,10 @@ def cmd_optimize(args) -> int:
         raise SimplaceError(f"Unknown --method {args.method!r}: use one of "
                             f"{', '.join(methods())} or 'all' (see `simplace methods`).")
     cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
+    if getattr(args, "checkpoint", None):
+        from simplace.rl import checkpoint
+
+        checkpoint.check(args.checkpoint)  # a file that is no checkpoint: before tracing
     if args.no_profile:
         args.profile = "never"
     if args.validate_every is not None or args.profile != "never":
@@ -596,7 +600,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("model", metavar="MODEL",
                         help="zoo name (see `simplace models`), path/file.py:factory, "
                              "package.module:factory, or a saved graph .json")
-        sp.add_argument("--batch", type=_argtypes.positive_int, default=None,
+        sp.add_argument("--batch", type=_argtypes.batch_size, default=None,
                         help="batch size (default: the model's)")
         sp.add_argument("--inference", action="store_true",
                         help="trace inference instead of a training step")
@@ -645,8 +649,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a placement method (see `simplace methods`) or 'all': every "
                          "method but exact, the searches (local, rl-*) starting from the "
                          "best found before them (default: all, with a comparison table)")
-    sp.add_argument("--budget-s", type=_argtypes.positive_seconds, default=None,
-                    help="wall-time budget, seconds (> 0), compilation included: of the "
+    sp.add_argument("--budget-s", type=_argtypes.budget_seconds, default=None,
+                    help="wall-time budget, seconds (> 0, at most a week), compilation "
+                         "included: of the "
                          "search method, or shared by all of them with --method all "
                          "(default: the method's own; 60 s for all)")
     sp.add_argument("--seed", type=_argtypes.seed, default=0,
@@ -679,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("model", metavar="MODEL", nargs="?",
                     help="zoo name, path/file.py:factory or package.module:factory (the "
                          "model must run)")
-    sp.add_argument("--batch", type=_argtypes.positive_int, default=None,
+    sp.add_argument("--batch", type=_argtypes.batch_size, default=None,
                     help="batch size (default: the model's)")
     sp.add_argument("--inference", action="store_true",
                     help="profile inference instead of a training step")

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import json
 import math
+import numbers
 import os
 import types
 import weakref
@@ -1060,8 +1061,22 @@ class CostModel:
         ``exclusive_pair`` devices 0 and 1 are two virtual CPU devices of one socket (one
         exclusive group, like JAX's fake host devices).
         """
-        if int(num_devices) < 1:
-            raise CostModelError(f"synthetic needs num_devices >= 1, got {num_devices}.")
+        from simplace._argtypes import check_seed
+
+        max_devices = 1024  # DxD link matrices: beyond this, minutes and gigabytes
+        if isinstance(num_devices, bool) or not isinstance(num_devices, numbers.Integral) \
+                or not 1 <= num_devices <= max_devices:
+            raise CostModelError(f"synthetic needs num_devices, an integer in "
+                                 f"1..{max_devices}, got {num_devices!r}.")
+        try:
+            check_seed(seed)
+        except ValueError as err:
+            raise CostModelError(str(err)) from None
+        if not isinstance(exclusive_pair, bool | np.bool_):
+            raise CostModelError(f"exclusive_pair must be True or False, got "
+                                 f"{exclusive_pair!r}.")
+        if name is not None:
+            _string(name, "name")
         d = int(num_devices)
         if exclusive_pair and d < 2:
             raise CostModelError("synthetic(exclusive_pair=True) needs num_devices >= 2.")
@@ -1186,6 +1201,14 @@ class CostModel:
         with simplace (``simplace.paths.cost_model_search_dirs``)."""
         from simplace import paths
 
+        if not isinstance(name_or_path, str | os.PathLike):
+            raise CostModelError(
+                f"CostModel.load takes a cost-model name or the path of a cost-model JSON "
+                f"file (a string or path), got {name_or_path!r}; "
+                "simplace.paths.available_cost_models() lists the names.")
+        if cost_model_dir is not None and not isinstance(cost_model_dir, str | os.PathLike):
+            raise CostModelError(f"CostModel.load: cost_model_dir must be a folder (a string "
+                                 f"or path) or None, got {cost_model_dir!r}.")
         path = paths.find_cost_model(name_or_path, cost_model_dir)
         d = read_json(path, CostModelError, "Cost-model file")
         return cls.from_dict(d, source=str(path))

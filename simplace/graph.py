@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -154,11 +155,11 @@ class OpGraph:
         for f in _OP_STR_FIELDS:
             set_(f, _frozen(_str_array(getattr(self, f))))
         for f in _OP_FLOAT_FIELDS:
-            set_(f, _frozen(np.asarray(getattr(self, f), dtype=np.float64).reshape(-1)))
+            set_(f, _frozen(_float_array(getattr(self, f), f)))
         m = len(self.op)
         set_("src", _frozen(_index_array(self.src, "src")))
         set_("dst", _frozen(_index_array(self.dst, "dst")))
-        set_("edge_bytes", _frozen(np.asarray(self.edge_bytes, dtype=np.float64).reshape(-1)))
+        set_("edge_bytes", _frozen(_float_array(self.edge_bytes, "edge_bytes")))
         e = len(self.src)
         eo = np.zeros(e, dtype=np.int32) if self.edge_output is None else self.edge_output
         set_("edge_output", _frozen(_index_array(eo, "edge_output")))
@@ -167,7 +168,7 @@ class OpGraph:
         set_("param_names", _frozen(_str_array([] if self.param_names is None
                                                else self.param_names)))
         ps = [] if self.param_sizes is None else self.param_sizes
-        set_("param_sizes", _frozen(np.asarray(ps, dtype=np.float64).reshape(-1)))
+        set_("param_sizes", _frozen(_float_array(ps, "param_sizes")))
         for f in ("param_op", "param_index"):
             v = getattr(self, f)
             set_(f, _frozen(_index_array([] if v is None else v, f)))
@@ -212,14 +213,17 @@ class OpGraph:
             )
         for f in _OP_FLOAT_FIELDS + ("edge_bytes", "param_sizes"):
             v = getattr(self, f)
-            bad = np.flatnonzero(~np.isfinite(v) | (v < 0))
+            top = MAX_FLOPS if f == "flops" else MAX_BYTES
+            bad = np.flatnonzero(~np.isfinite(v) | (v < 0) | (v > top))
             if bad.size:
                 i = int(bad[0])
                 where = f"op {i} ({self.op[i]} at '{self.name_path[i]}')" if (
                     f in _OP_FLOAT_FIELDS) else f"entry {i}"
                 raise GraphError(
-                    f"OpGraph field '{f}' must be finite and >= 0, but {where} is {v[i]!r} "
-                    f"({bad.size} bad entries in all)."
+                    f"OpGraph field '{f}' must be finite and >= 0, and at most {top:g} (more "
+                    f"than any op of a real model {'computes' if f == 'flops' else 'moves'}"
+                    f"), but {where} is {float(v[i])!r} ({bad.size} bad entries in all): check "
+                    "its units."
                 )
         for f, n, what in (("src", m, "op"), ("dst", m, "op"), ("param_op", m, "op"),
                            ("param_index", p, "parameter")):
@@ -890,6 +894,11 @@ def _thaw(v):
 
 
 _INT_FIELDS = ("src", "dst", "edge_output", "param_op", "param_index")
+# Bounds of an op's work and of any tensor's bytes: far beyond any real model (a
+# zettaFLOP op takes 11 days at a PFLOP/s; an exbibyte tensor fits no machine), so a value
+# past them is a unit error or garbage, never a graph to price.
+MAX_FLOPS = 1e21
+MAX_BYTES = float(2**60)
 _STR_FIELDS = _OP_STR_FIELDS + ("param_names",)
 
 
@@ -916,9 +925,14 @@ def _check_json_list(values, field: str, where: str, source: str) -> None:
 
 def _index_array(values, field: str) -> np.ndarray:
     """int32[N] of op, output or parameter indices; booleans and non-integral numbers are
-    refused rather than truncated."""
+    refused rather than truncated, and values beyond int32 (how indices are stored)
+    rather than wrapped."""
     arr = np.asarray(values)
-    if arr.size and arr.dtype.kind not in "iu":
+    if arr.size and arr.dtype.kind == "O" and all(
+            isinstance(x, numbers.Integral) and not isinstance(x, bool | np.bool_)
+            for x in arr.reshape(-1)):
+        arr = np.array([int(x) for x in arr.reshape(-1)], dtype=object)  # big Python ints
+    elif arr.size and arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f":
             frac = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
             if frac.size:
@@ -928,7 +942,38 @@ def _index_array(values, field: str) -> np.ndarray:
         else:
             raise GraphError(f"OpGraph field '{field}' holds indices, which must be integers; "
                              f"got values of type {arr.dtype}.")
-    return arr.astype(np.int64).reshape(-1).astype(np.int32)
+    flat = arr.reshape(-1)
+    if flat.size:
+        lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+        out = [k for k in (int(np.argmin(flat)), int(np.argmax(flat)))
+               if not lo <= flat[k] <= hi]
+        if out:
+            k = out[0]
+            raise GraphError(f"OpGraph field '{field}' entry {k} is {int(flat[k])}, beyond "
+                             f"the int32 range indices are stored in ({lo}..{hi}): not a "
+                             "valid index.")
+    return flat.astype(np.int64).astype(np.int32)
+
+
+def _float_array(values, field: str) -> np.ndarray:
+    """float64[N] of sizes or counts; strings, booleans and None are refused rather than
+    converted."""
+    arr = np.asarray(values)
+    # numpy reads [True, 2] as integers: look at the entries of a list themselves.
+    if arr.size and (arr.dtype.kind not in "iuf" or (
+            isinstance(values, list | tuple) and any(isinstance(x, bool) for x in values))):
+        flat = arr.reshape(-1) if arr.dtype.kind not in "iuf" else list(values)
+        for k, x in enumerate(flat):
+            if not isinstance(x, numbers.Real) or isinstance(x, bool | np.bool_):
+                x = x.item() if isinstance(x, np.generic) else x
+                raise GraphError(f"OpGraph field '{field}' holds numbers; entry {k} is "
+                                 f"{x!r} ({type(x).__name__}).")
+        try:
+            return np.array([float(x) for x in flat], dtype=np.float64)
+        except OverflowError:
+            raise GraphError(f"OpGraph field '{field}' has a number too large for a "
+                             "float64.") from None
+    return arr.astype(np.float64).reshape(-1)
 
 
 def _bool_array(values, field: str) -> np.ndarray:

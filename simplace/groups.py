@@ -25,6 +25,7 @@ Which rules keep the quotient acyclic (so ``coarsen`` accepts them):
 from __future__ import annotations
 
 import collections
+import numbers
 
 import numpy as np
 from networkx.utils import UnionFind
@@ -178,11 +179,12 @@ def target_count(graph: OpGraph, num_groups: int, groups=None, weights=None) -> 
     contiguous ranges, which keeps the quotient acyclic. ``weights`` (float[M], default
     ``flops``, or op counts when the graph has no flops) is what is balanced.
     """
-    if num_groups < 1:
-        raise GroupingError(f"num_groups must be >= 1, got {num_groups}.")
+    if isinstance(num_groups, bool) or not isinstance(num_groups, numbers.Integral) \
+            or num_groups < 1:
+        raise GroupingError(f"num_groups must be an integer >= 1, got {num_groups!r}.")
     base = normalize(singletons(graph) if groups is None else check_groups(graph, groups))
-    if graph.num_ops == 0:
-        return base
+    if graph.num_ops == 0 or num_groups >= int(base.max()) + 1:
+        return base  # as many groups as asked, or more: nothing to merge
     w = np.asarray(graph.flops if weights is None else weights, dtype=np.float64)
     if len(w) != graph.num_ops:
         raise GroupingError(f"weights needs {graph.num_ops} entries, got {len(w)}.")
@@ -209,14 +211,36 @@ def target_count(graph: OpGraph, num_groups: int, groups=None, weights=None) -> 
 
 def expand(groups, group_placement) -> np.ndarray:
     """Op placement int32[M] from a placement of groups (``group_placement[groups]``)."""
-    groups = np.asarray(groups)
-    gp = np.asarray(group_placement)
+    groups = _int_entries(groups, "groups", "a group index")
+    gp = _int_entries(group_placement, "group_placement", "a device index")
     if groups.size and (gp.ndim != 1 or gp.shape[0] <= int(groups.max())):
         raise GroupingError(
             f"The group placement has {gp.shape[0] if gp.ndim else 0} entries but the "
             f"grouping uses {int(groups.max()) + 1} groups: give one device per group."
         )
     return gp[groups].astype(np.int32)
+
+
+def _int_entries(values, name: str, what: str) -> np.ndarray:
+    """A 1-D int64 array of non-negative integers, or GroupingError: booleans and
+    fractions are refused rather than truncated, negatives rather than wrapped."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise GroupingError(f"{name} must be a 1-D list, {what} per entry; got shape "
+                            f"{arr.shape}.")
+    if arr.size and arr.dtype.kind not in "iu":
+        whole = arr.dtype.kind == "f" and bool(np.all(np.isfinite(arr))
+                                               and np.all(arr == np.round(arr)))
+        if not whole:
+            k = 0 if arr.dtype.kind != "f" else int(np.flatnonzero(
+                ~np.isfinite(arr) | (arr != np.round(arr)))[0])
+            raise GroupingError(f"{name} entry {k} is {arr[k].item()!r}: each entry must be "
+                                f"{what} (an integer >= 0).")
+    if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.int32).max):
+        k = int(np.argmin(arr)) if arr.min() < 0 else int(np.argmax(arr))
+        raise GroupingError(f"{name} entry {k} is {arr[k].item()!r}: each entry must be {what} "
+                            f"(an integer >= 0 that fits int32).")
+    return arr.astype(np.int64)
 
 
 def _quotient_edges(graph: OpGraph, groups: np.ndarray):

@@ -36,13 +36,17 @@ def _load_factory(spec: str):
         sys.modules[mod_name] = module
         try:
             module_spec.loader.exec_module(module)
-        except Exception as err:
-            raise ModelError(f"Importing {target} failed: {type(err).__name__}: {err}") from err
+        except (Exception, SystemExit) as err:
+            sys.modules.pop(mod_name, None)
+            raise ModelError(f"Importing {target} failed: {_failure(err, True)}") from err
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as err:
             raise ModelError(f"Cannot import module '{target}' (from '{spec}'): {err}") from err
+        except (Exception, SystemExit) as err:
+            raise ModelError(f"Importing module '{target}' (from '{spec}') failed: "
+                             f"{_failure(err, True)}") from err
     factory = getattr(module, attr, None)
     if factory is None or not callable(factory):
         have = sorted(n for n in dir(module) if not n.startswith("_")
@@ -52,11 +56,33 @@ def _load_factory(spec: str):
     return factory
 
 
+def _failure(err: BaseException, importing: bool = False) -> str:
+    """One line on what went wrong in the user's code: the exception and where it was
+    raised, or what a ``sys.exit`` there means."""
+    if isinstance(err, SystemExit) and importing:
+        return (f"it called sys.exit({err.code!r}) while being imported. A model file "
+                "defines factories and must not run a program on import: put that code "
+                "under `if __name__ == \"__main__\":`.")
+    if isinstance(err, SystemExit):
+        return (f"it called sys.exit({err.code!r}). A factory returns (fn, args_tuple) and "
+                "fn computes the model's step; neither may end the process.")
+    frames = traceback.extract_tb(err.__traceback__)
+    where = (f" (at {frames[-1].filename}, line {frames[-1].lineno}, in {frames[-1].name})"
+             if frames else "")
+    return f"{type(err).__name__}: {err}{where}."
+
+
 def load_function(spec: str, *, training: bool = True, batch: int | None = None,
                   small: bool = False, abstract: bool = True):
     """``(fn, example_args)`` for a zoo name or a ``file.py:factory`` / ``module:factory``."""
     from simplace import zoo
+    from simplace._argtypes import MAX_BATCH, check_int
 
+    if not isinstance(spec, str):
+        raise ModelError(f"A model is named by a string (a zoo name, file.py:factory or "
+                         f"module:factory), got {spec!r}.")
+    if batch is not None:
+        check_int(batch, "batch", 1, MAX_BATCH, "a batch size")
     if ":" in spec:
         factory = _load_factory(spec)
         params = inspect.signature(factory).parameters
@@ -70,12 +96,9 @@ def load_function(spec: str, *, training: bool = True, batch: int | None = None,
             kwargs["training"] = training
         try:
             out = factory(**kwargs)
-        except Exception as err:
+        except (Exception, SystemExit) as err:
             # Where in the user's code, in one line: a bad input is never a traceback.
-            frame = traceback.extract_tb(err.__traceback__)[-1]
-            raise ModelError(f"Model factory '{spec}' failed: {type(err).__name__}: {err} "
-                             f"(at {frame.filename}, line {frame.lineno}, in "
-                             f"{frame.name}).") from err
+            raise ModelError(f"Model factory '{spec}' failed: {_failure(err)}") from err
         return check_factory_output(out, f"Model factory '{spec}'")
     if spec not in zoo.names() and (spec.endswith(".py") or os.path.exists(spec)):
         raise ModelError(
@@ -116,6 +139,9 @@ def load_graph(spec: str, *, training: bool = True, batch: int | None = None,
     from simplace.graph import OpGraph
     from simplace.trace import trace
 
+    if not isinstance(spec, str):
+        raise ModelError(f"A model is named by a string (a zoo name, file.py:factory, "
+                         f"module:factory or a saved graph .json), got {spec!r}.")
     if is_graph_file(spec):
         if batch is not None or small or not training:
             raise ModelError(f"'{spec}' is a saved graph: its sizes and mode are fixed, so "
@@ -127,4 +153,7 @@ def load_graph(spec: str, *, training: bool = True, batch: int | None = None,
     mode = "train" if training else "inference"
     name = spec.rpartition(":")[2] if ":" in spec else spec
     suffix = f"/b{batch}" if batch is not None else ""
-    return trace(fn, *args, name=f"{name}/{mode}{'/small' if small else ''}{suffix}")
+    try:
+        return trace(fn, *args, name=f"{name}/{mode}{'/small' if small else ''}{suffix}")
+    except SystemExit as err:  # the model's own code exits while being traced
+        raise ModelError(f"Tracing '{spec}' failed: {_failure(err)}") from err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 from typing import Any
 
@@ -100,6 +101,23 @@ class Placement:
     oom: bool = False
 
     def __post_init__(self):
+        for f in ("graph_hash", "cost_model", "method"):
+            if not isinstance(getattr(self, f), str):
+                raise PlacementError(f"Placement.{f} must be a string, got "
+                                     f"{getattr(self, f)!r}.")
+        if isinstance(self.device_names, str) or not all(
+                isinstance(n, str) and n for n in self.device_names):
+            raise PlacementError(f"Placement.device_names must be a list of device names "
+                                 f"(non-empty strings), got {self.device_names!r}.")
+        t = self.predicted_step_time_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, numbers.Real)
+                              or not math.isfinite(t) or t < 0):
+            raise PlacementError(f"Placement.predicted_step_time_s must be a finite number "
+                                 f"of seconds >= 0 or None, got {t!r}.")
+        if not isinstance(self.oom, bool | np.bool_):
+            raise PlacementError(f"Placement.oom must be True or False, got {self.oom!r}.")
+        if not isinstance(self.meta, dict):
+            raise PlacementError(f"Placement.meta must be a dict, got {self.meta!r}.")
         a = check_placement(self.assignment, len(np.asarray(self.assignment).reshape(-1)),
                              max(len(self.device_names), 1))
         a.flags.writeable = False

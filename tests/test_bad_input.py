@@ -10,16 +10,18 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import simplace
-from simplace import zoo
+from simplace import groups, zoo
 from simplace._jsonfile import check_output_path, write_json
 from simplace.cli import main
 from simplace.errors import EXIT_OOM, EXIT_USAGE, OutputError
+from simplace.models import load_graph
 from simplace.placement import Placement
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,6 +81,7 @@ NUMBERS = [
     (["optimize", "--method", "local", "--budget-s", "nan"], "--budget-s"),
     (["optimize", "--method", "local", "--budget-s", "inf"], "--budget-s"),
     (["optimize", "--method", "local", "--budget-s", "soon"], "--budget-s"),
+    (["optimize", "--method", "local", "--budget-s", "1e12"], "--budget-s"),
     (["optimize", "--method", "rl-gnn", "--episodes", "0"], "--episodes"),
     (["optimize", "--method", "rl-gnn", "--episodes", "-4"], "--episodes"),
     (["optimize", "--method", "rl-gnn", "--samples", "0"], "--samples"),
@@ -112,6 +115,7 @@ def test_numbers_out_of_range_exit_2(capsys, files, argv, option):
 
 @pytest.mark.parametrize("argv,option", [
     (["--batch", "0"], "--batch"), (["--batch", "-2"], "--batch"),
+    (["--batch", str(2**63)], "--batch"),
     (["--cpu-devices", "0"], "--cpu-devices"), (["--budget-s", "0"], "--budget-s"),
     (["--budget-s", "nan"], "--budget-s")])
 def test_numbers_of_graph_and_calibrate(capsys, argv, option):
@@ -310,7 +314,20 @@ GRAPH_EDITS = {
                         ["edges.edge_bytes", "null"]),
     "op 5": (lambda d: _edit(d, "ops", "op", 0, 5), ["ops.op", "string"]),
     "flops 1e400 as an integer": (lambda d: _edit(d, "ops", "flops", 0, 10**400),
-                                  ["wrong type"]),
+                                  ["flops", "too large"]),
+    "flops 1e308": (lambda d: _edit(d, "ops", "flops", 0, 1e308), ["flops", "at most 1e+21"]),
+    "out_bytes 2**70": (lambda d: _edit(d, "ops", "out_bytes", 0, 2.0**70),
+                        ["out_bytes", "at most"]),
+    # Indices are stored as int32: a value past it is refused, never wrapped (dst + 2**32
+    # would wrap to dst, and the content hash would still match).
+    "dst + 2**32": (lambda d: _edit(d, "edges", "dst", 0, d["edges"]["dst"][0] + 2**32),
+                    ["'dst' entry 0", "int32"]),
+    "edge_output 2**32": (lambda d: _edit(d, "edges", "edge_output", 0, 2**32),
+                          ["'edge_output' entry 0", "int32"]),
+    "param_index 2**32": (lambda d: _edit(d, "params", "param_index", 0, 2**32),
+                          ["'param_index' entry 0", "int32"]),
+    "param_op -2**32": (lambda d: _edit(d, "params", "param_op", 0, -2**32),
+                        ["'param_op' entry 0", "int32"]),
     "src 2**70": (lambda d: _edit(d, "edges", "src", 0, 2**70), ["src"]),
     "param_sizes false": (lambda d: _edit(d, "params", "param_sizes", 0, False),
                           ["params.param_sizes"]),
@@ -427,6 +444,7 @@ PLACEMENT_EDITS = {
     "entry 7": (_assign(0, 7), ["device 7", "indices 0..2"]),
     "entry -1": (_assign(0, -1), ["device -1"]),
     "entry 2**80": (_assign(0, 2**80), ["entry 0", "not a device index"]),
+    "entry 2**32 + 1": (_assign(0, 2**32 + 1), ["entry 0", "not a device index"]),
     "one short": (lambda d: d["assignment"].pop(), ["entries but the graph has"]),
     "not a list": (lambda d: d.__setitem__("assignment", 3), ["assignment"]),
     "device_names str": (lambda d: d.__setitem__("device_names", "gpu:0"), ["device_names"]),
@@ -541,6 +559,17 @@ def fails_in_trace():
     return f, (X,)
 def good():
     return (lambda x: jnp.tanh(x).sum()), (X,)
+def exits0():
+    import sys
+    sys.exit(0)
+def exits3():
+    import sys
+    sys.exit(3)
+def exits_in_trace():
+    def f(x):
+        import sys
+        sys.exit(3)
+    return f, (X,)
 """
 
 FACTORY_CASES = {
@@ -551,7 +580,35 @@ FACTORY_CASES = {
     "raises": ["no weights here"],
     "fails_in_trace": ["boom inside"],
     "no_such_factory": ["no callable 'no_such_factory'", "good"],
+    # A sys.exit in the user's code is a bad model (exit 2), never the process's exit:
+    # 0 would pass for success, 3 for OOM.
+    "exits0": ["failed", "sys.exit(0)", "(fn, args_tuple)"],
+    "exits3": ["failed", "sys.exit(3)"],
+    "exits_in_trace": ["Tracing", "sys.exit(3)"],
 }
+
+# Model files whose import fails: as a file (file.py:f) and as a module (module:f).
+MODULE_FILES = {
+    "sys.exit(0)": ("import sys\nsys.exit(0)\n", ["sys.exit(0)", "imported", "__main__"]),
+    "sys.exit(3)": ("import sys\nsys.exit(3)\n", ["sys.exit(3)", "imported"]),
+    "KeyError": ("raise KeyError('weights')\n", ["KeyError", "weights", "line 1"]),
+}
+
+
+@pytest.mark.parametrize("form", ["file", "module"])
+@pytest.mark.parametrize("case", list(MODULE_FILES))
+def test_model_files_that_fail_on_import(capsys, tmp_path, monkeypatch, case, form):
+    text, says = MODULE_FILES[case]
+    name = "failing_model_" + "".join(c for c in case if c.isalnum())
+    (tmp_path / f"{name}.py").write_text(text)
+    if form == "file":
+        spec = f"{tmp_path / name}.py:f"
+    else:
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        spec = f"{name}:f"
+    out, _ = run(capsys, "graph", spec, says=["Importing", name, *says])
+    assert out == ""
 
 
 @pytest.mark.parametrize("factory", list(FACTORY_CASES))
@@ -608,9 +665,141 @@ def test_empty_and_unloadable_names(capsys, files, argv, says):
     assert out == ""
 
 
+def test_an_empty_checkpoint_is_refused_before_the_work(capsys, files, tmp_path):
+    empty = tmp_path / "ck.npz"
+    empty.write_bytes(b"")
+    out, _ = run(capsys, "optimize", files["graph"], "--cost-model", MACHINE, "--method",
+                 "rl-gnn", "--checkpoint", empty, says=[str(empty), "empty file"])
+    assert out == "" and empty.read_bytes() == b""
+    junk = tmp_path / "junk.npz"
+    junk.write_text("not a checkpoint\n")
+    run(capsys, "optimize", files["graph"], "--cost-model", MACHINE, "--method", "rl-gnn",
+        "--checkpoint", junk, says=[str(junk), "not a simplace RL checkpoint"])
+
+
 def test_unknown_command_and_option(capsys):
     run(capsys, "place", "mlp", says=["invalid choice"])
     run(capsys, "graph", "mlp", "--smallest", says=["--smallest"])
+
+
+# ---------------------------------------------------------------------------- the Python API
+@pytest.fixture(scope="module")
+def api(files):
+    """What the API cases call with: the saved graph and MACHINE."""
+    return {"g": simplace.OpGraph.load(files["graph"]), "cm": simplace.CostModel.load(MACHINE),
+            "hash": files["hash"]}
+
+
+def _graph(**change):
+    fields = dict(op=["a", "b"], name_path=["x", "y"], flops=[1.0, 2.0],
+                  bytes_accessed=[1.0, 1.0], out_bytes=[1.0, 1.0], signature=["s", "t"],
+                  src=[0], dst=[1], edge_bytes=[1.0])
+    return simplace.OpGraph(**{**fields, **change})
+
+
+def _placement(api, **change):
+    fields = dict(assignment=np.zeros(api["g"].num_ops, np.int32), graph_hash=api["hash"],
+                  cost_model=MACHINE, device_names=("cpu:0", "gpu:0", "gpu:1"))
+    return Placement(**{**fields, **change})
+
+
+NAN = float("nan")
+SEED = "seed must be an integer seed in 0..4294967295"
+BUDGET = "budget_s must be a finite number of seconds > 0 and <= 604800"
+# name: (call, the messages it says); every call raises a SimplaceError (a ValueError)
+# before any work, in the words the command line uses for the same number.
+API_CASES = {
+    "optimize budget_s '10'": (lambda a: simplace.optimize(a["g"], a["cm"], "heft",
+                                                             budget_s="10"), [BUDGET, "'10'"]),
+    "optimize budget_s True": (lambda a: simplace.optimize(a["g"], a["cm"], "local",
+                                                             budget_s=True), [BUDGET, "True"]),
+    "optimize budget_s 1e12": (lambda a: simplace.optimize(a["g"], a["cm"], "local",
+                                                             budget_s=1e12), [BUDGET]),
+    "optimize budget_s inf": (lambda a: simplace.optimize(a["g"], a["cm"], "local",
+                                                            budget_s=float("inf")), [BUDGET]),
+    "optimize seed -5": (lambda a: simplace.optimize(a["g"], a["cm"], seed=-5), [SEED, "-5"]),
+    "optimize seed 'x'": (lambda a: simplace.optimize(a["g"], a["cm"], seed="x"), [SEED]),
+    "optimize seed 2**70": (lambda a: simplace.optimize(a["g"], a["cm"], seed=2**70), [SEED]),
+    "optimize seed 1.5": (lambda a: simplace.optimize(a["g"], a["cm"], seed=1.5), [SEED]),
+    "optimize seed True": (lambda a: simplace.optimize(a["g"], a["cm"], seed=True), [SEED]),
+    "optimize episodes nan": (lambda a: simplace.optimize(a["g"], a["cm"], "rl-gnn",
+                                                            episodes=NAN),
+                              ["episodes must be an integer", "nan"]),
+    "optimize samples True": (lambda a: simplace.optimize(a["g"], a["cm"], "rl-gnn",
+                                                            samples=True),
+                              ["samples must be an integer in 1..8192"]),
+    "optimize lr nan": (lambda a: simplace.optimize(a["g"], a["cm"], "rl-gnn", lr=NAN),
+                        ["lr must be a finite number"]),
+    "optimize graph str": (lambda a: simplace.optimize("mlp", a["cm"]),
+                           ["graph must be an OpGraph"]),
+    "optimize cost_model str": (lambda a: simplace.optimize(a["g"], MACHINE),
+                                ["cost_model must be a CostModel", "CostModel.load"]),
+    "optimize method 5": (lambda a: simplace.optimize(a["g"], a["cm"], 5),
+                          ["method must be a method name"]),
+    "compare budget_s -5": (lambda a: simplace.compare(a["g"], a["cm"], budget_s=-5),
+                            [BUDGET, "-5"]),
+    "compare budget_s nan": (lambda a: simplace.compare(a["g"], a["cm"], budget_s=NAN),
+                             [BUDGET, "nan"]),
+    "compare no methods": (lambda a: simplace.compare(a["g"], a["cm"], []),
+                           ["non-empty list of method names"]),
+    "OpGraph flops 'many'": (lambda a: _graph(flops=["many", 1.0]),
+                             ["'flops'", "entry 0 is 'many'"]),
+    "OpGraph flops True": (lambda a: _graph(flops=[True, 1.0]), ["'flops'", "True"]),
+    "OpGraph flops 1e308": (lambda a: _graph(flops=[1e308, 1.0]), ["'flops'", "at most"]),
+    "OpGraph dst 1 + 2**32": (lambda a: _graph(dst=[1 + 2**32]), ["'dst'", "int32"]),
+    "OpGraph dst int64 array": (lambda a: _graph(dst=np.array([1 + 2**32])), ["int32"]),
+    "CostModel.load None": (lambda a: simplace.CostModel.load(None),
+                            ["cost-model name or the path", "None"]),
+    "CostModel.load 123": (lambda a: simplace.CostModel.load(123), ["123"]),
+    "CostModel.load dir 5": (lambda a: simplace.CostModel.load(MACHINE, 5),
+                             ["cost_model_dir must be a folder"]),
+    "CostModel.synthetic 100000": (lambda a: simplace.CostModel.synthetic(100000),
+                                   ["num_devices", "1..1024", "100000"]),
+    "CostModel.synthetic 2.5": (lambda a: simplace.CostModel.synthetic(2.5), ["2.5"]),
+    "CostModel.synthetic True": (lambda a: simplace.CostModel.synthetic(True), ["True"]),
+    "CostModel.synthetic seed -1": (lambda a: simplace.CostModel.synthetic(3, seed=-1),
+                                    [SEED]),
+    "groups.expand group -1": (lambda a: groups.expand([0, -1], [0, 1]),
+                               ["groups entry 1 is -1", "integer >= 0"]),
+    "groups.expand device 1.7": (lambda a: groups.expand([0, 1], [0, 1.7]),
+                                 ["group_placement entry 1 is 1.7"]),
+    "groups.expand device True": (lambda a: groups.expand([0, 1], [True, False]),
+                                  ["group_placement entry 0 is True"]),
+    "groups.target_count 0": (lambda a: groups.target_count(a["g"], 0),
+                              ["num_groups must be an integer >= 1"]),
+    "groups.target_count 2.5": (lambda a: groups.target_count(a["g"], 2.5), ["2.5"]),
+    "Placement time nan": (lambda a: _placement(a, predicted_step_time_s=NAN),
+                           ["predicted_step_time_s", "finite"]),
+    "Placement oom 'yes'": (lambda a: _placement(a, oom="yes"), ["oom", "True or False"]),
+    "Placement device_names str": (lambda a: _placement(a, device_names="gpu:0"),
+                                   ["device_names"]),
+    "validate placements []": (lambda a: simplace.validate(a["g"], a["cm"], []),
+                               ["at least one placement"]),
+    "parallelize devices 10**9": (lambda a: simplace.parallelize(a["g"], a["cm"], 10**9),
+                                  ["devices must be an integer >= 1 and at most 4096"]),
+    "parallelize devices True": (lambda a: simplace.parallelize(a["g"], a["cm"], True),
+                                 ["devices must be an integer"]),
+    "load_graph batch 2**63": (lambda a: load_graph("mlp", batch=2**63, small=True),
+                               ["batch must be a batch size in 1..2147483647"]),
+}
+
+
+@pytest.mark.parametrize("case", list(API_CASES))
+def test_python_api_checks_its_arguments(api, case):
+    call, says = API_CASES[case]
+    with pytest.raises(simplace.SimplaceError) as err:
+        call(api)
+    for s in says:
+        assert s in str(err.value), f"{s!r} not in {err.value}"
+
+
+def test_huge_group_counts_answer_at_once(api):
+    # More groups than ops asks for no merging: every op its own group, at once (a billion
+    # used to build a billion cut targets).
+    t0 = time.perf_counter()
+    got = groups.target_count(api["g"], 10**9)
+    assert time.perf_counter() - t0 < 1.0
+    assert len(set(got.tolist())) == api["g"].num_ops
 
 
 # ---------------------------------------------------------------------------- OOM

@@ -7,10 +7,7 @@ import argparse
 
 from simplace import paths
 from simplace._argtypes import int_range, positive_int
-
-# Devices to split over: PaSE enumerates the factorisations of P per layer; past a few
-# thousand devices the tables grow without telling anything new.
-MAX_DEVICES = 4096
+from simplace.parallel.costs import MAX_DEVICES
 
 __all__ = ["add_parser", "run"]
 

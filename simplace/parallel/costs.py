@@ -41,6 +41,10 @@ from simplace.parallel.layers import Layer, ParallelizeError
 
 __all__ = ["Machine", "edge_cost", "layer_cost"]
 
+# Devices to split over: PaSE enumerates the factorisations of P per layer; past a few
+# thousand devices the tables grow without telling anything new.
+MAX_DEVICES = 4096
+
 
 @dataclasses.dataclass(frozen=True)
 class Machine:
@@ -59,9 +63,10 @@ class Machine:
                                    f"{type(cost_model).__name__}; load one with "
                                    "CostModel.load(name).")
         if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) \
-                or devices < 1:
-            raise ParallelizeError(f"devices must be an integer >= 1 (the number of devices "
-                                   f"to split each layer over), got {devices!r}.")
+                or not 1 <= devices <= MAX_DEVICES:
+            raise ParallelizeError(f"devices must be an integer >= 1 and at most "
+                                   f"{MAX_DEVICES} (the number of devices to split each "
+                                   f"layer over), got {devices!r}.")
         devs = cost_model.devices
         accel = [k for k, d in enumerate(devs) if d.kind in ("gpu", "tpu")]
         pool = accel or list(range(len(devs)))

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from simplace._argtypes import check_budget, check_seed
 from simplace.errors import OptionError, SimplaceError
 from simplace.search import OOM_PENALTY, SearchSession, penalised
 
@@ -262,7 +263,11 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
       model a validating search switched to).
     """
     t_begin = time.perf_counter()
+    _check_problem(graph, cost_model, seed, budget_s, progress)
     _load_methods()
+    if not isinstance(method, str):
+        raise OptionError(f"method must be a method name (a string: one of "
+                          f"{', '.join(methods())} or 'all'), got {method!r}.")
     if method == "all":
         if options:
             raise OptionError(f"--method all takes no method options, got "
@@ -286,27 +291,36 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
         num_transfers=int(res.num_transfers), host_s=float(res.host_s), cost_model=model)
 
 
+def _check_problem(graph, cost_model, seed, budget_s, progress) -> None:
+    """The arguments every method shares, checked as the command line checks them."""
+    from simplace.cost_model import CostModel
+    from simplace.graph import OpGraph
+
+    if not isinstance(graph, OpGraph):
+        raise OptionError(f"graph must be an OpGraph (simplace.trace(fn, *args) or "
+                          f"OpGraph.load(path)), got {type(graph).__name__}.")
+    if not isinstance(cost_model, CostModel):
+        raise OptionError(f"cost_model must be a CostModel (CostModel.load(name)), got "
+                          f"{type(cost_model).__name__}.")
+    check_seed(seed)
+    check_budget(budget_s)
+    if progress is not None and not callable(progress):
+        raise OptionError(f"progress must be a callable taking a message, or None; got "
+                          f"{type(progress).__name__}.")
+
+
 def run_method(graph, cost_model, method: str, *, seed: int = 0,
                budget_s: float | None = None, progress=None, options: dict | None = None,
                t_begin: float | None = None) -> tuple[PlacerOutput, PlacerContext]:
     """Run ``method`` and return its raw output (no re-simulation) and context: for
     searches that start from other methods' placements and score them themselves."""
+    _check_problem(graph, cost_model, seed, budget_s, progress)
     _load_methods()
-    if method not in _METHODS:
+    if not isinstance(method, str) or method not in _METHODS:
         raise SimplaceError(f"Unknown placement method {method!r}. Available: "
                             f"{', '.join(sorted(_METHODS))} (or 'all').")
     options = dict(options or {})
     _check_options(method, options)
-    if budget_s is not None:
-        import math
-
-        try:
-            ok = float(budget_s) > 0 and math.isfinite(float(budget_s))
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise OptionError(f"budget_s must be a positive number of seconds, got "
-                              f"{budget_s!r}.")
     ctx = PlacerContext(graph, cost_model, seed=seed, budget_s=budget_s, options=options,
                         progress=progress, t_begin=t_begin)
     return _METHODS[method](ctx), ctx
@@ -360,12 +374,17 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     fast methods' results (the searches start from them), and returned first. Returns
     the results in the order run.
     """
+    _check_problem(graph, cost_model, seed, budget_s, progress)
     _load_methods()
     if methods_ is None:
         methods_ = [m for m in methods() if m != "exact"]
-    unknown = [m for m in methods_ if m not in _METHODS]
+    if isinstance(methods_, str) or not isinstance(methods_, Sequence) or not methods_:
+        raise OptionError(f"methods_ must be a non-empty list of method names (None: every "
+                          f"method but exact), got {methods_!r}.")
+    unknown = [m for m in methods_ if not isinstance(m, str) or m not in _METHODS]
     if unknown:
-        raise SimplaceError(f"Unknown placement method(s) {', '.join(unknown)}. Available: "
+        raise SimplaceError(f"Unknown placement method(s) {', '.join(map(repr, unknown))}. "
+                            f"Available: "
                             f"{', '.join(sorted(_METHODS))}.")
     done = {r.method for r in prior}
     methods_ = [m for m in methods_ if m not in done]

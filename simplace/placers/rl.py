@@ -197,6 +197,22 @@ def _prepolish(ctx: PlacerContext, session, cfg, warm, warm_scores):
     return out, scores, {"prepolished": done, "prepolish_s": time.perf_counter() - t0}
 
 
+def _check_options(opts: dict) -> None:
+    """The counts and times of the options, as the command line checks them."""
+    from simplace._argtypes import MAX_BATCH, check_float, check_int
+    from simplace.rl.cli_args import MAX_SAMPLES
+
+    limits = {"episodes": 1, "checkpoint_every": 1, "max_units": 1, "stop_after_updates": 1}
+    for name, lo in limits.items():
+        if opts.get(name) is not None:
+            check_int(opts[name], name, lo, MAX_BATCH)
+    if opts.get("samples") is not None:
+        check_int(opts["samples"], "samples", 1, MAX_SAMPLES)
+    if opts.get("checkpoint_every_s") is not None:
+        check_float(opts["checkpoint_every_s"], "checkpoint_every_s", 0.0, lo_open=True,
+                    what="number of seconds")
+
+
 def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     """Train ``policy_name`` on ``ctx``'s problem; see the module docstring."""
     from simplace.rl import RLConfig, Trainer, build_units, make_policy, train, unit_grouping
@@ -204,6 +220,7 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     from simplace.rl.reinforce import portfolio_starts
 
     opts = ctx.options
+    _check_options(opts)
     cfg = RLConfig.from_options(opts)
     g, d = ctx.graph, ctx.inputs.num_devices
     episodes = opts.get("episodes")

@@ -57,21 +57,16 @@ def save(path, trees: dict, meta: dict) -> None:
     os.replace(tmp, path)  # a run stopped mid-write keeps the previous checkpoint
 
 
+def check(path) -> None:
+    """Refuse, before any work, a file at ``path`` that is not a checkpoint this simplace
+    reads (an empty file, another format); no file there is fine (a run writes one)."""
+    if path is not None and os.path.isfile(path):
+        _read(path)
+
+
 def load(path, templates: dict) -> tuple[dict, dict]:
     """(trees restored into ``templates`` {name: pytree}, meta) from ``path``."""
-    try:
-        with np.load(os.fspath(path), allow_pickle=False) as f:
-            flat = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as err:
-        raise SimplaceError(f"Cannot read checkpoint {path}: {err}. Delete it to start "
-                            "afresh.") from None
-    try:
-        meta = json.loads(str(flat.pop("meta")))
-    except (KeyError, json.JSONDecodeError):
-        meta = {}
-    if meta.get("schema") != SCHEMA or meta.get("version") != SCHEMA_VERSION:
-        raise SimplaceError(f"{path} is not a simplace RL checkpoint of version "
-                            f"{SCHEMA_VERSION}; delete it to start afresh.")
+    flat, meta = _read(path)
     trees = {}
     for name, tmpl in templates.items():
         state = _unflatten(flat, name)
@@ -81,3 +76,27 @@ def load(path, templates: dict) -> tuple[dict, dict]:
             raise SimplaceError(f"Checkpoint {path} does not match this policy ({name}: "
                                 f"{err}); delete it or use another path.") from None
     return trees, meta
+
+
+def _read(path) -> tuple[dict, dict]:
+    """(arrays, meta) of a checkpoint file, or SimplaceError saying why it is none."""
+    try:
+        if os.path.getsize(path) == 0:
+            raise SimplaceError(f"Checkpoint {path} is an empty file, not a checkpoint: "
+                                "delete it to start afresh, or pass another path.")
+        with np.load(os.fspath(path), allow_pickle=False) as f:
+            flat = {k: f[k] for k in f.files}
+    except SimplaceError:
+        raise
+    except Exception as err:  # noqa: BLE001 - numpy, zipfile and pickle errors alike
+        raise SimplaceError(f"Cannot read checkpoint {path}: it is not a simplace RL "
+                            f"checkpoint (numpy cannot read it as one: {type(err).__name__})."
+                            " Delete it to start afresh, or pass another path.") from None
+    try:
+        meta = json.loads(str(flat.pop("meta")))
+    except (KeyError, json.JSONDecodeError):
+        meta = {}
+    if meta.get("schema") != SCHEMA or meta.get("version") != SCHEMA_VERSION:
+        raise SimplaceError(f"{path} is not a simplace RL checkpoint of version "
+                            f"{SCHEMA_VERSION}; delete it to start afresh.")
+    return flat, meta

@@ -166,6 +166,16 @@ class RLConfig:
     simulator: str = "auto"
 
     def __post_init__(self):
+        from simplace._argtypes import check_float, check_int
+
+        for f in dataclasses.fields(self):  # types first: no NaN, no True for a count
+            v = getattr(self, f.name)
+            if f.type == "int":
+                check_int(v, f.name, 1 if f.name == "samples" else 0)
+            elif f.type == "float":
+                check_float(v, f.name, 0.0)
+            elif f.type == "bool" and not isinstance(v, bool | np.bool_):
+                raise SimplaceError(f"{f.name} must be True or False, got {v!r}.")
         if int(self.samples) < 1:
             raise SimplaceError(f"samples must be >= 1 (placements per update), got "
                                 f"{self.samples}.")
@@ -725,6 +735,12 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
         # This run's clock starts now; history rows go on from the earlier runs' time.
         elapsed0 = meta["wall_s"]
         info["resumed_at_update"] = update
+        best = session.best_score
+        session.note(f"resuming from checkpoint {checkpoint}: update {update}, "
+                     f"{done_episodes} episodes, {elapsed0:.1f} s of training before"
+                     + (f", best {best * 1e3:.4g} ms" if math.isfinite(best) and
+                        best < OOM_PENALTY else "")
+                     + " (delete the file to start afresh)")
     else:
         update = done_episodes = 0
         elapsed0 = 0.0

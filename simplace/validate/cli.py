@@ -28,7 +28,7 @@ def _model_args(sp) -> None:
     sp.add_argument("model", metavar="MODEL",
                     help="zoo name, path/file.py:factory or package.module:factory (the "
                          "model must run: a saved graph .json cannot be validated)")
-    sp.add_argument("--batch", type=_argtypes.positive_int, default=None,
+    sp.add_argument("--batch", type=_argtypes.batch_size, default=None,
                     help="batch size (default: the model's)")
     sp.add_argument("--inference", action="store_true", help="inference instead of training")
     sp.add_argument("--small", action="store_true", help="tiny sizes of a zoo model")

@@ -201,8 +201,17 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
 
     from simplace.calibrate.harness import robust_stats
     from simplace.sim import simulate
+    from simplace._argtypes import check_int
     from simplace.validate.executor import measure, prepare, resolve_devices
 
+    try:
+        empty = placements is None or len(placements) == 0
+    except TypeError:  # a single object without a length: _as_assignments says what
+        empty = False
+    if empty:
+        raise PlacementError("validate needs at least one placement to run (Placement "
+                             "objects, int[M] arrays or an int[B, M] array); got none.")
+    check_int(rounds, "rounds", 1)
     if program is None:
         if fn is None or args is None:
             raise SimplaceError("validate needs the model to run: pass fn= and args= (real "
@@ -223,8 +232,6 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
     if devices is None:
         devices = resolve_devices(cost_model.device_names)
     timing = dict(timing or {})
-    if int(rounds) < 1:
-        raise SimplaceError(f"validate: rounds must be >= 1, got {rounds}.")
     rows, records = [], []
     raw_cm = raw_model(cost_model)
     host = platform.node()
