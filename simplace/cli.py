@@ -274,21 +274,33 @@ def cmd_optimize(args) -> int:
         options["starts"] = [_start_placement(args, graph, cost_model)]
     from simplace.search import stop_on_signals
 
+    # A signal before the search (tracing, profiling, compiling the bound) ends the
+    # command there, even one whose KeyboardInterrupt was lost in a callback: no result,
+    # nothing written.
+    raise_if_terminated()
+    t_search = time.perf_counter()
     # Ctrl-C or SIGTERM: the search stops at its next step and returns its best so far,
     # which is saved below before exiting 130 (a second signal stops at once).
     with stop_on_signals(message=progress) as interrupt:
         if args.method == "all":
             results = compare(graph, cost_model, seed=args.seed, budget_s=args.budget_s,
                               progress=progress)
+            if interrupt["signal"] and not results:
+                print(f"interrupted ({interrupt['signal']}) before any method returned a "
+                      "placement: nothing saved.", file=sys.stderr)
+                return EXIT_INTERRUPTED
             print()
             print(results_table(results, bound_s))
             best = best_of(results)
         else:
             best = optimize(graph, cost_model, args.method, seed=args.seed,
                             budget_s=args.budget_s, progress=progress, **options)
+    search_s = time.perf_counter() - t_search
+    raise_if_terminated()  # lost on the way in: the run is not complete, --out untouched
     interrupted = interrupt["signal"]
-    print(f"\nbest: {best.method} ({best.wall_s:.2f} s of search)")
-    print(_budget_line(best, args.budget_s))
+    print(f"\nbest: {best.method} ({best.wall_s:.2f} s of its own search)"
+          if args.method == "all" else f"\nbest: {best.method}")
+    print(_budget_line(best, args.budget_s, search_s, args.method == "all"))
     if best.info.get("note"):
         print(f"note: {best.info['note']}")
     judged = best.cost_model if best.cost_model is not None else cost_model
@@ -330,18 +342,24 @@ def _start_placement(args, graph, cost_model):
     return Placement.load(args.start).check(graph, cost_model)
 
 
-def _budget_line(best, budget_s) -> str:
-    """How the search used its time: wall time against the budget, when the first batch
-    was ready (the part of the time a budget cannot bound) and why it stopped."""
+def _budget_line(best, budget_s, wall_s: float, compared: bool) -> str:
+    """How the search used its time: the wall time the user waited for it (every method
+    with --method all) against the budget, when the first batch was ready (the part of
+    the time a budget cannot bound) and why it stopped."""
+    from simplace.placers import COMPARE_DEFAULT_BUDGET_S
+
     info = best.info
-    first = info.get("first_batch_s")
-    if budget_s is None and first is None:
-        return f"search time {best.wall_s:.2f} s"
-    line = f"search time {best.wall_s:.2f} s"
+    line = f"search time {wall_s:.2f} s"
     if budget_s is not None:
         line += f" of a {budget_s:g} s budget"
-    if first is not None:
-        line += f"; first batch ready after {first:.2f} s"
+    elif compared:
+        line += f" of the default {COMPARE_DEFAULT_BUDGET_S:g} s budget"
+    if compared:
+        return line + " (every method)"
+    if info.get("first_batch_s") is not None:
+        line += f"; first batch ready after {info['first_batch_s']:.2f} s"
+        if info.get("first_batch_over_budget"):
+            line += " (past the budget: compilation)"
     if info.get("stop"):
         line += f"; stopped: {info['stop']}"
     return line
@@ -824,22 +842,26 @@ def main(argv: list[str] | None = None) -> int:
         restore()
 
 
-# Set by the SIGTERM handler. The KeyboardInterrupt it raises is lost when the signal
+# Set by the SIGTERM/SIGINT handler. The KeyboardInterrupt it raises is lost when the signal
 # lands in a finalizer or a weakref callback (Python prints "Exception ignored" and goes
 # on); long loops check this between steps so that the command still stops.
 _TERMINATED = [False]
 
 
 def raise_if_terminated() -> None:
-    """Raise the KeyboardInterrupt of a SIGTERM received earlier and lost on the way."""
+    """Raise the KeyboardInterrupt of a SIGTERM or SIGINT received earlier and lost on
+    the way."""
     if _TERMINATED[0]:
-        raise KeyboardInterrupt("signal SIGTERM")
+        raise KeyboardInterrupt("signal")
 
 
 def _sigterm_as_interrupt():
     """SIGTERM (``kill``, a job scheduler's time limit) ends a command as Ctrl-C does:
-    exit 130, after what the command keeps on an interrupt. Searches install their own
-    handlers over this one. Returns a function that puts the previous handler back (in
+    exit 130, after what the command keeps on an interrupt. Both signals also set a flag
+    (``raise_if_terminated``), so that one whose KeyboardInterrupt is lost in a callback
+    (JAX's garbage-collection hook, a finalizer) still stops the command, and the
+    "Exception ignored" report of such a loss is not printed. Searches install their own
+    handlers over these. Returns a function that puts the previous handlers back (in
     process, e.g. in tests, main leaves no handler behind)."""
     import signal
     import threading
@@ -851,13 +873,24 @@ def _sigterm_as_interrupt():
         _TERMINATED[0] = True
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
+    hook = sys.unraisablehook
+
+    def quiet_hook(unraisable):
+        # The interrupt the flag stands for: the command stops at its next check.
+        if not (_TERMINATED[0] and unraisable.exc_type is KeyboardInterrupt):
+            hook(unraisable)
+
     _TERMINATED[0] = False
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
+    sys.unraisablehook = quiet_hook
 
     def restore():
         _TERMINATED[0] = False
-        # None: a handler not installed from Python, which cannot be put back; the default.
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        sys.unraisablehook = hook
+        for s, h in previous.items():
+            # None: a handler not installed from Python, which cannot be put back.
+            signal.signal(s, (signal.SIG_DFL if s == signal.SIGTERM else
+                              signal.default_int_handler) if h is None else h)
 
     return restore
 

@@ -240,6 +240,7 @@ class SearchSession:
         self.history: list[dict] = []
         self.stop: str | None = None
         self.first_batch_s: float | None = None
+        self.over_budget = False  # the first batch alone took longer than the budget
         self.validation = {"calls": 0, "corrections": 0}
         self.line = ProgressLine(label, progress, bar=bar, total=total, unit=unit)
         self._progress = progress
@@ -268,6 +269,7 @@ class SearchSession:
         compiled = self.first_batch_s is None or self._expect is not None
         if self.first_batch_s is None:
             self.first_batch_s = now - self.t_begin
+            self._first_batch_over()
         if self._step_start is not None and not compiled:
             self._durations.append(now - self._step_start)
             del self._durations[:-_RECENT]
@@ -279,6 +281,16 @@ class SearchSession:
         a local search)."""
         if self.first_batch_s is None:
             self.first_batch_s = self.elapsed()
+            self._first_batch_over()
+
+    def _first_batch_over(self) -> None:
+        """Say so when the first batch alone took longer than the whole budget (its
+        compilation cannot be bounded): the search stops at once with what it has."""
+        if self.budget_s is not None and self.first_batch_s > self.budget_s:
+            self.over_budget = True
+            self.note(f"its first batch (compilation included) took "
+                      f"{self.first_batch_s:.1f} s, past its {self.budget_s:.3g} s budget: "
+                      "it stops there with the best so far (a larger budget lets it search)")
 
     def expect_compile(self, seconds: float | None = None) -> None:
         """The next step recompiles (a new cost model): expect it to take ``seconds``
@@ -378,7 +390,8 @@ class SearchSession:
             self.stop = stop
         self.line.close()
         info = {"stop": self.stop or "done", "wall_s": self.elapsed(),
-                "first_batch_s": self.first_batch_s, "budget_s": self.budget_s}
+                "first_batch_s": self.first_batch_s, "budget_s": self.budget_s,
+                "first_batch_over_budget": self.over_budget}
         if self.hook is not None:
             info["validation"] = dict(self.validation)
         return info

@@ -94,3 +94,97 @@ def test_rl_interrupted_by_sigterm_keeps_checkpoint_and_history_and_resumes(tmp_
     assert all(np.isfinite(r["mean_step_time_s"]) for r in rows2[done:])
     again = json.loads((tmp_path / "p.json").read_text())
     assert again["predicted_step_time_s"] <= saved["predicted_step_time_s"] * (1 + 1e-12)
+
+
+# ------------------------------------------------------------ --method all, in process
+@pytest.fixture(scope="module")
+def saved_graph(tmp_path_factory):
+    """The small mlp's graph saved as JSON (no tracing in the cases below)."""
+    from simplace import trace, zoo
+
+    fn, args = zoo.get("mlp", small=True)
+    path = tmp_path_factory.mktemp("interrupts") / "g.json"
+    trace(fn, *args, name="mlp/small").save(path)
+    return path
+
+
+def _signal_at(monkeypatch, marker: str, sig=signal.SIGTERM):
+    """Raise ``sig`` in this (the main) thread when a progress message starts with
+    ``marker``; returns the list of messages and when the signal was sent."""
+    from simplace import cli
+
+    seen, sent = [], []
+
+    def note(message):
+        seen.append(message)
+        if message.startswith(marker) and not sent:
+            sent.append(time.perf_counter())
+            signal.raise_signal(sig)
+
+    monkeypatch.setattr(cli, "note", note)
+    return seen, sent
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_method_all_stops_at_its_next_step_and_saves_the_best(saved_graph, tmp_path,
+                                                              monkeypatch, capsys, sig):
+    from simplace.cli import main
+
+    seen, sent = _signal_at(monkeypatch, "running heft", sig)
+    out = tmp_path / "p.json"
+    code = main(["optimize", str(saved_graph), "--cost-model", "haswell_k40x4",
+                 "--budget-s", "60", "--out", str(out)])
+    stopped_s = time.perf_counter() - sent[0]
+    stdout, err = capsys.readouterr()
+    assert code == EXIT_INTERRUPTED, err
+    assert stopped_s < 5.0
+    # heft, running when the signal came, finished; nothing after it began.
+    assert not any(m.startswith(("running m_etf", "running local", "running rl-"))
+                   for m in seen), seen
+    skipped = next(m for m in seen if m.startswith("interrupted: skipped"))
+    assert "m_etf" in skipped and "local" in skipped and "rl-gnn" in skipped
+    saved = json.loads(out.read_text())
+    assert saved["method"] in ("expert", "heft")
+    assert f"interrupted ({signal.Signals(sig).name}): kept" in err and str(out) in err
+    assert "search time" in stdout and "(every method)" in stdout
+
+
+def test_a_signal_lost_before_the_search_writes_nothing(saved_graph, tmp_path, monkeypatch,
+                                                        capsys):
+    # A SIGTERM whose KeyboardInterrupt was dropped during tracing (JAX's gc callback)
+    # leaves only the flag: the command stops before the search, --out untouched.
+    from simplace import cli
+
+    real = cli.use_profile
+
+    def lost_during_tracing(*args, **kw):
+        cli._TERMINATED[0] = True
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cli, "use_profile", lost_during_tracing)
+    out = tmp_path / "p.json"
+    out.write_text("old\n")
+    assert cli.main(["optimize", str(saved_graph), "--cost-model", "haswell_k40x4",
+                     "--method", "heft", "--out", str(out)]) == EXIT_INTERRUPTED
+    assert out.read_text() == "old\n"
+    stdout, err = capsys.readouterr()
+    assert "best:" not in stdout and err.rstrip().endswith("interrupted")
+
+
+def test_search_time_is_the_wall_time_waited():
+    # The line gives the time the user waited (every method with --method all), not the
+    # winner's own; a first batch past the budget is said.
+    from types import SimpleNamespace
+
+    from simplace.cli import _budget_line
+
+    metis = SimpleNamespace(method="metis", wall_s=0.84, info={})
+    line = _budget_line(metis, 20.0, 27.9, True)
+    assert line == "search time 27.90 s of a 20 s budget (every method)"
+    assert "60 s budget" in _budget_line(metis, None, 61.0, True)
+    local = SimpleNamespace(method="local", wall_s=27.0, info={
+        "first_batch_s": 21.0, "first_batch_over_budget": True, "stop": "time budget"})
+    line = _budget_line(local, 6.7, 27.2, False)
+    assert line.startswith("search time 27.20 s of a 6.7 s budget; first batch ready after "
+                           "21.00 s (past the budget: compilation)")
+    assert line.endswith("stopped: time budget")

@@ -86,6 +86,33 @@ def test_stop_reasons_time_budget_after_the_first_batch_and_interrupts():
         SearchSession("t", None, hook=42)
 
 
+def test_a_first_batch_past_the_whole_budget_is_said():
+    said = []
+    s = SearchSession("local", None, budget_s=0.5, t_begin=time.perf_counter() - 2.0,
+                      progress=said.append)
+    s.first_batch_ready()  # its compilation took 2 s of a 0.5 s budget
+    assert s.over_budget and len(said) == 1
+    assert "first batch" in said[0] and "past its 0.5 s budget" in said[0]
+    assert s.should_stop() == "time budget"  # and it stops there
+    assert s.finish()["first_batch_over_budget"] is True
+    ok = SearchSession("local", None, budget_s=10.0, progress=said.append)
+    ok.step_started()
+    ok.step_done()
+    assert not ok.over_budget and len(said) == 1
+    assert ok.finish()["first_batch_over_budget"] is False
+
+
+def test_local_without_a_budget_stops_when_it_converges(case):
+    # The default budget is a cap, not a promise: a stalled search stops (patience)
+    # instead of restarting until the cap (given a budget, it restarts to use it:
+    # tests/test_local_exact.py).
+    g, cm = case
+    t0 = time.perf_counter()
+    res = optimize(g, cm, "local", seed=0, starts=["single"], patience=3, batch=8)
+    assert res.info["stop"] == "patience" and res.info["restarts"] == 0
+    assert time.perf_counter() - t0 < 10.0  # far from the 30 s default budget
+
+
 def test_unknown_options_are_refused_naming_the_valid_ones(case):
     g, cm = case
     with pytest.raises(OptionError, match=r"'batchsize'.*Valid options: .*\bbatch\b"):

@@ -25,7 +25,7 @@ import numpy as np
 
 from simplace._argtypes import check_budget, check_seed
 from simplace.errors import OptionError, SimplaceError
-from simplace.search import OOM_PENALTY, SearchSession, penalised
+from simplace.search import OOM_PENALTY, SearchSession, penalised, stop_requested
 
 
 @dataclasses.dataclass
@@ -292,14 +292,12 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
 
 
 def _check_problem(graph, cost_model, seed, budget_s, progress) -> None:
-    """The arguments every method shares, checked as the command line checks them."""
-    from simplace.cost_model import CostModel
-    from simplace.graph import OpGraph
-
-    if not isinstance(graph, OpGraph):
+    """The arguments every method shares, checked as the command line checks them.
+    (Graph and machine are duck-typed: what the simulators read; tests hand-build them.)"""
+    if isinstance(graph, str | bytes) or not hasattr(graph, "num_ops"):
         raise OptionError(f"graph must be an OpGraph (simplace.trace(fn, *args) or "
                           f"OpGraph.load(path)), got {type(graph).__name__}.")
-    if not isinstance(cost_model, CostModel):
+    if isinstance(cost_model, str | bytes) or not hasattr(cost_model, "num_devices"):
         raise OptionError(f"cost_model must be a CostModel (CostModel.load(name)), got "
                           f"{type(cost_model).__name__}.")
     check_seed(seed)
@@ -368,7 +366,9 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     searches run before it: it would spend its part compiling, return its warm start,
     and add its compilation to the overrun. A search left with under a second is skipped
     too. A method that fails is reported through ``progress`` and left out, so one
-    broken method does not hide the rest. ``prior``: results of the same graph and
+    broken method does not hide the rest. After ``simplace.search.request_stop()``
+    (Ctrl-C in the CLI) the method running finishes (a search at its next step) and the
+    others are skipped, said through ``progress``. ``prior``: results of the same graph and
     machine computed before (for instance list schedulers run without a budget, so that
     their result does not depend on the machine's load): not run again, used like the
     fast methods' results (the searches start from them), and returned first. Returns
@@ -405,14 +405,28 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
             if progress:
                 progress(f"{m} failed: {err}")
 
-    for m in fast:
+    def interrupted(rest: list[str]) -> bool:
+        """After a stop request, the methods not begun are skipped (and said so)."""
+        if not stop_requested():
+            return False
+        if progress and rest:
+            progress(f"interrupted: skipped {', '.join(rest)}")
+        return True
+
+    for k, m in enumerate(fast):
+        if interrupted(fast[k:] + searches):
+            return results
         # Fast methods that honour a budget (the list schedulers) stop starting runs
         # when the fast share is spent; the others ignore it.
         run(m, max(fast_until - time.perf_counter(), 0.05 * total_s))
+    if interrupted(searches):
+        return results
     searches = _plan_searches(searches, t0 + total_s - time.perf_counter(), total_s,
                               progress)
     first_batch_s = 0.0  # the longest first batch of the searches run so far
     for i, m in enumerate(searches):
+        if interrupted(searches[i:]):
+            return results
         left_s = t0 + total_s - time.perf_counter()
         share_s = left_s / (len(searches) - i)
         if share_s < max(_MIN_SEARCH_S, first_batch_s):
@@ -435,6 +449,12 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         run(m, share_s, **options)
         if len(results) > n_before:
             first_batch_s = max(first_batch_s, results[-1].info.get("first_batch_s") or 0.0)
+            over_s = results[-1].wall_s - share_s
+            if progress and over_s > max(0.1 * share_s, 1.0):
+                progress(f"{m} ran {results[-1].wall_s:.1f} s of a {share_s:.1f} s part "
+                         f"(its first batch, compilation included, took "
+                         f"{results[-1].info.get('first_batch_s') or 0.0:.1f} s); the "
+                         "searches after it share what is left")
     return results
 
 

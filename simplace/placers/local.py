@@ -47,10 +47,12 @@ of the first placement found that fits; while none fits the search is greedy) ov
 budget (the fraction of ``max_evaluations`` used, or of the time budget, whichever is
 further along); every lane follows the same schedule. After ``patience // 4`` of its
 rounds without a new best a lane returns to its best placement; after ``patience`` it
-stops if other lanes run. The last lane stops then too, unless a time budget has at least
+stops if other lanes run. The last lane stops then too (the search has converged, stop
+reason ``"patience"``), unless the caller gave a time budget (``budget_s``) with at least
 a tenth of the search's time left: then it restarts (iterated local search) from the
 best placement a few random moves away, the temperature falling again from ``t0`` over
-the time left (``info["restarts"]``). The best placement ever scored
+the time left (``info["restarts"]``). Without ``budget_s`` the default budget is only a
+cap: a converged search does not restart to fill it. The best placement ever scored
 is returned, so an OOM placement is returned only if every placement scored was OOM.
 
 Stopping and determinism: option ``max_evaluations`` caps the number of placements
@@ -558,7 +560,9 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             alive.remove(lane)
             continue
         if lane.stale >= patience:
-            if budget is None or not _restart_worth_it(t_search, deadline):
+            # Without a budget of the caller's (the default one is a cap, not a promise),
+            # a converged search stops.
+            if ctx.budget_s is None or not _restart_worth_it(t_search, deadline):
                 stop = "patience"
                 break
             # Iterated local search: the budget is a promise of time, and a stalled
