@@ -88,6 +88,7 @@ def test_rl_interrupted_by_sigterm_keeps_checkpoint_and_history_and_resumes(tmp_
     proc = _run([*MODEL, "--method", "rl-gnn", "--samples", "16", "--episodes", "48",
                  *files], tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert f"resuming from checkpoint ck.npz: update {done}," in proc.stderr
     rows2 = json.loads((tmp_path / "h.json").read_text())["rows"]
     assert [r["update"] for r in rows2] == list(range(1, done + 4))
     assert rows2[:done] == rows

@@ -206,8 +206,10 @@ def test_rl_interrupted_then_resumed_goes_on_to_its_target(case, tmp_path):
     clear_stop()
     # The same run goes on to its 10 updates (tests/test_rl.py checks that a resumed run
     # equals the uninterrupted one).
-    resumed = _rl(g, cm, episodes=16 * 10, checkpoint=ck)
+    said = []
+    resumed = _rl(g, cm, episodes=16 * 10, checkpoint=ck, progress=said.append)
     assert resumed.info["resumed_at_update"] == 4 and resumed.info["trained_updates"] == 6
+    assert any(f"resuming from checkpoint {ck}: update 4, 64 episodes" in m for m in said)
     assert resumed.info["updates"] == 10 and "legs" not in resumed.info
     assert resumed.step_time_s <= part.step_time_s * (1 + 1e-12)
 

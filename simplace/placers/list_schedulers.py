@@ -1023,8 +1023,9 @@ def heft(ctx: PlacerContext) -> PlacerOutput:
 
     Each unit (op or block, in graph order) goes to the device HEFT's own schedule gives
     most of its work (``heft_proposal``) or stays on the open segment's device, whichever
-    ends it first under the program's semantics (module docstring). Option ``fifo_links``: HEFT's own
-    schedule models links as FIFOs (default: contention-free, the classic model)."""
+    ends it first under the program's semantics (module docstring). Option
+    ``fifo_links``: HEFT's own schedule models links as FIFOs (default: contention-free,
+    the classic model)."""
     s = _Setup(ctx)
     if s.m == 0:
         return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
@@ -1146,7 +1147,8 @@ def m_etf(ctx: PlacerContext) -> PlacerOutput:
 
     Each unit (op or block, in graph order) goes to the device that can hold it where its
     segment ends first, under the program's semantics (ties: the open segment's device,
-    then the lower index); the best of the unit runs, never worse than ``single`` (module docstring)."""
+    then the lower index); the best of the unit runs, never worse than ``single``
+    (module docstring)."""
     s = _Setup(ctx)
     if s.m == 0:
         return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
