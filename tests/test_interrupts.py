@@ -129,8 +129,11 @@ def _signal_at(monkeypatch, marker: str, sig=signal.SIGTERM):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_method_all_stops_at_its_next_step_and_saves_the_best(saved_graph, tmp_path,
                                                               monkeypatch, capsys, sig):
+    from simplace import cli
     from simplace.cli import main
 
+    # The watchdog would end this (pytest's) process: here the method returns in time.
+    monkeypatch.setattr(cli, "STOP_GRACE_S", 120.0)
     seen, sent = _signal_at(monkeypatch, "running heft", sig)
     out = tmp_path / "p.json"
     code = main(["optimize", str(saved_graph), "--cost-model", "haswell_k40x4",
@@ -189,3 +192,33 @@ def test_search_time_is_the_wall_time_waited():
     assert line.startswith("search time 27.20 s of a 6.7 s budget; first batch ready after "
                            "21.00 s (past the budget: compilation)")
     assert line.endswith("stopped: time budget")
+
+
+@pytest.mark.slow  # a subprocess (JAX's import) and the 4 s grace: about 10 s
+def test_method_all_exits_within_5_s_when_a_method_cannot_stop(saved_graph, tmp_path):
+    # m_etf stands for a policy compiling for many seconds: it cannot be interrupted. The
+    # command still exits 130 within 5 s of the signal, the best so far saved.
+    script = tmp_path / "run.py"
+    script.write_text(f"""
+import os, signal, sys, time
+from simplace import cli, placers
+real = placers.optimize
+def optimize(graph, cost_model, method, **kw):
+    if method == "m_etf":
+        print("SIGNAL AT", time.time(), file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)  # does not return for the stop request
+    return real(graph, cost_model, method, **kw)
+placers.optimize = optimize
+sys.exit(cli.main(["optimize", {str(saved_graph)!r}, "--cost-model", "haswell_k40x4",
+                   "--budget-s", "60", "--out", "p.json"]))
+""")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    ended = time.time()
+    assert proc.returncode == EXIT_INTERRUPTED, proc.stderr
+    sent = float(proc.stderr.split("SIGNAL AT ", 1)[1].split()[0])
+    assert ended - sent < 5.0 + 1.0  # the grace, and the process's exit
+    assert "did not reach its next step" in proc.stderr and "Traceback" not in proc.stderr
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["method"] in ("expert", "heft") and saved["meta"]["stop"] == "interrupted"

@@ -346,7 +346,8 @@ def is_search(method: str) -> bool:
 def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int = 0,
             budget_s: float | None = None,
             progress: Callable[[str], None] | None = None,
-            prior: Sequence[OptimizeResult] = ()) -> list[OptimizeResult]:
+            prior: Sequence[OptimizeResult] = (),
+            found: list | None = None) -> list[OptimizeResult]:
     """Run several methods (default: every one except ``exact``) on one problem, within
     one shared wall-time budget (default ``COMPARE_DEFAULT_BUDGET_S``).
 
@@ -371,8 +372,9 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     others are skipped, said through ``progress``. ``prior``: results of the same graph and
     machine computed before (for instance list schedulers run without a budget, so that
     their result does not depend on the machine's load): not run again, used like the
-    fast methods' results (the searches start from them), and returned first. Returns
-    the results in the order run.
+    fast methods' results (the searches start from them), and returned first. ``found``:
+    a list each result is appended to as it comes (for a caller that acts before
+    ``compare`` returns, e.g. on an interrupt). Returns the results in the order run.
     """
     _check_problem(graph, cost_model, seed, budget_s, progress)
     _load_methods()
@@ -393,7 +395,8 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     total_s = COMPARE_DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
     t0 = time.perf_counter()
     fast_until = t0 + (_FAST_SHARE * total_s if searches else total_s)
-    results = list(prior)
+    results = found if found is not None else []
+    results.extend(prior)
 
     def run(m, budget, **options):
         if progress:
