@@ -236,7 +236,6 @@ def cmd_methods(args) -> int:
 # ---------------------------------------------------------------------------- optimize
 def cmd_optimize(args) -> int:
     from simplace.cost_model import CostModel
-    from simplace.placement import Placement
     from simplace.placers import best_of, compare, methods, optimize
     from simplace.sim import lower_bound
     from simplace.validate import cli as validate_cli
