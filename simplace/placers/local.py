@@ -83,6 +83,7 @@ import time
 
 import numpy as np
 
+from simplace._argtypes import check_float, check_int
 from simplace.errors import SimplaceError
 from simplace.graph import split_name_path
 from simplace.groups import by_module, chain_collapse, colocate_free_ops, target_count
@@ -434,25 +435,26 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     """``local``: simulated annealing over the batched simulator, from the best heuristic."""
     g, opts = ctx.graph, ctx.options
     m, d = g.num_ops, int(ctx.cost_model.num_devices)
+    # Counts and temperatures checked as the command line checks numbers: no True for
+    # 1, no 2.5 truncated to 2, no NaN.
+    big = 2**31 - 1
     max_evals = opts.get("max_evaluations")
-    max_evals = None if max_evals is None else int(max_evals)
+    max_evals = None if max_evals is None else check_int(max_evals, "local: max_evaluations",
+                                                         1, 2**62)
     session = ctx.session("local", default_budget_s=DEFAULT_BUDGET_S if max_evals is None
                           else None)
     budget = session.budget_s
-    patience = int(opts.get("patience", 200))
-    checks = int(opts.get("screen_checks", 2))
-    t0_rel, t1_rel = float(opts.get("t0", 0.01)), float(opts.get("t1", 1e-4))
+    patience = check_int(opts.get("patience", 200), "local: patience", 1, big)
+    checks = check_int(opts.get("screen_checks", 2), "local: screen_checks", 1, big)
+    t0_rel = check_float(opts.get("t0", 0.01), "local: t0", 0.0, lo_open=True)
+    t1_rel = check_float(opts.get("t1", 1e-4), "local: t1", 0.0, lo_open=True)
     screen = opts.get("screen", "auto")
-    race = int(opts.get("race", DEFAULT_RACE))
-    if race < 1:
-        raise SimplaceError(f"local: race must be >= 1 (1: anneal from the best start "
-                            f"only), got {race}.")
-    if screen not in ("auto", True, False):
+    race = check_int(opts.get("race", DEFAULT_RACE), "local: race", 1, big,
+                     "an integer (1: anneal from the best start only)")
+    if opts.get("batch") is not None:
+        check_int(opts["batch"], "local: batch", 1, big)
+    if screen != "auto" and not isinstance(screen, bool):
         raise SimplaceError(f"local: screen must be 'auto', True or False, got {screen!r}.")
-    if patience < 1 or checks < 1 or not (t0_rel > 0 and t1_rel > 0):
-        raise SimplaceError("local: patience and screen_checks must be >= 1, t0 and t1 > 0.")
-    if max_evals is not None and max_evals < 1:
-        raise SimplaceError(f"local: max_evaluations must be >= 1, got {max_evals}.")
 
     found, start_report = _run_starts(
         ctx, session.t_begin + (math.inf if budget is None else STARTS_SHARE * budget),
