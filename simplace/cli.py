@@ -288,22 +288,24 @@ def cmd_optimize(args) -> int:
         if args.method == "all":
             watch.arm(message.split(":", 1)[0])
 
-    with stop_on_signals(message=on_stop) as interrupt:
-        if args.method == "all":
-            results = compare(graph, cost_model, seed=args.seed, budget_s=args.budget_s,
-                              progress=progress, found=found)
-            watch.done()
-            if interrupt["signal"] and not results:
-                print(f"interrupted ({interrupt['signal']}) before any method returned a "
-                      "placement: nothing saved.", file=sys.stderr)
-                return EXIT_INTERRUPTED
-            print()
-            print(results_table(results, bound_s))
-            best = best_of(results)
-        else:
-            best = optimize(graph, cost_model, args.method, seed=args.seed,
-                            budget_s=args.budget_s, progress=progress, **options)
-    watch.done()
+    try:
+        with stop_on_signals(message=on_stop) as interrupt:
+            if args.method == "all":
+                results = compare(graph, cost_model, seed=args.seed,
+                                  budget_s=args.budget_s, progress=progress, found=found)
+                watch.done()
+                if interrupt["signal"] and not results:
+                    print(f"interrupted ({interrupt['signal']}) before any method returned "
+                          "a placement: nothing saved.", file=sys.stderr)
+                    return EXIT_INTERRUPTED
+                print()
+                print(results_table(results, bound_s))
+                best = best_of(results)
+            else:
+                best = optimize(graph, cost_model, args.method, seed=args.seed,
+                                budget_s=args.budget_s, progress=progress, **options)
+    finally:
+        watch.done()  # also on a second signal's KeyboardInterrupt: no timer left behind
     search_s = time.perf_counter() - t_search
     raise_if_terminated()  # lost on the way in: the run is not complete, --out untouched
     interrupted = interrupt["signal"]
