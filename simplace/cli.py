@@ -258,6 +258,7 @@ def cmd_optimize(args) -> int:
         with contextlib.suppress(SimplaceError):
             match_cpu_cost_model(cost_model)
     graph = graph_from_args(args)
+    raise_if_terminated()  # a signal lost while tracing: stop before profiling
     cost_model = use_profile(args, cost_model, graph)
     print(graph.summary(top=5))
     print(f"machine {cost_model.name} ({cost_model.provenance.source}, "
