@@ -266,6 +266,11 @@ def test_registry_and_cli_flags():
     assert exit_info.value.code == 2
 
 
+# What compare's own checks need of a graph and a machine when optimize is faked.
+_GRAPH = types.SimpleNamespace(num_ops=3)
+_MACHINE = types.SimpleNamespace(num_devices=2)
+
+
 def test_compare_runs_rl_after_fast_methods_and_local_leaves_rl_out(monkeypatch):
     import simplace.placers as placers
     from simplace.placers.local import _start_list
@@ -277,7 +282,7 @@ def test_compare_runs_rl_after_fast_methods_and_local_leaves_rl_out(monkeypatch)
         raise SimplaceError("not run")
 
     monkeypatch.setattr(placers, "optimize", fake_optimize)
-    compare(None, None)
+    compare(_GRAPH, _MACHINE)
     # compare (--method all) runs every method but exact: fast ones, local, then rl-*.
     assert "heft" in called and "exact" not in called
     rl = [i for i, m in enumerate(called) if m.startswith("rl-")]
@@ -427,7 +432,7 @@ def test_compare_skips_a_search_whose_part_is_shorter_than_a_first_batch(monkeyp
 
     monkeypatch.setattr(placers, "optimize", fake_optimize)
     said = []
-    out = compare(None, None, ["local", "rl-gnn", "rl-hierarchical", "rl-seq2seq"],
+    out = compare(_GRAPH, _MACHINE, ["local", "rl-gnn", "rl-hierarchical", "rl-seq2seq"],
                   budget_s=60.0, progress=said.append)
     # Parts of the time left: local 60 / 4 = 15 s (ends at 15.2 s), rl-gnn 44.8 / 3 (ends
     # at 35.1 s), rl-hierarchical 24.9 / 2 = 12.4 s (ends at 56.6 s); rl-seq2seq would
@@ -461,7 +466,7 @@ def test_compare_gives_a_short_budget_to_local_not_to_compiling_policies(monkeyp
     monkeypatch.setattr(placers, "optimize", fake_optimize)
     four = ["rl-seq2seq", "local", "rl-hierarchical", "rl-gnn"]
     said = []
-    compare(None, None, four, budget_s=10.0, progress=said.append)
+    compare(_GRAPH, _MACHINE, four, budget_s=10.0, progress=said.append)
     assert ran == [("local", pytest.approx(10.0))]  # 10 / 2 < 8 s: no policy
     skipped = [m for m in said if "skipped" in m]
     assert [m.split()[0] for m in skipped] == ["rl-gnn", "rl-hierarchical", "rl-seq2seq"]
@@ -469,15 +474,15 @@ def test_compare_gives_a_short_budget_to_local_not_to_compiling_policies(monkeyp
     assert "would be 5.0 s" in skipped[0]
 
     ran.clear()
-    compare(None, None, four, budget_s=20.0)  # 20 / 2 = 10 s: local and rl-gnn
+    compare(_GRAPH, _MACHINE, four, budget_s=20.0)  # 20 / 2 = 10 s: local and rl-gnn
     assert ran == [("local", pytest.approx(10.0)), ("rl-gnn", pytest.approx(10.0))]
     ran.clear()
-    compare(None, None, four, budget_s=32.0)  # 32 / 4 = 8 s: every search
+    compare(_GRAPH, _MACHINE, four, budget_s=32.0)  # 32 / 4 = 8 s: every search
     assert [m for m, _ in ran] == ["local", "rl-gnn", "rl-hierarchical", "rl-seq2seq"]
     assert all(b == pytest.approx(8.0) for _, b in ran)
     ran.clear()
     said.clear()
-    compare(None, None, ["rl-hierarchical", "rl-gnn"], budget_s=3.0,  # no local
+    compare(_GRAPH, _MACHINE, ["rl-hierarchical", "rl-gnn"], budget_s=3.0,  # no local
             progress=said.append)
     assert ran == [("rl-gnn", pytest.approx(3.0))]
     skipped = [m for m in said if "skipped" in m]

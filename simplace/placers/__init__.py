@@ -452,9 +452,9 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         run(m, share_s, **options)
         if len(results) > n_before:
             first_batch_s = max(first_batch_s, results[-1].info.get("first_batch_s") or 0.0)
-            over_s = results[-1].wall_s - share_s
-            if progress and over_s > max(0.1 * share_s, 1.0):
-                progress(f"{m} ran {results[-1].wall_s:.1f} s of a {share_s:.1f} s part "
+            wall_s = getattr(results[-1], "wall_s", None) or 0.0
+            if progress and wall_s - share_s > max(0.1 * share_s, 1.0):
+                progress(f"{m} ran {wall_s:.1f} s of a {share_s:.1f} s part "
                          f"(its first batch, compilation included, took "
                          f"{results[-1].info.get('first_batch_s') or 0.0:.1f} s); the "
                          "searches after it share what is left")
