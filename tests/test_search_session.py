@@ -102,6 +102,30 @@ def test_a_first_batch_past_the_whole_budget_is_said():
     assert ok.finish()["first_batch_over_budget"] is False
 
 
+def test_compare_reports_a_search_that_overran_its_part(monkeypatch):
+    import types
+
+    import simplace.placers as placers
+
+    clock = [0.0]
+    monkeypatch.setattr(placers.time, "perf_counter", lambda: clock[0])
+
+    def fake_optimize(graph, cost_model, method, *, budget_s=None, **kw):
+        first = 12.0 if method == "local" else 0.0  # local compiles for 12 s
+        clock[0] += first + budget_s
+        return types.SimpleNamespace(method=method, oom=False, step_time_s=1.0,
+                                     placement=np.zeros(3, np.int32),
+                                     wall_s=first + budget_s, info={"first_batch_s": first})
+
+    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    said = []
+    placers.compare(types.SimpleNamespace(num_ops=3), types.SimpleNamespace(num_devices=2),
+                    ["single", "local"], budget_s=10.0, progress=said.append)
+    over = [m for m in said if m.startswith("local ran")]
+    assert len(over) == 1 and "18.0 s of a 6.0 s part" in over[0]
+    assert "first batch, compilation included, took 12.0 s" in over[0]
+
+
 def test_local_without_a_budget_stops_when_it_converges(case):
     # The default budget is a cap, not a promise: a stalled search stops (patience)
     # instead of restarting until the cap (given a budget, it restarts to use it:
