@@ -51,6 +51,9 @@ DEFAULT_TIMING = {"warmup": 0, "min_repeats": 3, "max_repeats": 30, "budget_s": 
 # How far the scaled op times of a chunk may be from its measured time less its fixed
 # cost in a file (rounding of the JSON floats); more means an edited file.
 _SUM_RTOL = 1e-6
+# The whole step scales the op times only where its op part is at least this share of
+# it (see ``Profile.whole``).
+ANCHOR_MIN_OP_SHARE = 0.25
 
 
 class ProfileError(CostModelError):
@@ -106,6 +109,12 @@ class Profile:
       op_time_s: per complete device kind, float64[M] seconds each op adds to a segment.
       devices: per device kind, the device profiled (cost-model name, JAX name).
       host, date, jax_version: where and when it was measured.
+      whole: per device kind, the whole graph timed as one segment (a ``Chunk`` of ops
+        ``0..M``; estimated where it could not run): the op times are scaled so that
+        the single-segment step adds up to it. Chunks cut XLA's fusion at their bounds
+        and materialise what crosses them, so their times add up to more than the step
+        (1.4x on the 2-core VM's transformer); the chunks say where in the graph the
+        time goes, the whole step how much there is. Empty in profiles made before it.
     """
 
     cost_model: str
@@ -119,6 +128,7 @@ class Profile:
     host: str = ""
     date: str = ""
     jax_version: str = ""
+    whole: Mapping[str, Chunk] = dataclasses.field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -153,6 +163,7 @@ class Profile:
                           "chunks": [c.to_dict() for c in cs],
                           "op_time_s": (self.op_time_s[k].tolist() if k in self.op_time_s
                                         else None)}
+                      | ({"whole": self.whole[k].to_dict()} if k in self.whole else {})
                       for k, cs in self.chunks.items()},
         }
 
@@ -194,25 +205,28 @@ class Profile:
         if prev != m:
             raise err(f"{where}: the chunks cover ops 0..{prev} but the graph has {m} ops "
                       "(a truncated or edited file).")
-        chunks, times, devices = {}, {}, {}
+        chunks, times, devices, wholes = {}, {}, {}, {}
         for kind, kd in d["kinds"].items():
             w = f"{where}: kinds.{kind}"
             check_fields(kd, {"device": str, "jax_device": str, "chunks": list,
                               "op_time_s": (list, type(None))}, err, w, what="a device kind",
-                         closed=True)
+                         optional={"whole": dict}, closed=True)
             if len(kd["chunks"]) > len(bounds):
                 raise err(f"{w} has {len(kd['chunks'])} chunks but the profile has "
                           f"{len(bounds)}.")
             cs = []
-            for k, c in enumerate(kd["chunks"]):
-                wc = f"{w}.chunks[{k}]"
+            entries = [(f"{w}.chunks[{k}]", c, bounds[k] if k < len(bounds) else None)
+                       for k, c in enumerate(kd["chunks"])]
+            if "whole" in kd:
+                entries.append((f"{w}.whole", kd["whole"], (0, m)))
+            for wc, c, bound in entries:
                 check_fields(c, {"first": int, "stop": int, "measured_s": (float, type(None)),
                                  "fixed_s": float, "argument_s": float, "estimated": bool,
                                  "error": (str, type(None))}, err, wc, what="a chunk",
                              closed=True)
-                if (c["first"], c["stop"]) != bounds[k]:
+                if (c["first"], c["stop"]) != bound:
                     raise err(f"{wc} covers ops {c['first']}..{c['stop']}, not "
-                              f"{bounds[k][0]}..{bounds[k][1]} as the bounds say.")
+                              f"{bound[0]}..{bound[1]} as the bounds say.")
                 for f in ("measured_s", "fixed_s", "argument_s"):
                     v = c[f]
                     if v is not None and not (math.isfinite(v) and v >= 0):
@@ -222,6 +236,7 @@ class Profile:
                               "estimated.")
                 cs.append(Chunk(c["first"], c["stop"], c["measured_s"], c["fixed_s"],
                                 c["argument_s"], c["estimated"], c["error"]))
+            whole_c = cs.pop() if "whole" in kd else None
             ot = kd["op_time_s"]
             if ot is not None:
                 if len(cs) != len(bounds):
@@ -237,27 +252,20 @@ class Profile:
                     i = int(np.flatnonzero(~(np.isfinite(t) & (t >= 0)))[0])
                     raise err(f"{w}.op_time_s[{i}] is {t[i]!r}; op times must be finite and "
                               ">= 0 s.")
-                for c in cs:
-                    if c.estimated:
-                        continue
-                    want = max(c.measured_s - c.fixed_s, 0.0) + c.argument_s
-                    got = float(t[c.first:c.stop].sum())
-                    if abs(got - want) > _SUM_RTOL * max(want, c.measured_s) + 1e-12:
-                        raise err(f"{w}: the op times of chunk {c.first}..{c.stop} add up to "
-                                  f"{got:.6g} s, not its measured time less its fixed cost "
-                                  f"plus its arguments ({want:.6g} s): the file was edited; "
-                                  "profile again.")
+                _check_sums(t, cs, whole_c, w)
                 t.flags.writeable = False
                 times[kind] = t
             chunks[kind] = tuple(cs)
             devices[kind] = (kd["device"], kd["jax_device"])
+            if whole_c is not None:
+                wholes[kind] = whole_c
         if not chunks:
             raise err(f"{where}: the profile measured no device kind.")
         return cls(cost_model=d["cost_model"], graph_hash=d["graph_hash"],
                    graph_name=d["graph_name"], num_ops=m, bounds=tuple(bounds),
                    chunks=chunks, op_time_s=times, devices=devices,
                    host=d.get("host", ""), date=d.get("date", ""),
-                   jax_version=d.get("jax_version", ""))
+                   jax_version=d.get("jax_version", ""), whole=wholes)
 
 
 # --------------------------------------------------------------------------- chunks
@@ -314,13 +322,66 @@ def _scaled(work: np.ndarray, argument: np.ndarray, chunk: Chunk) -> np.ndarray:
     return np.full(len(work), target / len(work)) + argument
 
 
-def _op_times(work: np.ndarray, argument: np.ndarray, chunks: Sequence[Chunk]) -> np.ndarray:
+def _anchored(whole: Chunk | None) -> bool:
+    """Whether the whole step's op part stands out of its fixed cost enough to scale by
+    (a small model's step is mostly launch and call: nothing to learn there)."""
+    return (whole is not None and not whole.estimated
+            and whole.measured_s - whole.fixed_s >= ANCHOR_MIN_OP_SHARE * whole.measured_s)
+
+
+def _anchor_factor(spread: np.ndarray, whole: Chunk | None) -> float:
+    """What the chunks' scaled op times (less arguments) are multiplied by so that they
+    add up to the whole step less its fixed cost (1 where it is not ``_anchored``)."""
+    total = float(spread.sum())
+    if not _anchored(whole) or total <= 0:
+        return 1.0
+    return (whole.measured_s - whole.fixed_s) / total
+
+
+def _op_times(work: np.ndarray, argument: np.ndarray, chunks: Sequence[Chunk],
+              whole: Chunk | None = None) -> np.ndarray:
+    """float[M]: each chunk's ops scaled to its time (``_scaled``), then every op's time
+    but its arguments scaled to the whole step's (``Profile.whole``)."""
     out = np.empty(len(work))
     for c in chunks:
         sl = slice(c.first, c.stop)
         out[sl] = _scaled(work[sl], argument[sl], c)
+    spread = out - argument
+    out = spread * _anchor_factor(spread, whole) + argument
     out.flags.writeable = False
     return out
+
+
+def _check_sums(t: np.ndarray, chunks: Sequence[Chunk], whole: Chunk | None,
+                where: str) -> None:
+    """ProfileError unless the op times ``t`` are what ``_op_times`` makes of these
+    chunks: each measured chunk's ops (less arguments) add up to its time less its fixed
+    cost, times one factor for all, and with a measured whole step they add up to it."""
+    factors = []
+    for c in chunks:
+        if c.estimated:
+            continue
+        want = max(c.measured_s - c.fixed_s, 0.0)
+        got = float(t[c.first:c.stop].sum()) - c.argument_s
+        if want > 0:
+            factors.append((c, got / want))
+        elif abs(got) > 1e-12:
+            factors.append((c, math.inf))
+    ref = 1.0
+    if _anchored(whole) and float(t.sum()) - whole.argument_s > 1e-15:
+        want = max(whole.measured_s - whole.fixed_s, 0.0) + whole.argument_s
+        got = float(t.sum())
+        if abs(got - want) > _SUM_RTOL * max(want, whole.measured_s) + 1e-12:
+            raise ProfileError(f"{where}: the op times add up to {got:.6g} s, not the whole "
+                               f"step's measured time less its fixed cost plus its arguments "
+                               f"({want:.6g} s): the file was edited; profile again.")
+        ref = factors[0][1] if factors else 1.0
+    for c, f in factors:
+        if abs(f - ref) > _SUM_RTOL * max(1.0, abs(ref)):
+            raise ProfileError(
+                f"{where}: the op times of chunk {c.first}..{c.stop} do not add up to its "
+                "measured time less its fixed cost plus its arguments (scaled like the "
+                "others): the file was edited; profile again.")
 
 
 def _one_line(err: BaseException) -> str:
@@ -389,6 +450,36 @@ def _time_kind(program, args, bounds, device, done: list[Chunk], fixed: np.ndarr
         if new:
             on_chunk(chunk)
         c += 1
+
+
+def _time_whole(program, args, device, fixed_s: float, argument_s: float,
+                timing: Mapping) -> Chunk:
+    """The whole graph as one segment on ``device``, timed alone like a chunk (estimated,
+    with the reason, where it cannot run: out of memory, a compile error)."""
+    import jax
+
+    from simplace.calibrate.harness import time_fn
+    from simplace.calibrate.segments import call_host_s
+
+    m = program.graph.num_ops
+    try:
+        placed = program.place(np.zeros(m, dtype=np.int32), devices=[device])
+        vals = list(placed.place_args(*args).slots)
+        for st in placed.steps:  # puts (none on one device, but as _time_kind runs them)
+            if st[0] == "put":
+                _, src, dst, dev = st
+                for k, v in zip(dst, jax.device_put([vals[i] for i in src], dev),
+                                strict=True):
+                    vals[k] = v
+            else:
+                _, fn, ins, _ = st
+        inputs = [vals[i] for i in ins]
+        jax.block_until_ready(fn(*inputs))  # compiles
+        t = time_fn(lambda *xs: jax.block_until_ready(fn(*xs)), *inputs, **timing)
+        host = call_host_s(fn, inputs)
+    except Exception as err:  # noqa: BLE001 - out of memory, compile errors...
+        return Chunk(0, m, None, fixed_s, argument_s, True, _one_line(err))
+    return Chunk(0, m, float(t.median_s), float(fixed_s + host), float(argument_s))
 
 
 def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
@@ -461,32 +552,40 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     devices = {kind: (cost_model.device_names[k], str(jd))
                for (kind, k), jd in zip(kinds.items(), jax_devs, strict=True)}
 
+    wholes = dict(resume.whole) if resume is not None else {}
+
     def current() -> Profile:
-        times = {kind: _op_times(work[:, kinds[kind]], argument[:, kinds[kind]], cs)
-                 for kind, cs in done.items() if len(cs) == len(bounds)}
+        times = {kind: _op_times(work[:, kinds[kind]], argument[:, kinds[kind]], cs,
+                                 wholes[kind])
+                 for kind, cs in done.items() if len(cs) == len(bounds) and kind in wholes}
         return Profile(cost_model=machine, graph_hash=graph.hash, graph_name=graph.name,
                        num_ops=graph.num_ops, bounds=tuple(bounds),
                        chunks={k: tuple(v) for k, v in done.items()}, op_time_s=times,
-                       devices=devices, **meta)
+                       devices=devices, whole=dict(wholes), **meta)
 
     timing = dict(DEFAULT_TIMING if timing is None else timing)
     stream = None if progress is False else sys.stderr if progress is True else progress
-    todo = sum(len(bounds) - len(cs) for cs in done.values())
+    todo = sum(len(bounds) - len(cs) + (kind not in wholes) for kind, cs in done.items())
     bar = Progress(max(todo, 1), stream=stream)
     try:
         for (kind, k), jd in zip(kinds.items(), jax_devs, strict=True):
-            if len(done[kind]) == len(bounds):
-                continue
-            fixed = _fixed_costs(graph, inp, bounds, k)
-            arg_c = np.array([argument[a:b, k].sum() for a, b in bounds])
+            if len(done[kind]) < len(bounds):
+                fixed = _fixed_costs(graph, inp, bounds, k)
+                arg_c = np.array([argument[a:b, k].sum() for a, b in bounds])
 
-            def on_chunk(ch, kind=kind):
-                done[kind].append(ch)
-                bar.step(1, f"{kind} chunk {len(done[kind])}/{len(bounds)}"
-                         + (" (estimated)" if ch.estimated else ""))
+                def on_chunk(ch, kind=kind):
+                    done[kind].append(ch)
+                    bar.step(1, f"{kind} chunk {len(done[kind])}/{len(bounds)}"
+                             + (" (estimated)" if ch.estimated else ""))
 
-            _time_kind(program, args, bounds, jd, done[kind], fixed, arg_c, timing,
-                       on_chunk)
+                _time_kind(program, args, bounds, jd, done[kind], fixed, arg_c, timing,
+                           on_chunk)
+            if kind not in wholes:
+                whole_fixed = _fixed_costs(graph, inp, ((0, graph.num_ops),), k)[0]
+                wholes[kind] = _time_whole(program, args, jd, whole_fixed,
+                                           float(argument[:, k].sum()), timing)
+                bar.step(1, f"{kind} whole step"
+                         + (" (estimated)" if wholes[kind].estimated else ""))
     except KeyboardInterrupt:
         bar.close()
         partial = current()

@@ -13,9 +13,13 @@ from simplace.cli import main
 from simplace.cost_model import Corrections, call_arguments
 from simplace.errors import CostModelError
 from simplace.profile import (
+    Chunk,
     Profile,
     ProfileError,
     ProfileInterrupted,
+    _anchored,
+    _check_sums,
+    _op_times,
     cut_chunks,
     find_profile,
     profile,
@@ -89,20 +93,73 @@ def test_profile_chunks_cover_the_graph_and_are_the_segments_timed(prof, mlp):
     assert prof.op_time_s["cpu"].shape == (graph.num_ops,)
 
 
-def test_scaled_op_times_add_up_to_the_measured_time_less_the_fixed_cost(prof, mlp,
-                                                                         machine):
+def test_scaled_op_times_add_up_to_the_chunks_times_with_one_factor(prof, mlp, machine):
+    """Each chunk's ops (less their arguments) add up to its measured time less its
+    fixed cost, times one factor for all chunks (1 unless the whole step scales them:
+    the next test); within a chunk they keep the cost model's proportions."""
     graph = mlp[2].graph
     t = prof.op_time_s["cpu"]
     work, arg = _plain_estimate(machine, graph)
+    whole = prof.whole["cpu"]
+    assert (whole.first, whole.stop) == (0, graph.num_ops) and not whole.estimated
+    assert whole.measured_s > 0 and whole.fixed_s > 0
+    factors = []
     for c in prof.chunks["cpu"]:
-        want = max(c.measured_s - c.fixed_s, 0.0) + c.argument_s
-        assert t[c.first:c.stop].sum() == pytest.approx(want, rel=1e-9, abs=1e-15)
+        want = max(c.measured_s - c.fixed_s, 0.0)
         assert c.argument_s == pytest.approx(arg[c.first:c.stop].sum())
-        # the cost model's work estimates, all scaled by one factor within the chunk
+        if want > 0:
+            factors.append((t[c.first:c.stop].sum() - c.argument_s) / want)
         w, scaled = work[c.first:c.stop], t[c.first:c.stop] - arg[c.first:c.stop]
         if w.sum() > 0:
             np.testing.assert_allclose(scaled, w * (scaled.sum() / w.sum()), rtol=1e-9,
                                        atol=1e-18)
+    assert factors and np.ptp(factors) <= 1e-9 * max(max(factors), 1.0)
+    if not _anchored(whole):  # the small mlp's step is mostly its fixed cost
+        assert factors[0] == pytest.approx(1.0)
+
+
+def test_the_whole_step_scales_every_op_to_what_it_measured():
+    """Chunks that add up to 1.5x the whole step (fusion cut at their bounds): every
+    op's time but its arguments is scaled by the same factor so that the one-segment
+    step adds up to what it measured; a whole step that is mostly fixed cost, or that
+    failed, scales nothing; the file check holds the result to both rules."""
+    work = np.array([1.0, 3.0, 2.0, 2.0]) * 1e-3
+    arg = np.array([1e-5, 0.0, 0.0, 2e-5])
+    chunks = [Chunk(0, 2, 5e-3, 1e-3, 1e-5), Chunk(2, 4, 9e-3, 1e-3, 2e-5)]
+    whole = Chunk(0, 4, 9e-3, 1e-3, 3e-5)  # op part 8 ms; the chunks' op parts add to 12
+    t = _op_times(work, arg, chunks, whole)
+    assert t.sum() == pytest.approx(8e-3 + 3e-5)
+    np.testing.assert_allclose(t - arg, np.array([1.0, 3.0, 4.0, 4.0]) * 1e-3 * 8 / 12)
+    _check_sums(t, chunks, whole, "p")
+    bumped = np.array(t)
+    bumped[3] *= 1.2
+    with pytest.raises(ProfileError, match="whole step"):
+        _check_sums(bumped, chunks, whole, "p")
+    for flat in (Chunk(0, 4, 1.2e-3, 1e-3, 3e-5), Chunk(0, 4, None, 1e-3, 3e-5, True, "OOM")):
+        t1 = _op_times(work, arg, chunks, flat)
+        np.testing.assert_allclose(t1, _op_times(work, arg, chunks))
+        _check_sums(t1, chunks, flat, "p")
+
+
+def test_a_profile_without_a_whole_step_still_loads_and_prices_by_its_chunks(
+        prof, mlp, machine, tmp_path):
+    """Files written before the whole step was timed: the chunks' times as they are."""
+    _, arg = _plain_estimate(machine, mlp[2].graph)
+    d = prof.to_dict()
+    del d["kinds"]["cpu"]["whole"]
+    t = np.array(d["kinds"]["cpu"]["op_time_s"])
+    for c in prof.chunks["cpu"]:  # undo the whole-step factor, as such a file holds them
+        sl = slice(c.first, c.stop)
+        spread = t[sl] - arg[sl]
+        if spread.sum() > 0:
+            t[sl] = spread * (max(c.measured_s - c.fixed_s, 0.0) / spread.sum()) + arg[sl]
+    d["kinds"]["cpu"]["op_time_s"] = t.tolist()
+    (tmp_path / "old.json").write_text(json.dumps(d))
+    old = Profile.load(tmp_path / "old.json")
+    assert old.complete and old.whole == {}
+    for c in prof.chunks["cpu"]:
+        assert old.op_time_s["cpu"][c.first:c.stop].sum() == pytest.approx(
+            max(c.measured_s - c.fixed_s, 0.0) + c.argument_s, rel=1e-9, abs=1e-15)
 
 
 # --------------------------------------------------------------------------- pricing
@@ -202,6 +259,7 @@ def test_profile_file_round_trips(prof, tmp_path):
     ("nan", "must be finite and >= 0"),
     ("version", "schema_version 99 is not supported"),
     ("bounds", "cover ops"),
+    ("whole", "whole step's measured time"),
 ])
 def test_a_truncated_or_hand_edited_file_is_refused(prof, tmp_path, edit, message):
     path = tmp_path / "p.json"
@@ -225,6 +283,9 @@ def test_a_truncated_or_hand_edited_file_is_refused(prof, tmp_path, edit, messag
             d["schema_version"] = 99
         elif edit == "bounds":
             del d["bounds"][-1]
+        elif edit == "whole":
+            whole = d["kinds"]["cpu"]["whole"]
+            whole["measured_s"] = 10 * whole["fixed_s"]  # an op part the times do not have
         path.write_text(json.dumps(d))
     with pytest.raises(ProfileError, match=message):
         Profile.load(path)
@@ -286,7 +347,7 @@ def test_an_interrupt_keeps_the_chunks_timed_and_resume_goes_on(mlp, machine, ho
 
     calls = _timing_that(monkeypatch, 0, None)
     assert main([*argv, "--resume"]) == 0
-    assert len(calls) == 3  # only the chunks not timed before
+    assert len(calls) == 4  # only the chunks not timed before, and the whole step
     done = Profile.load(path)
     assert done.complete and done.chunks["cpu"][:2] == partial.chunks["cpu"]
 
@@ -313,8 +374,12 @@ def test_a_failing_chunk_is_estimated_from_the_calibration_and_marked(mlp, machi
     bad = chunks[1]
     assert bad.measured_s is None and "RESOURCE_EXHAUSTED" in bad.error
     work, arg = _plain_estimate(machine, program.graph)
-    np.testing.assert_allclose(p.op_time_s["cpu"][bad.first:bad.stop],
-                               (work + arg)[bad.first:bad.stop])
+    sl = slice(bad.first, bad.stop)
+    # the calibration's estimate, scaled like every op to the whole step
+    spread = p.op_time_s["cpu"] - arg
+    factor = spread[sl].sum() / work[sl].sum()
+    np.testing.assert_allclose(spread[sl], work[sl] * factor, rtol=1e-9)
+    assert factor > 0
     assert p.complete and p.num_estimated == 1
     assert "1 estimated" in p.summary()
 

@@ -68,3 +68,31 @@ def test_batched_matches_reference_on_zoo_graphs(name, machine):
             assert ref.step_time_s >= bound_s * (1 - 1e-12)
     # The tight machine really exercised OOM, in both directions.
     assert got.oom.any() and not got.oom.all()
+
+
+def test_batched_matches_reference_on_a_profiled_zoo_graph():
+    """A profile's op times go through the same pricing step as a cost model's: the
+    batched simulator (numba where installed, and JAX) still agrees with the reference
+    on a profiled graph, and the profile changes what both predict."""
+    from simplace.profile import Profile
+    from simplace.sim.inputs import sim_inputs
+
+    graph = zoo_graph("tiny_cnn")
+    cm = simplace.CostModel.load("cpu_vm2core_x4")
+    rng = np.random.default_rng(3)
+    # per-op times of another shape than the roofline's: what a profile measures
+    t = cm.op_times(graph)[:, 0] * rng.uniform(0.2, 5.0, graph.num_ops)
+    prof = Profile(cost_model=cm.name, graph_hash=graph.hash, graph_name=graph.name,
+                   num_ops=graph.num_ops, bounds=((0, graph.num_ops),), chunks={"cpu": ()},
+                   op_time_s={"cpu": t}, devices={"cpu": ("cpu:0", "TFRT_CPU_0")})
+    profiled = cm.with_profile(prof)
+    np.testing.assert_array_equal(sim_inputs(graph, profiled).op_time_s[:, 2], t)
+    batch = placements(graph, cm.num_devices, rng)
+    for backend in ("auto", "jax"):
+        got = batched_simulator(graph, profiled, backend=backend)(batch)
+        for b, p in enumerate(batch):
+            ref = simulate(graph, profiled, p)
+            np.testing.assert_allclose(got.step_time_s[b], ref.step_time_s, rtol=1e-9)
+            np.testing.assert_allclose(got.busy_s[b], ref.busy_s, rtol=1e-9)
+    plain = [simulate(graph, cm, p).step_time_s for p in batch]
+    assert not np.allclose(plain, got.step_time_s)
