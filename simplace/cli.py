@@ -429,7 +429,11 @@ def _budget_line(best, budget_s, wall_s: float, compared: bool) -> str:
     elif compared:
         line += f" of the default {COMPARE_DEFAULT_BUDGET_S:g} s budget"
     if compared:
-        return line + " (every method)"
+        line += " (every method)"
+        if budget_s is not None and wall_s > 1.1 * budget_s + 1.0:
+            line += (f"; {wall_s - budget_s:.1f} s over it: first batches (compilation) "
+                     "come on top of the parts (see the messages above)")
+        return line
     if info.get("first_batch_s") is not None:
         line += f"; first batch ready after {info['first_batch_s']:.2f} s"
         if info.get("first_batch_over_budget"):

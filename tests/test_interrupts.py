@@ -183,8 +183,11 @@ def test_search_time_is_the_wall_time_waited():
     from simplace.cli import _budget_line
 
     metis = SimpleNamespace(method="metis", wall_s=0.84, info={})
+    assert _budget_line(metis, 20.0, 20.5, True) == \
+        "search time 20.50 s of a 20 s budget (every method)"
     line = _budget_line(metis, 20.0, 27.9, True)
-    assert line == "search time 27.90 s of a 20 s budget (every method)"
+    assert line.startswith("search time 27.90 s of a 20 s budget (every method); 7.9 s "
+                           "over it: first batches (compilation)")
     assert "60 s budget" in _budget_line(metis, None, 61.0, True)
     local = SimpleNamespace(method="local", wall_s=27.0, info={
         "first_batch_s": 21.0, "first_batch_over_budget": True, "stop": "time budget"})
