@@ -4,15 +4,17 @@
         [--models resnet50:2,bert_base:1,transformer:2,rnnlm:4] [--placements 8]
         [--search-budget-s 10] [--out-dir bench/results] [--tag vm]
 
-Each model (``NAME:BATCH``: the zoo model's training step at that batch; ``:0`` or no
-batch: the zoo's default batch, the size on a GPU host; on a 2-core VM pick batches
-where one step on one device takes 0.2-3 s) is traced, **profiled** on this machine
-(``simplace.profile``: its own ops at their real shapes, timed in chunks), and at least
-``--placements`` distinct placements are gathered: one single device (this machine's
-devices of one kind run the same code), every heuristic and partitioner, ``local`` and
-``rl-gnn`` (planned against the profiled model, as ``optimize`` plans once a profile
-exists), and random runs of ops. Each runs for real (``simplace.validate``) and is
-compared, raw (no drift corrections), with the calibration alone and with the profile.
+Each model (``NAME:BATCH``: the zoo model's training step at that batch, or a
+``file.py:factory:BATCH`` such as ``bench/data/unseen_models.py:mixer:16``, models the
+calibration never saw; ``:0`` or no batch: the default batch, the size on a GPU host;
+on a 2-core VM pick batches where one step on one device takes 0.2-3 s) is traced,
+**profiled** on this machine (``simplace.profile``: its own ops at their real shapes,
+timed in chunks), and at least ``--placements`` distinct placements are gathered: one
+single device (this machine's devices of one kind run the same code), every heuristic
+and partitioner, ``local`` and ``rl-gnn`` (planned against the profiled model, as
+``optimize`` plans once a profile exists), and random runs of ops. Each runs for real
+(``simplace.validate``) and is compared, raw (no drift corrections), with the
+calibration alone and with the profile.
 
 Reported per model and overall: MAPE and Kendall tau of both predictions, the time the
 profile took beside the time of one step, and the pick: the placement the optimizer
@@ -21,6 +23,7 @@ would choose (best predicted with the profile) against the best measured one.
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -35,7 +38,7 @@ import numpy as np  # noqa: E402
 from fidelity import SEARCH, candidates, heuristics  # noqa: E402
 
 import simplace  # noqa: E402
-from simplace import zoo  # noqa: E402
+from simplace.models import load_function  # noqa: E402
 from simplace.sim import simulate  # noqa: E402
 from simplace.validate import kendall_tau, mape, raw_model, validate  # noqa: E402
 from simplace.validate.executor import prepare  # noqa: E402
@@ -44,14 +47,18 @@ VM_MODELS = "resnet50:2,bert_base:1,transformer:2,rnnlm:4"
 
 
 def _spec(s: str) -> tuple[str, int | None]:
-    name, _, batch = s.partition(":")
-    return name, (int(batch) or None) if batch else None
+    """``NAME[:BATCH]`` (a zoo name, or ``file.py:factory``) -> (model, batch or None)."""
+    head, _, tail = s.rpartition(":")
+    if head and tail.isdigit():
+        return head, int(tail) or None
+    return s, None
 
 
 def run_model(name, batch, cm_raw, args, log) -> dict:
     """Profile, plan, validate one model; its row of the table."""
     log(f"== {name} (batch {batch or 'default'})")
-    fn, fargs = zoo.get(name, batch=batch, abstract=False, training=True)
+    fn, fargs = load_function(name, batch=batch, abstract=False, training=True)
+    name = name.rsplit(":", 1)[-1]  # a factory's name
     t0 = time.perf_counter()
     program = prepare(fn, fargs, name=f"{name}/train")
     g = program.graph
@@ -90,13 +97,17 @@ def run_model(name, batch, cm_raw, args, log) -> dict:
     pick = int(np.argmin(pred["profile"]))
     best = int(np.argmin(meas))
     one_step = float(meas[0])
+    prof.save(Path(args.out_dir) / f"profile_{name}_{g.hash[:12]}.json")  # for rescoring
     rows = [{"label": r["label"], "method": r["method"], "measured_s": float(meas[k]),
+             "assignment": np.asarray(r["assignment"]).tolist(),
              "calibration_s": float(pred["calibration"][k]),
              "profile_s": float(pred["profile"][k]), "segments": r["num_segments"],
              "transfers": r["num_transfers"]} for k, r in enumerate(rep.records)]
     return {"model": name, "batch": batch, "ops": g.num_ops, "graph_hash": g.hash,
             "profile_wall_s": profile_s, "one_step_s": one_step, "validate_wall_s": validate_s,
             "estimated_chunks": prof.num_estimated, "chunks": len(prof.bounds),
+            "segment_s": prof.segment_s("cpu"),
+            "profile_file": f"profile_{name}_{g.hash[:12]}.json",
             "same_placement_as": same_as, "placements": rows,
             **{f"mape_{k}": mape(p, meas) for k, p in pred.items()},
             **{f"tau_{k}": kendall_tau(p, meas) for k, p in pred.items()},
@@ -157,6 +168,11 @@ def main(argv=None) -> int:
     cm_raw = raw_model(simplace.CostModel.load(args.cost_model))
     load0 = os.getloadavg()
     t_start = time.perf_counter()
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"fidelity_real_{datetime.date.today():%Y-%m-%d}_{args.tag}"
+    import jax
+
     results = []
     for spec in args.models.split(","):
         name, batch = _spec(spec)
@@ -164,21 +180,19 @@ def main(argv=None) -> int:
             results.append(run_model(name, batch, cm_raw, args, log))
         except Exception as err:  # noqa: BLE001 - one model failing does not end the run
             log(f"    {name}: failed: {type(err).__name__}: {str(err)[:300]}")
-    import jax
-
-    head = (f"# bench/fidelity_real.py {' '.join(argv or sys.argv[1:])}\n"
-            f"# {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
-            f"{os.cpu_count()} cores, JAX {jax.__version__}, devices "
-            f"{', '.join(str(d) for d in jax.devices()[:4])}; cost model {args.cost_model} "
-            f"(raw); load {load0[0]:.2f} at the start, {os.getloadavg()[0]:.2f} at the end; "
-            f"{time.perf_counter() - t_start:.0f} s")
-    lines = table(results, head)
+        jax.clear_caches()  # each model's executables: rnnlm's alone filled 24 GB
+        gc.collect()
+        # written after each model: a long run cut short keeps what it measured
+        head = (f"# bench/fidelity_real.py {' '.join(argv or sys.argv[1:])}\n"
+                f"# {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
+                f"{platform.node()}, {os.cpu_count()} cores, JAX {jax.__version__}, devices "
+                f"{', '.join(str(d) for d in jax.devices()[:4])}; cost model "
+                f"{args.cost_model} (raw); load {load0[0]:.2f} at the start, "
+                f"{os.getloadavg()[0]:.2f} now; {time.perf_counter() - t_start:.0f} s")
+        lines = table(results, head)
+        (out / f"{stem}.txt").write_text("\n".join(lines) + "\n")
+        (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
     print("\n".join(lines), flush=True)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = f"fidelity_real_{datetime.date.today():%Y-%m-%d}_{args.tag}"
-    (out / f"{stem}.txt").write_text("\n".join(lines) + "\n")
-    (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
     log(f"wrote {out / stem}.txt and .json")
     return 0 if results else 1
 

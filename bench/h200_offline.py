@@ -1,6 +1,6 @@
 """What the calibration alone predicts for the H200 host's real-size steps, offline.
 
-    PYTHONPATH=. python bench/h200_offline.py [--measurements DIR] [--quick]
+    PYTHONPATH=. python bench/h200_offline.py [--measurements DIR] [--vm-records FILE]
         [--out bench/results/h200_offline_DATE.txt]
 
 The H200 records of 2026-11-27 hold small segments, launches, dispatch and links, and
@@ -8,7 +8,8 @@ no saturating microbenchmark (they predate them). Its physical limits stand in f
 them: every GPU compute class at TF32's dense peak (JAX's default f32 matmul precision
 on Hopper; 495 TFLOP/s), every GPU memory class at HBM3e's 4.8 TB/s. The host's CPU
 has no published figure here: its rates are this machine's microbenchmarks scaled per
-core to the host's 16 cores (a stand-in, labelled as such). The records are refitted
+core to the host's 16 cores (the committed ``cpu_vm2core_x4`` calibration's rate records,
+a 2-core VM; a stand-in, labelled as such). The records are refitted
 with those rates pinned (``simplace.calibrate.build``: the segment fit then finds only
 per-op costs, fusion and the wake-up) and the 8 validated real-size steps are
 predicted, raw. The fit without rates is shown as the old code saw it.
@@ -50,15 +51,17 @@ def gpu_rates() -> dict[str, float]:
             for c in RATE_CLASSES}
 
 
-def cpu_rates_here(quick: bool) -> dict[str, float]:
-    """This machine's CPU rates (one JAX CPU device), measured now."""
-    import jax
+def vm_cpu_rates(records_path: Path) -> tuple[dict[str, float], int]:
+    """The committed VM calibration's CPU rates (its rate records) and its core count."""
+    from simplace.calibrate.rates import rates_of
 
-    from simplace.calibrate.rates import measure_rate
-
-    dev = jax.devices("cpu")[0]
-    return {c: measure_rate(c, dev, kind="cpu", memory_bytes=4e9, quick=quick,
-                            budget_s=4.0)["rate"] for c in RATE_CLASSES}
+    records = read_records(records_path)
+    head = records[0]
+    rates = rates_of(records, [d["name"] for d in head["devices"]])
+    if set(rates) != set(RATE_CLASSES):
+        raise SystemExit(f"{records_path} has no rate record for "
+                         f"{sorted(set(RATE_CLASSES) - set(rates))}: calibrate it again.")
+    return rates, int(head.get("cpu_count") or 1)
 
 
 def with_rates(records: list[dict], rates_by_device: dict[str, dict[str, float]],
@@ -192,7 +195,9 @@ def main(argv=None) -> int:
     ap.add_argument("--measurements", default=str(
         Path(__file__).resolve().parents[2] / "shared" / "measurements" / "h200_2026-11-27"))
     ap.add_argument("--out", default=None)
-    ap.add_argument("--quick", action="store_true", help="quick CPU microbenchmarks")
+    ap.add_argument("--vm-records", default=str(
+        Path(__file__).resolve().parents[1] / "calibration" / "cpu_vm2core_x4" / "records.jsonl"),
+                    help="the calibration whose CPU rates, per core, stand in for the host's")
     args = ap.parse_args(argv)
     meas = Path(args.measurements)
     lines: list[str] = []
@@ -204,11 +209,11 @@ def main(argv=None) -> int:
     load = os.getloadavg()
     log(f"# bench/h200_offline.py, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
         f"{platform.node()}, {os.cpu_count()} cores, load {load[0]:.2f}")
-    here = cpu_rates_here(args.quick)
-    per_core = {c: r / (os.cpu_count() or 1) for c, r in here.items()}
+    here, cores = vm_cpu_rates(Path(args.vm_records))
+    per_core = {c: r / cores for c, r in here.items()}
     host = {c: r * HOST_CORES if RATE_UNITS[c] == "flop" else r * HOST_CORES / 2
             for c, r in per_core.items()}
-    log("this machine's CPU rates (one device): " + ", ".join(
+    log(f"the VM calibration's CPU rates ({args.vm_records}, {cores} cores): " + ", ".join(
         f"{c} {r:.3g} {RATE_UNITS[c]}/s" for c, r in here.items()))
     log("H200 host CPU stand-in (compute x16 cores, memory x8: half the cores' share of "
         "a socket's channels): " + ", ".join(f"{c} {r:.3g}" for c, r in host.items()))

@@ -1003,9 +1003,10 @@ class CostModel:
 
         Without a profile the op times are ``op_times(graph)``. With one, the column of
         every device whose kind the profile measured is the profile's in-segment op
-        time times that device's drift correction ``compute_scale[d]``; devices of other
-        kinds keep ``op_times``. Links, launch, dispatch, pool and fusion costs always
-        come from the model.
+        time times that device's drift correction ``compute_scale[d]``, and its launch
+        gains what a segment costs that graph there (``Profile.segment_s``, scaled
+        alike); devices of other kinds keep ``op_times``. Links, dispatch, pool and
+        fusion costs always come from the model.
         """
         from simplace.sim.inputs import assemble_inputs
 
@@ -1027,10 +1028,13 @@ class CostModel:
                 raise CostModelError(f"The profile has {profile.num_ops} ops but the graph "
                                      f"has {graph.num_ops}.")
             t = t.copy()
+            launch = np.array(self.launch_s, dtype=np.float64)
             for k, dev in enumerate(self.devices):
                 prof = profile.op_time_s.get(dev.kind)
                 if prof is not None:
                     t[:, k] = self.corrections.compute_scale[k] * np.asarray(prof)
+                    launch[k] += self.corrections.compute_scale[k] * profile.segment_s(dev.kind)
+            return assemble_inputs(graph, self, op_time_s=t, launch_s=launch)
         return assemble_inputs(graph, self, op_time_s=t)
 
     # ------------------------------------------------------------------ construction

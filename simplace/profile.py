@@ -114,7 +114,8 @@ class Profile:
         the single-segment step adds up to it. Chunks cut XLA's fusion at their bounds
         and materialise what crosses them, so their times add up to more than the step
         (1.4x on the 2-core VM's transformer); the chunks say where in the graph the
-        time goes, the whole step how much there is. Empty in profiles made before it.
+        time goes, the whole step how much there is, and the difference what each
+        segment adds (``segment_s``). Empty in profiles made before it.
     """
 
     cost_model: str
@@ -134,6 +135,13 @@ class Profile:
     def complete(self) -> bool:
         """Every kind has every chunk done (a partial profile prices nothing)."""
         return bool(self.chunks) and all(k in self.op_time_s for k in self.chunks)
+
+    def segment_s(self, kind: str) -> float:
+        """Seconds each segment on a device of ``kind`` costs this graph beyond the
+        cost model's launch (``segment_cost_s``; ``CostModel.price`` adds it)."""
+        if kind not in self.op_time_s:
+            return 0.0
+        return segment_cost_s(self.chunks[kind], self.whole.get(kind))
 
     @property
     def num_estimated(self) -> int:
@@ -329,25 +337,41 @@ def _anchored(whole: Chunk | None) -> bool:
             and whole.measured_s - whole.fixed_s >= ANCHOR_MIN_OP_SHARE * whole.measured_s)
 
 
-def _anchor_factor(spread: np.ndarray, whole: Chunk | None) -> float:
+def segment_cost_s(chunks: Sequence[Chunk], whole: Chunk | None) -> float:
+    """What one more segment costs this graph on the kind of device profiled, besides
+    the launch the cost model charges: the chunks' op parts add up to more than the
+    whole step's by that much per chunk bound (fusion cut at a bound, tensors written
+    out and read back). 0 where the whole step does not scale the times, a chunk was
+    estimated, or the chunks add up to less."""
+    if not _anchored(whole) or len(chunks) < 2 or any(c.estimated for c in chunks):
+        return 0.0
+    spread = sum(max(c.measured_s - c.fixed_s, 0.0) for c in chunks)
+    total = whole.measured_s - whole.fixed_s
+    return float(min(max(spread - total, 0.0) / (len(chunks) - 1), total))
+
+
+def _anchor_factor(spread: np.ndarray, whole: Chunk | None,
+                   segment_s: float = 0.0) -> float:
     """What the chunks' scaled op times (less arguments) are multiplied by so that they
-    add up to the whole step less its fixed cost (1 where it is not ``_anchored``)."""
+    add up to the whole step less its fixed cost and its one ``segment_s`` (1 where it
+    is not ``_anchored``)."""
     total = float(spread.sum())
     if not _anchored(whole) or total <= 0:
         return 1.0
-    return (whole.measured_s - whole.fixed_s) / total
+    return (whole.measured_s - whole.fixed_s - segment_s) / total
 
 
 def _op_times(work: np.ndarray, argument: np.ndarray, chunks: Sequence[Chunk],
               whole: Chunk | None = None) -> np.ndarray:
     """float[M]: each chunk's ops scaled to its time (``_scaled``), then every op's time
-    but its arguments scaled to the whole step's (``Profile.whole``)."""
+    but its arguments scaled to the whole step's less one ``segment_cost_s``
+    (``Profile.whole``)."""
     out = np.empty(len(work))
     for c in chunks:
         sl = slice(c.first, c.stop)
         out[sl] = _scaled(work[sl], argument[sl], c)
     spread = out - argument
-    out = spread * _anchor_factor(spread, whole) + argument
+    out = spread * _anchor_factor(spread, whole, segment_cost_s(chunks, whole)) + argument
     out.flags.writeable = False
     return out
 
@@ -369,7 +393,8 @@ def _check_sums(t: np.ndarray, chunks: Sequence[Chunk], whole: Chunk | None,
             factors.append((c, math.inf))
     ref = 1.0
     if _anchored(whole) and float(t.sum()) - whole.argument_s > 1e-15:
-        want = max(whole.measured_s - whole.fixed_s, 0.0) + whole.argument_s
+        want = (whole.measured_s - whole.fixed_s - segment_cost_s(chunks, whole)
+                + whole.argument_s)
         got = float(t.sum())
         if abs(got - want) > _SUM_RTOL * max(want, whole.measured_s) + 1e-12:
             raise ProfileError(f"{where}: the op times add up to {got:.6g} s, not the whole "

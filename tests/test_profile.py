@@ -23,6 +23,7 @@ from simplace.profile import (
     cut_chunks,
     find_profile,
     profile,
+    segment_cost_s,
 )
 from simplace.sim import simulate
 from simplace.sim.inputs import sim_inputs
@@ -113,32 +114,64 @@ def test_scaled_op_times_add_up_to_the_chunks_times_with_one_factor(prof, mlp, m
         if w.sum() > 0:
             np.testing.assert_allclose(scaled, w * (scaled.sum() / w.sum()), rtol=1e-9,
                                        atol=1e-18)
-    assert factors and np.ptp(factors) <= 1e-9 * max(max(factors), 1.0)
-    if not _anchored(whole):  # the small mlp's step is mostly its fixed cost
+    # (the small mlp's chunks are mostly fixed cost: some have no op part at all)
+    assert not factors or np.ptp(factors) <= 1e-9 * max(max(factors), 1.0)
+    if factors and not _anchored(whole):  # its whole step too, as a rule
         assert factors[0] == pytest.approx(1.0)
 
 
-def test_the_whole_step_scales_every_op_to_what_it_measured():
-    """Chunks that add up to 1.5x the whole step (fusion cut at their bounds): every
-    op's time but its arguments is scaled by the same factor so that the one-segment
-    step adds up to what it measured; a whole step that is mostly fixed cost, or that
-    failed, scales nothing; the file check holds the result to both rules."""
+def test_the_whole_step_scales_every_op_and_the_rest_is_a_segment_cost():
+    """Chunks whose op parts add up to 12 ms where the whole graph as one segment takes
+    8 ms (fusion cut at the chunk bound): each segment costs the difference, 4 ms, on
+    top of its launch, and every op's time but its arguments is scaled by one factor
+    so that one segment adds up to 8 ms and two to 12; a whole step that is mostly
+    fixed cost, or that failed, scales nothing; the file check holds both rules."""
     work = np.array([1.0, 3.0, 2.0, 2.0]) * 1e-3
     arg = np.array([1e-5, 0.0, 0.0, 2e-5])
     chunks = [Chunk(0, 2, 5e-3, 1e-3, 1e-5), Chunk(2, 4, 9e-3, 1e-3, 2e-5)]
     whole = Chunk(0, 4, 9e-3, 1e-3, 3e-5)  # op part 8 ms; the chunks' op parts add to 12
+    assert segment_cost_s(chunks, whole) == pytest.approx(4e-3)
     t = _op_times(work, arg, chunks, whole)
-    assert t.sum() == pytest.approx(8e-3 + 3e-5)
-    np.testing.assert_allclose(t - arg, np.array([1.0, 3.0, 4.0, 4.0]) * 1e-3 * 8 / 12)
+    assert t.sum() - arg.sum() + 1 * 4e-3 == pytest.approx(8e-3)
+    assert t.sum() - arg.sum() + 2 * 4e-3 == pytest.approx(12e-3)
+    np.testing.assert_allclose(t - arg, np.array([1.0, 3.0, 4.0, 4.0]) * 1e-3 * 4 / 12)
     _check_sums(t, chunks, whole, "p")
     bumped = np.array(t)
     bumped[3] *= 1.2
     with pytest.raises(ProfileError, match="whole step"):
         _check_sums(bumped, chunks, whole, "p")
     for flat in (Chunk(0, 4, 1.2e-3, 1e-3, 3e-5), Chunk(0, 4, None, 1e-3, 3e-5, True, "OOM")):
+        assert segment_cost_s(chunks, flat) == 0.0
         t1 = _op_times(work, arg, chunks, flat)
         np.testing.assert_allclose(t1, _op_times(work, arg, chunks))
         _check_sums(t1, chunks, flat, "p")
+    # chunks that add up to less than the whole step: no segment cost, ops scaled up
+    fast = [Chunk(0, 2, 3e-3, 1e-3, 1e-5), Chunk(2, 4, 4e-3, 1e-3, 2e-5)]
+    assert segment_cost_s(fast, whole) == 0.0
+    assert _op_times(work, arg, fast, whole).sum() == pytest.approx(8e-3 + arg.sum())
+
+
+def test_price_adds_the_segment_cost_to_the_profiled_kinds_launch(mlp_graph):
+    """``price`` with a profile whose chunks cost more than its whole step: the launch
+    of every device of the profiled kind grows by ``segment_s``; other kinds keep theirs."""
+    cm = _mixed_machine()
+    m = mlp_graph.num_ops
+    half = m // 2
+    chunks = (Chunk(0, half, 5e-3, 1e-3), Chunk(half, m, 9e-3, 1e-3))
+    whole = Chunk(0, m, 9e-3, 1e-3)
+    t = _op_times(np.ones(m) * 1e-4, np.zeros(m), chunks, whole)
+    prof = Profile(cost_model="mixed", graph_hash=mlp_graph.hash, graph_name="mlp",
+                   num_ops=m, bounds=((0, half), (half, m)), chunks={"cpu": chunks},
+                   op_time_s={"cpu": t}, devices={"cpu": ("cpu:0", "x")},
+                   whole={"cpu": whole})
+    assert prof.segment_s("cpu") == pytest.approx(4e-3) and prof.segment_s("gpu") == 0.0
+    plain, priced = cm.price(mlp_graph), cm.price(mlp_graph, prof)
+    np.testing.assert_allclose(priced.launch_s, plain.launch_s + [4e-3, 4e-3, 0.0])
+    # one segment on cpu:0 takes the whole step's op part: its ops plus one segment cost
+    one = simulate(mlp_graph, cm.with_profile(prof), np.zeros(m, np.int32))
+    bare = simulate(mlp_graph, cm, np.zeros(m, np.int32))
+    assert one.busy_s[0] - bare.busy_s[0] == pytest.approx(
+        8e-3 - plain.op_time_s[:, 0].sum(), rel=1e-6)
 
 
 def test_a_profile_without_a_whole_step_still_loads_and_prices_by_its_chunks(
@@ -259,7 +292,7 @@ def test_profile_file_round_trips(prof, tmp_path):
     ("nan", "must be finite and >= 0"),
     ("version", "schema_version 99 is not supported"),
     ("bounds", "cover ops"),
-    ("whole", "whole step's measured time"),
+    ("whole", "whole covers ops 0..1"),
 ])
 def test_a_truncated_or_hand_edited_file_is_refused(prof, tmp_path, edit, message):
     path = tmp_path / "p.json"
@@ -284,8 +317,7 @@ def test_a_truncated_or_hand_edited_file_is_refused(prof, tmp_path, edit, messag
         elif edit == "bounds":
             del d["bounds"][-1]
         elif edit == "whole":
-            whole = d["kinds"]["cpu"]["whole"]
-            whole["measured_s"] = 10 * whole["fixed_s"]  # an op part the times do not have
+            d["kinds"]["cpu"]["whole"]["stop"] = 1
         path.write_text(json.dumps(d))
     with pytest.raises(ProfileError, match=message):
         Profile.load(path)

@@ -202,7 +202,7 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     return inp
 
 
-def assemble_inputs(graph, cost_model, op_time_s=None) -> SimInputs:
+def assemble_inputs(graph, cost_model, op_time_s=None, launch_s=None) -> SimInputs:
     """``SimInputs`` from any object with the cost-model interface (duck-typed):
     ``op_times(graph) -> float[M, D]``,
     ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``,
@@ -216,8 +216,9 @@ def assemble_inputs(graph, cost_model, op_time_s=None) -> SimInputs:
     host time with the host drift correction) is read in place of ``put_s`` where the
     model has it (``CostModel.dispatch_s`` has that correction already).
 
-    ``op_time_s`` (float[M, D]), when given, is used in place of ``op_times(graph)``
-    (``CostModel.price`` passes the profiled op times).
+    ``op_time_s`` (float[M, D]) and ``launch_s`` (float[D]), when given, are used in
+    place of ``op_times(graph)`` and the model's ``launch_s`` (``CostModel.price``
+    passes the profiled op times and segment costs).
     """
     try:
         t = cost_model.op_times(graph) if op_time_s is None else op_time_s
@@ -225,7 +226,7 @@ def assemble_inputs(graph, cost_model, op_time_s=None) -> SimInputs:
         bw = np.asarray(cost_model.bandwidth_bytes_per_s, dtype=np.float64)
         mem = cost_model.memory_bytes
         grp = getattr(cost_model, "exclusive_group_ids", None)
-        launch = getattr(cost_model, "launch_s", None)
+        launch = getattr(cost_model, "launch_s", None) if launch_s is None else launch_s
         dispatch = getattr(cost_model, "dispatch_s", None)
         # host_scale (drift of the host's calls) is folded in where the model has it
         put = getattr(cost_model, "corrected_put_s", getattr(cost_model, "put_s", None))
