@@ -951,11 +951,15 @@ def _sigterm_as_interrupt():
         _TERMINATED[0] = True
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
+    from simplace.search import stop_requested
+
     hook = sys.unraisablehook
 
     def quiet_hook(unraisable):
-        # The interrupt the flag stands for: the command stops at its next check.
-        if not (_TERMINATED[0] and unraisable.exc_type is KeyboardInterrupt):
+        # The interrupt the flag (or a search's stop request) stands for: the command
+        # stops at its next check.
+        if not ((_TERMINATED[0] or stop_requested())
+                and unraisable.exc_type is KeyboardInterrupt):
             hook(unraisable)
 
     _TERMINATED[0] = False
