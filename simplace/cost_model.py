@@ -1259,7 +1259,8 @@ class CostModel:
         lines = [f"CostModel {self.name}  ({self.provenance.source}, {self.num_devices} devices"
                  f"{', corrected' if not self.corrections.is_identity else ''})"]
         for dev in self.devices:
-            recs = (reports.get(dev.name) or {}).get("rates") or {}
+            recs = (reports.get(dev.name) or {}).get("rates")
+            recs = recs if isinstance(recs, Mapping) else {}  # a string: none recorded
             recorded = [float(r["rate"]) for r in recs.values()
                         if isinstance(r, Mapping) and isinstance(r.get("rate"), int | float)]
             op = f"op {us(dev.overhead_s)} us" + ("*" if measured else "")

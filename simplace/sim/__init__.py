@@ -2,7 +2,7 @@
 
 ``simulate`` is the reference (plain Python, the oracle); ``batched_simulator`` returns
 a function that simulates many placements at once with the same semantics: the native
-one (``simplace.sim.native``, a compiled loop; needs numba: ``simplace[fast]``) where
+one (``simplace.sim.native``, a compiled loop; needs numba, a default dependency) where
 numba is installed, else the jitted JAX scan (``BatchedSimulator``); ``lower_bound`` is
 a step time no placement can beat.
 """

@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -1166,6 +1167,18 @@ def _param_uses(graph) -> tuple[dict, list[int]]:
                 param_used=used.astype(np.int32)), offsets
 
 
+_NO_NUMBA_SAID: list[bool] = []
+
+
+def _notice_no_numba(err: ImportError) -> None:
+    """Say once per process that the native simulator is missing, and what it costs."""
+    if _NO_NUMBA_SAID:
+        return
+    _NO_NUMBA_SAID.append(True)
+    print(f"simplace: numba cannot be imported ({err}); the batched simulator runs on JAX, "
+          "several times slower (pip install numba)", file=sys.stderr)
+
+
 def batched_simulator(graph, cost_model, *, memory: bool | str = True,
                       max_batch: int | None = None, backend: str = "auto") -> Callable:
     """A fast simulator of many placements of ``graph`` on one machine.
@@ -1185,7 +1198,7 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
         run in chunks, with the same results.
       backend: "auto" (the native simulator where numba is installed, else JAX),
         "numba" (``simplace.sim.native.NativeSimulator``: a compiled loop, several times
-        faster on CPU; ``pip install 'simplace[fast]'``) or "jax" (``BatchedSimulator``:
+        faster on CPU; numba is a default dependency) or "jax" (``BatchedSimulator``:
         a jitted scan, whose pure function ``traceable()`` a caller can run inside its
         own jit, e.g. on a GPU).
 
@@ -1205,8 +1218,9 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
         except ImportError as err:
             if backend == "numba":
                 raise ImportError(
-                    f"backend='numba' needs numba ({err}): pip install 'simplace[fast]' "
-                    "(or numba), or use backend='jax'.") from err
+                    f"backend='numba' needs numba ({err}): pip install numba, or use "
+                    "backend='jax'.") from err
+            _notice_no_numba(err)
         else:
             return NativeSimulator(graph, inputs, memory=memory, max_batch=max_batch)
     return BatchedSimulator(graph, inputs, memory=memory, max_batch=max_batch)
