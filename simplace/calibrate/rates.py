@@ -7,7 +7,8 @@ The rates are therefore measured directly, each with one kernel grown until its
 throughput stops changing:
 
 * ``matmul``: a square f32 ``a @ b`` at JAX's default precision (flop/s);
-* ``conv``: a 3x3 NHWC f32 convolution, channels in = out (flop/s);
+* ``conv``: a 3x3 NHWC f32 convolution, channels in = out, with both its gradients, as
+  a training step runs it (flop/s);
 * ``elementwise``: ``x * a + b`` over a vector (bytes read and written per second);
 * ``reduction``: a row sum of a matrix (bytes read per second);
 * ``data_movement``: a transpose of a square matrix (bytes read and written per second).
@@ -79,7 +80,16 @@ def _kernel(op_class: str, size: int, kind: str, device):
         def conv(x, w):
             return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
                                                 dimension_numbers=("NHWC", "HWIO", "NHWC"))
-        return jax.jit(conv), (x, w), 2.0 * n * hw * hw * size * size * 9
+
+        # The forward convolution and both of its gradients, as a training step runs
+        # them: XLA:CPU's gradient convolutions run 1.5-3x slower than the forward one
+        # (256 channels on the 2-core VM: 86 against 258 GFLOP/s), and they are two
+        # thirds of a CNN's convolution flops.
+        def step(x, w):
+            y, pull = jax.vjp(conv, x, w)
+            return y, pull(y)
+
+        return jax.jit(step), (x, w), 3 * 2.0 * n * hw * hw * size * size * 9
     elems = size // 4
     if op_class == "elementwise":
         return jax.jit(lambda x: x * 1.5 + 0.5), (put((elems,)),), 2.0 * size
