@@ -4,6 +4,12 @@ Importing simplace starts no JAX backend and probes no hardware; that happens on
 when a function that needs it is called.
 """
 
+import time as _time
+
+# When this process imported simplace: where the `simplace` command's --budget-s clock
+# starts (importing JAX is part of the wait a user sees).
+_IMPORTED_AT = _time.perf_counter()
+
 from simplace import validate  # the package; called, the function validate()
 from simplace.cost_model import Corrections, CostModel, Device, Provenance
 from simplace.errors import (

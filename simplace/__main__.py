@@ -2,6 +2,6 @@
 
 import sys
 
-from simplace.cli import main
+from simplace.cli import console_main
 
-sys.exit(main())
+sys.exit(console_main())

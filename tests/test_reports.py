@@ -62,3 +62,32 @@ def test_summary_shows_a_rate_at_its_fit_bound_as_unknown():
 def test_summary_of_a_datasheet_model_marks_nothing():
     text = simplace.CostModel.load("haswell_k40x2").summary()
     assert "*" not in text and "bound" not in text and "op 5.0 us" in text
+
+
+def test_the_budget_is_the_commands_wall_time(capsys):
+    """``--budget-s`` counts from the command's start: what starting up and tracing took
+    comes out of the search's part (which keeps at least half), and says so."""
+    import argparse
+
+    from simplace.cli import SEARCH_MIN_BUDGET_SHARE, _search_budget
+
+    def args(budget, started):
+        return argparse.Namespace(budget_s=budget, started_s=started)
+
+    assert _search_budget(args(None, 0.0), 5.0) is None
+    assert _search_budget(args(20.0, 100.0), 100.5) == 19.5
+    assert "0.5 s of the 20 s budget" not in capsys.readouterr().err  # under 5%: quiet
+    assert _search_budget(args(20.0, 100.0), 103.0) == 17.0
+    assert "took 3.0 s of the 20 s budget: the search gets 17.0 s" in capsys.readouterr().err
+    assert _search_budget(args(20.0, 100.0), 130.0) == SEARCH_MIN_BUDGET_SHARE * 20.0
+
+
+def test_the_simplace_command_counts_from_the_import(monkeypatch):
+    """The console script starts the clock when the process imported simplace."""
+    from simplace import cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "main", lambda argv=None, started_s=None: seen.update(
+        started_s=started_s) or 0)
+    assert cli.console_main() == 0
+    assert seen["started_s"] == simplace._IMPORTED_AT
