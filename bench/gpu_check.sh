@@ -66,24 +66,29 @@ if [ $QUICK -eq 1 ]; then
   SMALL=(--models mlp --per-model 20 --search-budget-s 1 --rounds 1 --timing-budget-s 0.2)
   FID=(--placements 8 --chunks 4 --search-budget-s 1 --repeats 2 --rounds 1)
 else
-  CAL=(--budget-s $((TOTAL * 20 / 100)))
+  CAL=(--budget-s $((TOTAL * 15 / 100)))
   REAL=(resnet50:0 bert_base:0 transformer:0 inception_v3:0 rnnlm:0)
   SMALL=(--models mlp,tiny_cnn,rnnlm --per-model 20 --search-budget-s 2 --rounds 2 --timing-budget-s 0.5)
-  FID=(--placements 8 --chunks 24 --search-budget-s 4 --repeats 3 --rounds 2)
+  FID=(--placements 8 --chunks 12 --search-budget-s 2 --repeats 3 --rounds 1)
 fi
 
 stage env 30 bash -c "nvidia-smi 2>/dev/null || echo 'no nvidia-smi'; nproc; uptime; $PY -c 'import jax, simplace; print(jax.__version__, jax.devices())'"
 # The calibration: its limit leaves room for the fit after the measurement budget.
-stage calibrate $((TOTAL * 30 / 100)) "$PY" -m simplace calibrate --name "$NAME" --overwrite \
+stage calibrate $((TOTAL * 25 / 100)) "$PY" -m simplace calibrate --name "$NAME" --overwrite \
   --no-progress "${CAL[@]}"
 stage cost_model 20 bash -c "cp '$SIMPLACE_HOME/cost_models/$NAME.json' '$SIMPLACE_HOME/calibration/$NAME/records.jsonl' '$OUT/'"
-# Real sizes: one stage per model, so that one slow model cannot take the others' time.
-per_model=$((TOTAL * 50 / 100 / ${#REAL[@]}))
+# Real sizes: one stage per model, in order of priority, from a pool of 60% of the
+# total: each may take up to twice its even share of the pool, never more than is left,
+# so that one slow model cannot take all the others' time.
+pool_end=$((SECONDS - START + TOTAL * 60 / 100))
+per_model=$((TOTAL * 60 / 100 * 2 / ${#REAL[@]}))
 for m in "${REAL[@]}"; do
-  stage "real_${m%%:*}" "$per_model" "$PY" "$REPO/bench/fidelity_real.py" --cost-model "$NAME" \
-    --models "$m" "${FID[@]}" --out-dir "$OUT" --tag "${m%%:*}"
+  left=$((pool_end - (SECONDS - START)))
+  stage "real_${m%%:*}" $((per_model < left ? per_model : left)) "$PY" \
+    "$REPO/bench/fidelity_real.py" --cost-model "$NAME" --models "$m" "${FID[@]}" \
+    --out-dir "$OUT" --tag "${m%%:*}"
 done
-stage small_models $((TOTAL * 15 / 100)) "$PY" "$REPO/bench/fidelity.py" --cost-model "$NAME" \
+stage small_models $((TOTAL * 12 / 100)) "$PY" "$REPO/bench/fidelity.py" --cost-model "$NAME" \
   "${SMALL[@]}" --out-dir "$OUT"
 stage summary 20 bash -c "cat '$OUT'/fidelity_real_*.txt '$OUT'/fidelity_2*.txt > '$OUT/summary.txt' 2>/dev/null; cat '$OUT/status.txt' >> '$OUT/summary.txt'"
 echo "gpu_check: done in $((SECONDS - START)) s; results in $OUT (summary.txt, status.txt)"
