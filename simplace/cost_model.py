@@ -993,9 +993,15 @@ class CostModel:
                 f"The profile measured device kind(s) {', '.join(extra)}, which machine "
                 f"{self.name!r} does not have ({', '.join(sorted(kinds))}).")
 
+    @functools.cached_property
+    def _priced(self) -> weakref.WeakKeyDictionary:
+        return weakref.WeakKeyDictionary()
+
     def price(self, graph, profile=None):
         """``SimInputs`` of ``graph`` on this machine: the one place where a graph, a
-        machine and an optional profile become per-op and per-link costs.
+        machine and an optional profile become per-op and per-link costs. Priced once
+        per graph and model: a search, a validation or a calibration that prices the
+        same graph again gets the same (read-only) ``SimInputs``.
 
         profile: a ``simplace.profile.Profile`` of this graph on this machine (its graph
           hash must match: CostModelError otherwise); None: the profile attached by
@@ -1008,6 +1014,16 @@ class CostModel:
         alike); devices of other kinds keep ``op_times``. Links, dispatch, pool and
         fusion costs always come from the model.
         """
+        if profile is None:
+            with contextlib.suppress(KeyError, TypeError):  # TypeError: no weak reference
+                return self._priced[graph]
+            inp = self._price(graph, None)
+            with contextlib.suppress(TypeError):
+                self._priced[graph] = inp
+            return inp
+        return self._price(graph, profile)
+
+    def _price(self, graph, profile):
         from simplace.sim.inputs import assemble_inputs
 
         if profile is None:

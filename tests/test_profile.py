@@ -501,3 +501,30 @@ def test_a_bad_profile_is_refused_by_simulate_and_remade_by_optimize(home, capsy
     out, err = capsys.readouterr()
     assert "remaking the profile" in err and f"profile: {path}" in out
     assert Profile.load(path).complete
+
+
+def test_a_search_prices_its_graph_once(mlp_graph, monkeypatch):
+    """``CostModel.price`` is the one place SimInputs are made, once per graph and
+    model: a local search and a whole comparison on a fresh model build them once (an
+    earlier simplace built them 32 times for one local search), and a profile attached
+    later prices afresh."""
+    import simplace
+    import simplace.sim.inputs as inputs
+
+    built = []
+    real = inputs.make_sim_inputs
+    monkeypatch.setattr(inputs, "make_sim_inputs",
+                        lambda *a, **kw: built.append(1) or real(*a, **kw))
+    cm = CostModel.load(MACHINE)
+    simplace.optimize(mlp_graph, cm, "local", budget_s=0.5, seed=0)
+    assert len(built) == 1
+    simplace.optimize(mlp_graph, cm, "m_etf", seed=0)
+    assert len(built) == 1
+    assert cm.price(mlp_graph) is cm.price(mlp_graph)
+    t = np.full(mlp_graph.num_ops, 1e-6)
+    prof = Profile(cost_model=MACHINE, graph_hash=mlp_graph.hash, graph_name="mlp",
+                   num_ops=mlp_graph.num_ops, bounds=((0, mlp_graph.num_ops),),
+                   chunks={"cpu": ()}, op_time_s={"cpu": t}, devices={"cpu": ("cpu:0", "x")})
+    profiled = cm.with_profile(prof)
+    assert profiled.price(mlp_graph) is not cm.price(mlp_graph)
+    np.testing.assert_array_equal(profiled.price(mlp_graph).op_time_s[:, 0], t)
