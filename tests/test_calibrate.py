@@ -1041,3 +1041,11 @@ def test_class_overhead_in_op_times():
         Device(name="x", kind="cpu", memory_bytes=1.0, peak_flops_per_s=1.0,
                memory_bandwidth_bytes_per_s=1.0, class_overhead_s={"matmul": -1.0})
     assert math.isfinite(t.sum())
+
+
+def test_a_per_op_cost_at_its_ceiling_asks_for_an_idle_machine():
+    from simplace.calibrate.build import rate_problems
+
+    fit = dataclasses.replace(true_fit("cpu"), unpinned=("conv per-op cost",))
+    (w,) = rate_problems(fit, ("cpu", "cpu"), 2)
+    assert "conv per-op cost to its 1 ms ceiling" in w and "idle machine" in w

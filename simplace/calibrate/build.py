@@ -633,6 +633,11 @@ def rate_problems(fit, key: tuple[str, str], cpu_count: int) -> list[str]:
               "calibrate --resume --name NAME` adds them to a calibration that has none; "
               "then it refits), on an idle machine")
     for rate in fit.unpinned:
+        if rate.endswith("per-op cost"):  # rates pinned, the segments still off
+            out.append(f"the segment fit ran the {what}' {rate} to its 1 ms ceiling: the "
+                       "segments were timed under load or do not match their ops; "
+                       "calibrate again on an idle machine (--overwrite).")
+            continue
         out.append(f"the timed segments do not pin the {what}' {rate} (the fit ran to its "
                    "bound: their times are per-op and launch costs, and ops of real size "
                    f"would be mispredicted by orders of magnitude); {remedy}.")
