@@ -82,8 +82,10 @@ def mapped_assignment(graph, rec: dict, inputs) -> np.ndarray:
 
     rec_a = np.asarray(rec["assignment"])
     m, m_rec = graph.num_ops, len(rec_a)
-    if len(np.unique(rec_a)) == 1 or m == m_rec:
-        return np.full(m, rec_a[0]) if m != m_rec else rec_a
+    if m == m_rec:
+        return rec_a
+    if len(np.unique(rec_a)) == 1:
+        return np.full(m, rec_a[0])
     pos = np.minimum((np.arange(m) * m_rec) // m, m_rec - 1)
     a = rec_a[pos]
     minority = np.flatnonzero(rec_a != np.bincount(rec_a).argmax())

@@ -1000,8 +1000,8 @@ class CostModel:
     def price(self, graph, profile=None):
         """``SimInputs`` of ``graph`` on this machine: the one place where a graph, a
         machine and an optional profile become per-op and per-link costs. Priced once
-        per graph and model: a search, a validation or a calibration that prices the
-        same graph again gets the same (read-only) ``SimInputs``.
+        per graph and model (without an explicit ``profile``): pricing the same graph on
+        the same model again returns the same read-only ``SimInputs``.
 
         profile: a ``simplace.profile.Profile`` of this graph on this machine (its graph
           hash must match: CostModelError otherwise); None: the profile attached by

@@ -143,6 +143,16 @@ class Profile:
             return 0.0
         return segment_cost_s(self.chunks[kind], self.whole.get(kind))
 
+    def mismatch(self, graph, machine: str) -> str | None:
+        """Why this profile cannot price ``graph`` on the machine called ``machine``
+        (another graph, another machine), or None when it can."""
+        if self.graph_hash != graph.hash or self.num_ops != graph.num_ops:
+            return (f"is a profile of graph {self.graph_hash[:12]}... ({self.num_ops} ops), "
+                    f"not of this graph {graph.hash[:12]}... ({graph.num_ops} ops)")
+        if self.cost_model != machine:
+            return f"is a profile made on machine {self.cost_model!r}, not {machine!r}"
+        return None
+
     @property
     def num_estimated(self) -> int:
         return sum(c.estimated for cs in self.chunks.values() for c in cs)
@@ -481,30 +491,14 @@ def _time_whole(program, args, device, fixed_s: float, argument_s: float,
                 timing: Mapping) -> Chunk:
     """The whole graph as one segment on ``device``, timed alone like a chunk (estimated,
     with the reason, where it cannot run: out of memory, a compile error)."""
-    import jax
-
-    from simplace.calibrate.harness import time_fn
-    from simplace.calibrate.segments import call_host_s
-
     m = program.graph.num_ops
+    out: list[Chunk] = []
     try:
-        placed = program.place(np.zeros(m, dtype=np.int32), devices=[device])
-        vals = list(placed.place_args(*args).slots)
-        for st in placed.steps:  # puts (none on one device, but as _time_kind runs them)
-            if st[0] == "put":
-                _, src, dst, dev = st
-                for k, v in zip(dst, jax.device_put([vals[i] for i in src], dev),
-                                strict=True):
-                    vals[k] = v
-            else:
-                _, fn, ins, _ = st
-        inputs = [vals[i] for i in ins]
-        jax.block_until_ready(fn(*inputs))  # compiles
-        t = time_fn(lambda *xs: jax.block_until_ready(fn(*xs)), *inputs, **timing)
-        host = call_host_s(fn, inputs)
-    except Exception as err:  # noqa: BLE001 - out of memory, compile errors...
+        _time_kind(program, args, ((0, m),), device, [], np.array([fixed_s]),
+                   np.array([argument_s]), timing, out.append)
+    except Exception as err:  # noqa: BLE001 - placing its arguments can fail too (memory)
         return Chunk(0, m, None, fixed_s, argument_s, True, _one_line(err))
-    return Chunk(0, m, float(t.median_s), float(fixed_s + host), float(argument_s))
+    return out[0]
 
 
 def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
@@ -557,13 +551,9 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     jax_devs = resolve_devices([cost_model.device_names[k] for k in kinds.values()])
     machine = cost_model.name.split("[", 1)[0]
     if resume is not None:
-        if resume.graph_hash != graph.hash or resume.num_ops != graph.num_ops:
-            raise ProfileError(f"Cannot resume: the partial profile is of graph "
-                               f"{resume.graph_hash[:12]}... ({resume.num_ops} ops), not of "
-                               f"this graph {graph.hash[:12]}... ({graph.num_ops} ops).")
-        if resume.cost_model != machine:
-            raise ProfileError(f"Cannot resume: the partial profile is of machine "
-                               f"{resume.cost_model!r}, not {machine!r}.")
+        why = resume.mismatch(graph, machine)
+        if why:
+            raise ProfileError(f"Cannot resume: the partial profile {why}.")
         bounds = resume.bounds
     else:
         share = sum(estimate[:, k] / max(float(estimate[:, k].sum()), 1e-300)
@@ -642,13 +632,9 @@ def find_profile(cost_model, graph) -> tuple[Profile | None, Path]:
         prof = Profile.load(path)
     except ProfileError as err:
         raise ProfileError(f"{err} Refusing this profile: {how}.") from None
-    if prof.graph_hash != graph.hash or prof.num_ops != graph.num_ops:
-        raise ProfileError(f"{path} is a profile of graph {prof.graph_hash[:12]}... "
-                           f"({prof.num_ops} ops), not of this graph {graph.hash[:12]}... "
-                           f"({graph.num_ops} ops): {how}.")
-    if prof.cost_model != machine:
-        raise ProfileError(f"{path} is a profile made on machine {prof.cost_model!r}, not "
-                           f"{machine!r}: {how}.")
+    why = prof.mismatch(graph, machine)
+    if why:
+        raise ProfileError(f"{path} {why}: {how}.")
     if not prof.complete:
         raise ProfileError(f"{path} is incomplete (interrupted: {prof.summary()}): go on "
                            f"with `simplace profile MODEL --cost-model {machine} --resume`, "
