@@ -54,7 +54,7 @@ _FREE = _CLASS_INDEX["free"]
 _DATA_MOVEMENT = _CLASS_INDEX["data_movement"]
 
 DEVICE_KINDS = ("cpu", "gpu", "tpu")
-SOURCES = ("measured", "datasheet", "synthetic")
+SOURCES = ("measured", "datasheet", "synthetic", "imported")
 
 # Fraction of the roofline a device reaches per op class when a model does not say.
 # Typical of vendor-library kernels (cuBLAS/MKL GEMM ~70%, convolutions lower, streaming
@@ -578,8 +578,9 @@ class Provenance:
 
     Attributes:
       source: ``"measured"`` (``simplace calibrate`` on that machine), ``"datasheet"``
-        (published specs; ``notes`` cite them) or ``"synthetic"`` (made up in code for
-        tests, benchmarks and examples).
+        (published specs; ``notes`` cite them), ``"synthetic"`` (made up in code for
+        tests, benchmarks and examples) or ``"imported"`` (the machine an instance of
+        another placement system implies: ``simplace.external``; ``notes`` name the file).
       host, date, jax_version, jaxlib_version: where and when it was measured or written.
       notes: free text; datasheet models cite their figures and assumptions here.
       meta: anything else JSON-able (calibration settings...).
@@ -694,6 +695,9 @@ class CostModel:
       profile: a ``simplace.profile.Profile`` attached by ``with_profile`` (None: none):
         ``price`` uses its measured op times for the graph it was made for. Never
         written to the model's file.
+      objective: what placements are judged by on this machine, set by
+        ``with_objective``: ``"latency"`` (the step time, the default), ``"throughput"``
+        or a ``Ruler`` (``simplace.sim.objective``). Never written to the model's file.
 
     Two models are equal when their ``to_dict()`` are: the attached profile is not
     part of the comparison.
@@ -708,9 +712,13 @@ class CostModel:
     put_s: np.ndarray | None = None
     put_waits: np.ndarray | None = None
     profile: Any = None
+    objective: Any = "latency"
 
     def __post_init__(self):
         set_ = functools.partial(object.__setattr__, self)
+        from simplace.sim.objective import check_objective
+
+        check_objective(self.objective)
         _string(self.name, "name")
         devices = tuple(self.devices)
         if not devices:
@@ -959,6 +967,8 @@ class CostModel:
             put_s=self.put_s[np.ix_(ix, ix)],
             put_waits=self.put_waits[np.ix_(ix, ix)],
             profile=self.profile,
+            # A ruler scores the whole machine it was made for: a subset is simulated.
+            objective=self.objective if isinstance(self.objective, str) else "latency",
         )
 
     def with_corrections(self, corrections: Corrections) -> CostModel:
@@ -974,6 +984,12 @@ class CostModel:
         if profile is not None:
             self._check_profile(profile)
         return dataclasses.replace(self, profile=profile)
+
+    def with_objective(self, objective) -> CostModel:
+        """A copy of this machine judging placements by ``objective``: ``"latency"``,
+        ``"throughput"`` or a ``Ruler`` (``simplace.sim.objective``). Every simulator,
+        bound and placer given the copy reports and minimises that objective."""
+        return dataclasses.replace(self, objective=objective)
 
     def _check_profile(self, profile) -> None:
         base = self.name.split("[", 1)[0]  # a subset keeps its machine's profile

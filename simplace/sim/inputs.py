@@ -49,6 +49,10 @@ class SimInputs(NamedTuple):
       for the computation that makes it, and uploads it again. Puts between devices of
       one client (GPUs of one host, or virtual CPU devices) are asynchronous.
 
+    objective: ``"latency"`` (the step time), ``"throughput"`` (the time between
+      pipelined steps) or a ``Ruler`` (another system's scorer): what the simulators
+      return as ``step_time_s`` (``simplace.sim.objective``).
+
     ``op_time_s`` holds in-segment (fused) op costs: no launch, no dispatch; see
     ``simplace.sim.reference`` for how the simulators combine these arrays.
     """
@@ -66,6 +70,9 @@ class SimInputs(NamedTuple):
     pool_launch_s: np.ndarray
     op_unfused_s: np.ndarray
     put_waits: np.ndarray | None = None  # make_sim_inputs sets it; see put_waits_of
+    # What the simulators report as ``step_time_s``: "latency", "throughput" or a
+    # ``simplace.sim.objective.Ruler`` (see that module).
+    objective: object = "latency"
 
     @property
     def num_ops(self) -> int:
@@ -244,8 +251,10 @@ def assemble_inputs(graph, cost_model, op_time_s=None, launch_s=None) -> SimInpu
     if scale is not None:
         scale = np.asarray(scale, dtype=np.float64)
         lat, bw = lat * scale, bw / scale
-    return make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
-                           waits)
+    inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
+                          waits)
+    objective = getattr(cost_model, "objective", "latency")
+    return inp if objective == "latency" else inp._replace(objective=objective)
 
 
 def check_simulator_options(memory, max_batch) -> None:

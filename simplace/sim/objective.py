@@ -1,0 +1,175 @@
+"""What a placement is judged by: the objective, and rulers from other systems.
+
+Two objectives, for every simulator, bound, method and the RL reward:
+
+* ``"latency"``: the step time (the simulators' makespan), as always;
+* ``"throughput"``: the time between steps when consecutive steps are pipelined over
+  the devices, the largest load on one resource: a device's busy time (segments,
+  launches included), an exclusive group's (its devices share compute), a link's
+  transfer time (``latency_s + bytes / bandwidth`` per copy, as the simulators send
+  them), or the host thread's. This is how PipeDream and the msr instances score a
+  split: a resource cannot be busy more than the time between steps.
+
+A ``Ruler`` replaces simplace's simulation altogether: it scores placements the way
+another placement system scores them (``simplace.external``), so that a placement is
+compared with that system's on its own terms. A cost model carries its objective
+(``CostModel.with_objective``); pricing puts it in ``SimInputs.objective``, and the
+simulators (``simulate``, ``batched_simulator``) return the objective's time as
+``step_time_s``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+import numpy as np
+
+from simplace.errors import OptionError
+
+OBJECTIVES = ("latency", "throughput")
+
+
+def check_objective(objective) -> None:
+    """Raise ``OptionError`` unless ``objective`` is an objective name or a ``Ruler``."""
+    if isinstance(objective, Ruler) or objective in OBJECTIVES:
+        return
+    raise OptionError(f"objective must be one of {', '.join(OBJECTIVES)} (or a Ruler), "
+                      f"got {objective!r}.")
+
+
+def objective_name(objective) -> str:
+    """``"latency"`` or ``"throughput"``: what the objective (or ruler) measures."""
+    return objective.objective if isinstance(objective, Ruler) else str(objective)
+
+
+class Ruler(abc.ABC):
+    """Scores placements by another system's rules instead of simplace's simulation.
+
+    Subclasses set ``name`` (e.g. ``"doppler"``), ``objective`` (``"latency"`` or
+    ``"throughput"``), ``num_ops``, ``num_devices``, ``memory_bytes`` (float64[D]) and
+    ``colocation`` (int32[M], the colocation class of each op, -1 for none; or None),
+    and implement ``evaluate`` and ``lower_bound_s``.
+
+    Colocation classes: every op of a class runs where the class's first op (in graph
+    order) runs. ``project`` applies that rule; ``__call__`` scores projected
+    placements, and ``optimize`` returns projected placements, so no method can split a
+    class.
+    """
+
+    name: str = ""
+    objective: str = "latency"
+    num_ops: int = 0
+    num_devices: int = 0
+    memory_bytes: np.ndarray
+    colocation: np.ndarray | None = None
+
+    @abc.abstractmethod
+    def evaluate(self, placements: np.ndarray):
+        """``BatchResult`` of int32[B, M] placements that keep the colocation classes:
+        ``step_time_s`` is this system's time, ``busy_s`` each device's compute,
+        ``peak_memory_bytes`` what each device holds, ``oom`` where that exceeds a
+        capacity or an op sits on a device that cannot run it."""
+
+    @abc.abstractmethod
+    def lower_bound_s(self) -> float:
+        """A time no placement can beat under these rules."""
+
+    def project(self, placements: np.ndarray) -> np.ndarray:
+        """int32[B, M] (or [M]): each colocation class moved to its first op's device."""
+        p = np.asarray(placements, dtype=np.int32)
+        if self.colocation is None:
+            return p
+        leader = _leaders(self.colocation)
+        return p[..., leader]
+
+    def __call__(self, placements):
+        return self.evaluate(self.project(np.atleast_2d(placements)))
+
+    def describe(self) -> str:
+        """One line: what this ruler computes (for results and help)."""
+        return f"{self.name} ({self.objective})"
+
+
+def _leaders(colocation: np.ndarray) -> np.ndarray:
+    """int[M]: for each op, the first op of its colocation class (itself if none)."""
+    col = np.asarray(colocation)
+    leader = np.arange(col.shape[0])
+    first: dict[int, int] = {}
+    for i, c in enumerate(col.tolist()):
+        if c >= 0:
+            leader[i] = first.setdefault(c, i)
+    return leader
+
+
+def link_loads_s(src: np.ndarray, dst: np.ndarray, edge_output: np.ndarray,
+                 edge_bytes: np.ndarray, latency_s: np.ndarray,
+                 bandwidth_bytes_per_s: np.ndarray, placements: np.ndarray) -> np.ndarray:
+    """float64[B, D, D]: seconds each ordered link spends on copies per step.
+
+    As the simulators send them: op j's distinct outputs consumed on device d != p[j]
+    go in one copy (``latency_s + bytes / bandwidth``) per (j, d)."""
+    p = np.atleast_2d(np.asarray(placements, dtype=np.int64))
+    b, m = p.shape
+    d = latency_s.shape[0]
+    if src.size == 0 or b == 0:
+        return np.zeros((b, d, d))
+    # A tensor is (producer, output); sent[b, t, dest]: tensor t goes to device dest.
+    tensors, t_of_edge = np.unique(np.stack([src, edge_output]), axis=1, return_inverse=True)
+    t_of_edge = t_of_edge.reshape(-1)
+    n_t = tensors.shape[1]
+    t_bytes = np.zeros(n_t)
+    np.maximum.at(t_bytes, t_of_edge, edge_bytes)
+    t_src = tensors[0]
+    to = p[:, dst]
+    rows, cols = np.nonzero(to != p[:, src])
+    sent = np.zeros((b, n_t, d), dtype=bool)
+    sent[rows, t_of_edge[cols], to[rows, cols]] = True
+    # One copy per (producer, destination) carries all of its tensors sent there.
+    bi, ti, di = np.nonzero(sent)
+    key = (bi * m + t_src[ti]) * d + di
+    copy_bytes = np.bincount(key, weights=t_bytes[ti], minlength=b * m * d)
+    copies = np.flatnonzero(np.bincount(key, minlength=b * m * d))
+    cb, rest = np.divmod(copies, m * d)
+    j, dd = np.divmod(rest, d)
+    o = p[cb, j]
+    secs = latency_s[o, dd] + copy_bytes[copies] / bandwidth_bytes_per_s[o, dd]
+    out = np.bincount((cb * d + o) * d + dd, weights=secs, minlength=b * d * d)
+    return out.reshape(b, d, d)
+    # One row per distinct (tensor, consumer device): a tensor is (producer, output).
+    tensors, t_of_edge = np.unique(np.stack([src, edge_output]), axis=1, return_inverse=True)
+    t_of_edge = t_of_edge.reshape(-1)
+    t_bytes = np.zeros(tensors.shape[1])
+    np.maximum.at(t_bytes, t_of_edge, edge_bytes)
+    t_src = tensors[0]
+    for r in range(b):
+        pr = p[r]
+        to = pr[dst]
+        cut = to != pr[src]
+        if not cut.any():
+            continue
+        # Distinct (tensor, destination) pairs; one copy per (producer, destination)
+        # carries all of that producer's tensors consumed there.
+        t, dest = np.divmod(np.unique(t_of_edge[cut] * d + to[cut]), d)
+        copies, inv = np.unique(t_src[t] * d + dest, return_inverse=True)
+        copy_bytes = np.bincount(inv.reshape(-1), weights=t_bytes[t])
+        j, dd = np.divmod(copies, d)
+        o = pr[j]
+        np.add.at(out[r], (o, dd), latency_s[o, dd] + copy_bytes / bandwidth_bytes_per_s[o, dd])
+    return out
+
+
+def throughput_s(busy_s: np.ndarray, exclusive_group: np.ndarray, host_s,
+                 link_s: np.ndarray) -> np.ndarray:
+    """float64[B]: the largest load on a device, an exclusive group, a link or the host
+    (see the module's docstring)."""
+    busy = np.atleast_2d(busy_s)
+    groups = np.asarray(exclusive_group)
+    group_s = np.zeros((busy.shape[0], int(groups.max()) + 1 if groups.size else 1))
+    np.add.at(group_s.T, groups, busy.T)
+    host = np.zeros(busy.shape[0]) if host_s is None else np.asarray(host_s, dtype=float)
+    parts: Sequence[np.ndarray] = (busy.max(axis=1, initial=0.0),
+                                   group_s.max(axis=1, initial=0.0),
+                                   link_s.reshape(link_s.shape[0], -1).max(axis=1, initial=0.0),
+                                   host.reshape(-1))
+    return np.max(np.stack(parts), axis=0)
