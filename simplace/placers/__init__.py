@@ -26,6 +26,7 @@ import numpy as np
 from simplace._argtypes import check_budget, check_seed
 from simplace.errors import OptionError, SimplaceError
 from simplace.search import OOM_PENALTY, SearchSession, penalised, stop_requested
+from simplace.sim.objective import Ruler
 
 
 @dataclasses.dataclass
@@ -260,7 +261,8 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
     Returns:
       An ``OptimizeResult`` whose step time and OOM flag come from the reference
       simulator, under ``result.cost_model`` (``cost_model``, or the drift-corrected
-      model a validating search switched to).
+      model a validating search switched to). The step time is the model's objective
+      (``CostModel.with_objective``): every method minimises that.
     """
     t_begin = time.perf_counter()
     _check_problem(graph, cost_model, seed, budget_s, progress)
@@ -282,6 +284,8 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
 
     model = out.cost_model if out.cost_model is not None else cost_model
     placement = check_placement(out.placement, graph.num_ops, ctx.inputs.num_devices)
+    if isinstance(ctx.inputs.objective, Ruler):  # its colocation classes kept together
+        placement = ctx.inputs.objective.project(placement)
     res = simulate(graph, model, placement)
     return OptimizeResult(
         placement=placement, step_time_s=float(res.step_time_s), oom=bool(res.oom),

@@ -284,6 +284,10 @@ class Trainer:
                               optax.scale_by_adam())
         # The simulator backend in use, "numba" or "jax" (RLConfig.simulator).
         self.backend = _resolve_backend(config.simulator)
+        if inputs.objective != "latency":
+            # The throughput objective and rulers score on the host (no traceable JAX
+            # function): the native path, which takes exact OOM flags from the call.
+            self.backend = "numba"
         self._sims: dict = {}
         self._sims_jit: dict = {}
         self._steps: dict = {}

@@ -1204,7 +1204,9 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
 
     Returns:
       ``f(placements int[B, M]) -> BatchResult`` (numpy arrays), with the reference
-      simulator's semantics. The JAX ``f`` compiles once per batch-size bucket (see
+      simulator's semantics; ``step_time_s`` is the inputs' objective (see
+      ``simplace.sim.objective``: a throughput objective or a ruler wraps the
+      simulator, and has no ``traceable``). The JAX ``f`` compiles once per batch-size bucket (see
       ``batch_bucket``) and reuses the compiled code across calls; ``f.num_traces``
       counts compilations. The native ``f`` compiles once per install (numba's cache).
       Raises ``PlacementError`` for placements that do not fit.
@@ -1212,6 +1214,11 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
     if backend not in ("auto", "numba", "jax"):
         raise ValueError(f"backend must be 'auto', 'numba' or 'jax', got {backend!r}")
     inputs = sim_inputs(graph, cost_model)
+    from simplace.sim.objective import ObjectiveSimulator, Ruler
+
+    if isinstance(inputs.objective, Ruler):  # another system's rules: no simulation
+        return ObjectiveSimulator(graph, inputs)
+    sim = None
     if backend != "jax":
         try:
             from simplace.sim.native import NativeSimulator
@@ -1222,5 +1229,7 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
                     "backend='jax'.") from err
             _notice_no_numba(err)
         else:
-            return NativeSimulator(graph, inputs, memory=memory, max_batch=max_batch)
-    return BatchedSimulator(graph, inputs, memory=memory, max_batch=max_batch)
+            sim = NativeSimulator(graph, inputs, memory=memory, max_batch=max_batch)
+    if sim is None:
+        sim = BatchedSimulator(graph, inputs, memory=memory, max_batch=max_batch)
+    return sim if inputs.objective == "latency" else ObjectiveSimulator(graph, inputs, sim)

@@ -46,17 +46,42 @@ def lower_bound(graph, cost_model) -> float:
         and every op's tail.
     The work bound is tight on one device: one segment, ``dispatch + launch + its ops``.
 
+    Under the throughput objective (``simplace.sim.objective``) the bound is on the
+    busiest resource instead (``throughput_bound_s``); under a ruler, the ruler's own.
+
     Args:
       graph: an ``OpGraph``.
       cost_model: a ``CostModel`` (or its interface) or a ``SimInputs``.
     """
     inp = sim_inputs(graph, cost_model)
+    if inp.objective != "latency":
+        return throughput_bound_s(graph, inp)
     if graph.num_ops == 0:
         return 0.0
     end_s, _ = chain_tables(graph, inp)
     weights = _group_weights(graph, inp)
     return max(float(end_s.min(axis=1).max()), _work(graph, inp, weights),
                _window(graph, inp, end_s, weights))
+
+
+def throughput_bound_s(graph, cost_model) -> float:
+    """A lower bound on the objective that is not the step time: a ruler's own bound,
+    or for the throughput objective the busiest group's least possible busy time (the
+    total-work bound without the first dispatch: with pipelined steps a group is busy
+    all the time between steps at most) and the longest op with its launch."""
+    from simplace.sim.objective import Ruler
+
+    inp = sim_inputs(graph, cost_model)
+    if isinstance(inp.objective, Ruler):
+        return float(inp.objective.lower_bound_s())
+    if graph.num_ops == 0:
+        return 0.0
+    times = _source_times(graph, inp)
+    launch = np.asarray(inp.launch_s, dtype=np.float64)
+    group = np.asarray(inp.exclusive_group, dtype=np.int64)
+    seg = launch[None, :] + _pool_launch_lb(inp)
+    work = max(_weighted_work(times, seg, group, w) for w in _group_weights(graph, inp))
+    return max(work, float((times + seg).min(axis=1).max()))
 
 
 def work_bound_s(graph, cost_model) -> float:

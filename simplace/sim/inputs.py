@@ -198,7 +198,7 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     with the cost-model interface, assembled by ``assemble_inputs``.
     """
     if isinstance(cost_model, SimInputs):
-        inp = make_sim_inputs(*cost_model)
+        inp = make_sim_inputs(*cost_model[:-1])._replace(objective=cost_model.objective)
     elif callable(getattr(cost_model, "price", None)):
         inp = cost_model.price(graph)
     else:

@@ -6,8 +6,9 @@ Two objectives, for every simulator, bound, method and the RL reward:
 * ``"throughput"``: the time between steps when consecutive steps are pipelined over
   the devices, the largest load on one resource: a device's busy time (segments,
   launches included), an exclusive group's (its devices share compute), a link's
-  transfer time (``latency_s + bytes / bandwidth`` per copy, as the simulators send
-  them), or the host thread's. This is how PipeDream and the msr instances score a
+  busy time (``bytes / bandwidth`` per copy, as the simulators send them: a link's
+  latency overlaps the next copy), or the host thread's. It is never above the step
+  time. This is how PipeDream and the msr instances score a
   split: a resource cannot be busy more than the time between steps.
 
 A ``Ruler`` replaces simplace's simulation altogether: it scores placements the way
@@ -103,15 +104,16 @@ def _leaders(colocation: np.ndarray) -> np.ndarray:
 
 
 def link_loads_s(src: np.ndarray, dst: np.ndarray, edge_output: np.ndarray,
-                 edge_bytes: np.ndarray, latency_s: np.ndarray,
-                 bandwidth_bytes_per_s: np.ndarray, placements: np.ndarray) -> np.ndarray:
-    """float64[B, D, D]: seconds each ordered link spends on copies per step.
+                 edge_bytes: np.ndarray, bandwidth_bytes_per_s: np.ndarray,
+                 placements: np.ndarray) -> np.ndarray:
+    """float64[B, D, D]: seconds each ordered link is busy with copies per step.
 
     As the simulators send them: op j's distinct outputs consumed on device d != p[j]
-    go in one copy (``latency_s + bytes / bandwidth``) per (j, d)."""
+    go in one copy per (j, d), which keeps the link busy ``bytes / bandwidth`` (its
+    latency overlaps the next copy's; a copy of nothing costs the link nothing)."""
     p = np.atleast_2d(np.asarray(placements, dtype=np.int64))
     b, m = p.shape
-    d = latency_s.shape[0]
+    d = bandwidth_bytes_per_s.shape[0]
     if src.size == 0 or b == 0:
         return np.zeros((b, d, d))
     # A tensor is (producer, output); sent[b, t, dest]: tensor t goes to device dest.
@@ -133,30 +135,9 @@ def link_loads_s(src: np.ndarray, dst: np.ndarray, edge_output: np.ndarray,
     cb, rest = np.divmod(copies, m * d)
     j, dd = np.divmod(rest, d)
     o = p[cb, j]
-    secs = latency_s[o, dd] + copy_bytes[copies] / bandwidth_bytes_per_s[o, dd]
+    secs = copy_bytes[copies] / bandwidth_bytes_per_s[o, dd]
     out = np.bincount((cb * d + o) * d + dd, weights=secs, minlength=b * d * d)
     return out.reshape(b, d, d)
-    # One row per distinct (tensor, consumer device): a tensor is (producer, output).
-    tensors, t_of_edge = np.unique(np.stack([src, edge_output]), axis=1, return_inverse=True)
-    t_of_edge = t_of_edge.reshape(-1)
-    t_bytes = np.zeros(tensors.shape[1])
-    np.maximum.at(t_bytes, t_of_edge, edge_bytes)
-    t_src = tensors[0]
-    for r in range(b):
-        pr = p[r]
-        to = pr[dst]
-        cut = to != pr[src]
-        if not cut.any():
-            continue
-        # Distinct (tensor, destination) pairs; one copy per (producer, destination)
-        # carries all of that producer's tensors consumed there.
-        t, dest = np.divmod(np.unique(t_of_edge[cut] * d + to[cut]), d)
-        copies, inv = np.unique(t_src[t] * d + dest, return_inverse=True)
-        copy_bytes = np.bincount(inv.reshape(-1), weights=t_bytes[t])
-        j, dd = np.divmod(copies, d)
-        o = pr[j]
-        np.add.at(out[r], (o, dd), latency_s[o, dd] + copy_bytes / bandwidth_bytes_per_s[o, dd])
-    return out
 
 
 def throughput_s(busy_s: np.ndarray, exclusive_group: np.ndarray, host_s,
@@ -173,3 +154,62 @@ def throughput_s(busy_s: np.ndarray, exclusive_group: np.ndarray, host_s,
                                    link_s.reshape(link_s.shape[0], -1).max(axis=1, initial=0.0),
                                    host.reshape(-1))
     return np.max(np.stack(parts), axis=0)
+
+
+class ObjectiveSimulator:
+    """A batched simulator that reports its inputs' objective as ``step_time_s``.
+
+    For ``"throughput"`` it runs ``inner`` (the native or JAX simulator) and replaces
+    the step time by the largest load (``throughput_s``); for a ``Ruler`` it runs the
+    ruler alone. Same interface as the simulators (``num_ops``, ``num_devices``,
+    ``memory``, ``max_batch``, ``f(placements) -> BatchResult``)."""
+
+    def __init__(self, graph, inputs, inner=None):
+        self.graph, self.inputs, self.inner = graph, inputs, inner
+        self.objective = inputs.objective
+        self.num_ops, self.num_devices = inputs.num_ops, inputs.num_devices
+        self.memory = getattr(inner, "memory", True)
+        self.max_batch = getattr(inner, "max_batch", 256)
+        self._edges = _edge_arrays(graph)
+
+    def __call__(self, placements):
+        from simplace.sim.inputs import check_placements
+
+        p = check_placements(placements, self.num_ops, self.num_devices)
+        if isinstance(self.objective, Ruler):
+            return self.objective(p)
+        res = self.inner(p)
+        inp = self.inputs
+        links = link_loads_s(*self._edges, inp.bandwidth_bytes_per_s, p)
+        return res._replace(step_time_s=throughput_s(res.busy_s, inp.exclusive_group,
+                                                     res.host_s, links))
+
+
+def _edge_arrays(graph):
+    src = np.asarray(graph.src, dtype=np.int64)
+    out = graph.edge_output if graph.edge_output is not None else np.zeros_like(src)
+    return (src, np.asarray(graph.dst, dtype=np.int64), np.asarray(out, dtype=np.int64),
+            np.asarray(graph.edge_bytes, dtype=np.float64))
+
+
+def objective_result(graph, inputs, placement, result):
+    """``result`` (a reference ``SimResult`` of ``placement``) with the inputs'
+    objective as its step time: the throughput, or the ruler's verdict (``busy_s``,
+    peaks, OOM and bytes moved from the ruler too; no schedule)."""
+    import dataclasses
+
+    objective = inputs.objective
+    p = np.asarray(placement, dtype=np.int32)[None]
+    if isinstance(objective, Ruler):
+        r = objective(p)
+        oom_devices = tuple(int(d) for d in np.flatnonzero(
+            r.peak_memory_bytes[0] > np.asarray(inputs.memory_bytes)))
+        return dataclasses.replace(
+            result, step_time_s=float(r.step_time_s[0]), busy_s=np.asarray(r.busy_s[0]),
+            peak_memory_bytes=np.asarray(r.peak_memory_bytes[0]),
+            bytes_moved=float(r.bytes_moved[0]), oom=bool(r.oom[0]),
+            oom_devices=oom_devices or ((0,) if r.oom[0] else ()), num_segments=0,
+            num_transfers=0, host_s=0.0, schedule=None)
+    links = link_loads_s(*_edge_arrays(graph), inputs.bandwidth_bytes_per_s, p)
+    t = throughput_s(result.busy_s[None], inputs.exclusive_group, [result.host_s], links)
+    return dataclasses.replace(result, step_time_s=float(t[0]))

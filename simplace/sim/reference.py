@@ -129,12 +129,19 @@ def simulate(graph, cost_model, placement, *, schedule: bool = False) -> SimResu
       schedule: also return the full schedule (per-op and per-transfer times).
 
     Returns:
-      A ``SimResult``. Raises ``PlacementError`` for a placement that does not fit the
-      graph or the machine.
+      A ``SimResult``; its ``step_time_s`` is the model's objective (the step time, the
+      throughput's time between steps, or a ruler's verdict: ``simplace.sim.objective``).
+      Raises ``PlacementError`` for a placement that does not fit the graph or the
+      machine.
     """
     inp = sim_inputs(graph, cost_model)
-    return _simulate(graph, inp, check_placement(placement, graph.num_ops, inp.num_devices),
-                     schedule=schedule)
+    p = check_placement(placement, graph.num_ops, inp.num_devices)
+    res = _simulate(graph, inp, p, schedule=schedule)
+    if inp.objective == "latency":
+        return res
+    from simplace.sim.objective import objective_result
+
+    return objective_result(graph, inp, p, res)
 
 
 def segments_of(placement) -> list[tuple[int, int]]:
