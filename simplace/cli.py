@@ -39,8 +39,14 @@ def graph_from_args(args):
     """The graph of the MODEL argument (``--batch``, ``--inference``, ``--small``); a
     model that is traced (seconds for large models) says so on stderr first, and how long
     it took."""
+    from simplace.external import cli_args as instance_args
     from simplace.models import is_graph_file, load_graph
 
+    if instance_args.imported(args):
+        instance_args.check_instance_args(args)
+        from simplace.external import load_instance
+
+        return load_instance(args.model, args.from_format, devices=args.devices).graph
     traced = not is_graph_file(args.model)
     if traced:
         note(f"tracing {args.model} ({'inference' if args.inference else 'training'} "
@@ -51,6 +57,35 @@ def graph_from_args(args):
     if traced:
         note(f"traced {g.num_ops:,} ops in {time.perf_counter() - t0:.1f} s")
     return g
+
+
+def problem_from_args(args, *, match_devices: bool = False):
+    """``(graph, cost_model)`` of MODEL and ``--cost-model`` (with its profile where one
+    is used, see ``use_profile``), or of an instance file (``--from``: its machine and
+    ruler); judged by ``--objective``. ``match_devices``: the run may use this host's
+    devices (validation, profiling), so JAX is given the model's devices before it
+    starts."""
+    from simplace.cost_model import CostModel
+    from simplace.external import cli_args as instance_args
+
+    instance_args.check_instance_args(args)
+    if instance_args.imported(args):
+        _, graph, cost_model = instance_args.load_problem(args)
+        return graph, cost_model
+    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
+    if match_devices:
+        from simplace._devices import match_cpu_cost_model
+
+        # Runs on hardware (validation, profiling) need the model's devices, fixed when
+        # JAX starts (tracing); a model of another host is left alone.
+        with contextlib.suppress(SimplaceError):
+            match_cpu_cost_model(cost_model)
+    graph = graph_from_args(args)
+    raise_if_terminated()  # a signal lost while tracing: stop before profiling
+    cost_model = use_profile(args, cost_model, graph)
+    if getattr(args, "objective", None):
+        cost_model = cost_model.with_objective(args.objective)
+    return graph, cost_model
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -143,7 +178,6 @@ def _single_device(spec: str, graph, cost_model) -> int:
 def cmd_simulate(args) -> int:
     import numpy as np
 
-    from simplace.cost_model import CostModel
     from simplace.errors import PlacementError
     from simplace.placement import Placement
     from simplace.sim import lower_bound, simulate
@@ -153,11 +187,9 @@ def cmd_simulate(args) -> int:
     if args.force and args.placement is None:
         raise PlacementError("--force applies a --placement file to another machine; it "
                              "takes no --single.")
-    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     # Read the placement before tracing, so that a bad file fails at once.
     placement = Placement.load(args.placement) if args.placement is not None else None
-    graph = graph_from_args(args)
-    cost_model = use_profile(args, cost_model, graph)
+    graph, cost_model = problem_from_args(args)
     if placement is not None:
         assignment = placement.check(graph, cost_model, force=args.force)
         method = placement.method or "file"
@@ -199,9 +231,15 @@ def _oom_devices(result, cost_model) -> str:
 
 def report_result(result, cost_model, bound_s: float) -> str:
     """Step time, gap to the lower bound, and where the time and memory go, per device."""
+    from simplace.sim.objective import Ruler, objective_name
+
     step_s = float(result.step_time_s)
     gap = f"{step_s / bound_s:.2f}x the lower bound" if bound_s > 0 else "lower bound 0"
-    lines = [f"step time {step_s * 1e3:.3f} ms   ({gap}: {bound_s * 1e3:.3f} ms)",
+    what = {"latency": "step time",
+            "throughput": "time between pipelined steps"}[objective_name(cost_model.objective)]
+    if isinstance(cost_model.objective, Ruler):
+        what += f" by {cost_model.objective.describe()}'s rules"
+    lines = [f"{what} {step_s * 1e3:.3f} ms   ({gap}: {bound_s * 1e3:.3f} ms)",
              f"bytes moved between devices {format_bytes(float(result.bytes_moved))} in "
              f"{result.num_transfers} device_put calls"
              + ("   OUT OF MEMORY" if result.oom else ""),
@@ -235,7 +273,6 @@ def cmd_methods(args) -> int:
 
 # ---------------------------------------------------------------------------- optimize
 def cmd_optimize(args) -> int:
-    from simplace.cost_model import CostModel
     from simplace.placers import best_of, compare, methods, optimize
     from simplace.sim import lower_bound
     from simplace.validate import cli as validate_cli
@@ -243,23 +280,14 @@ def cmd_optimize(args) -> int:
     if args.method != "all" and args.method not in methods():
         raise SimplaceError(f"Unknown --method {args.method!r}: use one of "
                             f"{', '.join(methods())} or 'all' (see `simplace methods`).")
-    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     if getattr(args, "checkpoint", None):
         from simplace.rl import checkpoint
 
         checkpoint.check(args.checkpoint)  # a file that is no checkpoint: before tracing
     if args.no_profile:
         args.profile = "never"
-    if args.validate_every is not None or args.profile != "never":
-        from simplace._devices import match_cpu_cost_model
-
-        # Runs on hardware (validation, profiling) need the model's devices, fixed when
-        # JAX starts (tracing); a model of another host is left alone.
-        with contextlib.suppress(SimplaceError):
-            match_cpu_cost_model(cost_model)
-    graph = graph_from_args(args)
-    raise_if_terminated()  # a signal lost while tracing: stop before profiling
-    cost_model = use_profile(args, cost_model, graph)
+    graph, cost_model = problem_from_args(args, match_devices=(
+        args.validate_every is not None or args.profile != "never"))
     print(graph.summary(top=5))
     print(f"machine {cost_model.name} ({cost_model.provenance.source}, "
           f"{cost_model.num_devices} devices)")
@@ -703,6 +731,7 @@ def _list_profiles() -> int:
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     from simplace import __version__, paths
+    from simplace.external import cli_args as instance_args
     from simplace.rl.cli_args import add_rl_args
     from simplace.validate import cli as validate_cli
 
@@ -733,6 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("graph", help="trace a model into an op graph and describe it")
     model_args(sp)
+    instance_args.add_instance_args(sp)
     sp.add_argument("--out", help="save the graph as JSON")
     sp.add_argument("--top", type=_argtypes.nonnegative_int, default=8,
                     help="how many common primitives to list")
@@ -740,8 +770,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("simulate", help="predict the step time and memory of a placement")
     model_args(sp)
-    sp.add_argument("--cost-model", required=True, metavar="NAME",
-                    help=paths.CLI_COST_MODEL_HELP)
+    sp.add_argument("--cost-model", metavar="NAME", help=paths.CLI_COST_MODEL_HELP)
+    instance_args.add_instance_args(sp)
+    instance_args.add_objective_args(sp)
     sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
                     help=paths.CLI_COST_MODEL_DIR_HELP)
     sp.add_argument("--placement", metavar="P.JSON", help="a placement file")
@@ -759,8 +790,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("optimize", help="search for a fast placement")
     model_args(sp)
-    sp.add_argument("--cost-model", required=True, metavar="NAME",
-                    help=paths.CLI_COST_MODEL_HELP)
+    sp.add_argument("--cost-model", metavar="NAME", help=paths.CLI_COST_MODEL_HELP)
+    instance_args.add_instance_args(sp)
+    instance_args.add_objective_args(sp)
     sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
                     help=paths.CLI_COST_MODEL_DIR_HELP)
     sp.add_argument("--method", default="all",
