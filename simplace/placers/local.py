@@ -89,6 +89,7 @@ from simplace.graph import split_name_path
 from simplace.groups import by_module, chain_collapse, colocate_free_ops, target_count
 from simplace.placers import PlacerContext, PlacerOutput, register
 from simplace.search import OOM_PENALTY, SESSION_OPTIONS, penalised, stop_requested
+from simplace.sim.objective import Ruler
 
 DEFAULT_BUDGET_S = 30.0
 SCREEN_ROUNDS = 4  # screened rounds: at most this many calls of screen_checks checks
@@ -293,6 +294,11 @@ def _groupings(ctx: PlacerContext) -> list[tuple[str, np.ndarray, np.ndarray]]:
     cands = []
     chains = chain_collapse(g, colocate_free_ops(g))
     cands.append(("chains", chains))
+    mates = _colocation_mates(ctx)
+    if mates is not None:  # a ruler's colocation classes: each a group (the rest apart)
+        cls = mates[2]
+        apart = np.where(cls >= 0, cls, cls.max() + 1 + np.arange(m))
+        cands.append(("colocation", np.unique(apart, return_inverse=True)[1].reshape(-1)))
     n_chains = int(chains.max()) + 1
     for k in (4 * d, 16 * d, 64 * d):
         if k < n_chains:
@@ -310,6 +316,22 @@ def _groupings(ctx: PlacerContext) -> list[tuple[str, np.ndarray, np.ndarray]]:
         order, ptr = _csr(labels)
         out.append((name, order, ptr))
     return out
+
+
+def _colocation_mates(ctx: PlacerContext):
+    """``(order, ptr, class_of_op)`` of the colocation classes of the objective's ruler
+    (the ops of class c: ``order[ptr[c]:ptr[c + 1]]``; class -1: none), or None."""
+    objective = ctx.inputs.objective
+    colocation = objective.colocation if isinstance(objective, Ruler) else None
+    if colocation is None or not (np.asarray(colocation) >= 0).any():
+        return None
+    col = np.asarray(colocation, dtype=np.int64)
+    classes, cls = np.unique(col, return_inverse=True)
+    cls = cls.reshape(-1)
+    if classes[0] < 0:  # ops in no class: -1, the rest renumbered from 0
+        cls = cls - 1
+    order, ptr = _csr(np.where(cls >= 0, cls, cls.max() + 1))
+    return order, ptr, cls
 
 
 def _subtrees(ctx: PlacerContext) -> list[np.ndarray]:
@@ -342,9 +364,21 @@ class _Mover:
         self.src, self.dst = np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64)
         self.groupings = _groupings(ctx)
         self.subtrees = _subtrees(ctx)
+        # A ruler's colocation classes (simplace.sim.objective) run where their first op
+        # does: an op or cut move takes the op's whole class along, or it would change
+        # nothing for every op but the first.
+        self.mates = _colocation_mates(ctx)
         w = np.array([0.2, 0.2 if len(self.src) else 0.0, 0.3 if self.groupings else 0.0,
                       0.15 if self.groupings else 0.0, 0.15 if self.subtrees else 0.0])
         self.kind_p = w / w.sum()
+
+    def _mates(self, i: int):
+        """Op ``i`` and the ops of its colocation class (an index or an array)."""
+        if self.mates is None:
+            return i
+        order, ptr, cls = self.mates
+        c = cls[i]
+        return i if c < 0 else order[ptr[c]:ptr[c + 1]]
 
     def _other_device(self, rng, dev: int) -> int:
         return int((dev + 1 + rng.integers(self.d - 1)) % self.d)
@@ -371,12 +405,12 @@ class _Mover:
             if rng.random() < 0.5:
                 a, b = b, a
             if p[a] != p[b]:
-                p[a] = p[b]
+                p[self._mates(a)] = p[b]
                 return
             kind = "op"
         if kind in ("op", "cut"):
             i = int(rng.integers(self.m))
-            p[i] = self._other_device(rng, int(p[i]))
+            p[self._mates(i)] = self._other_device(rng, int(p[i]))
         elif kind == "group":
             order, ptr, k = self._group(rng)
             self._set(rng, p, order[ptr[k]:ptr[k + 1]])
