@@ -231,30 +231,36 @@ def _oom_devices(result, cost_model) -> str:
 
 def report_result(result, cost_model, bound_s: float) -> str:
     """Step time, gap to the lower bound, and where the time and memory go, per device."""
+    from simplace.external._machine import NO_CAP_BYTES
     from simplace.sim.objective import Ruler, objective_name
 
     step_s = float(result.step_time_s)
     gap = f"{step_s / bound_s:.2f}x the lower bound" if bound_s > 0 else "lower bound 0"
     what = {"latency": "step time",
             "throughput": "time between pipelined steps"}[objective_name(cost_model.objective)]
-    if isinstance(cost_model.objective, Ruler):
-        what += f" by {cost_model.objective.describe()}'s rules"
-    lines = [f"{what} {step_s * 1e3:.3f} ms   ({gap}: {bound_s * 1e3:.3f} ms)",
-             f"bytes moved between devices {format_bytes(float(result.bytes_moved))} in "
-             f"{result.num_transfers} device_put calls"
-             + ("   OUT OF MEMORY" if result.oom else ""),
-             f"{result.num_segments} segment{'s' * (result.num_segments != 1)} (one jitted "
-             f"call each); the host thread's last call returns at "
-             f"{result.host_s * 1e3:.3f} ms"
-             + (" (its calls, and its waits for copies between the CPU and a GPU)"
-                if cost_model.put_waits.any() else "")]
+    ruled = isinstance(cost_model.objective, Ruler)
+    if ruled:
+        what += f", by {cost_model.objective.describe()}"
+    lines = [f"{what} {step_s * 1e3:.3f} ms   ({gap}: {bound_s * 1e3:.3f} ms)"]
+    if not ruled:  # a ruler's rules have no segments, device_put calls or host thread
+        lines += [f"bytes moved between devices {format_bytes(float(result.bytes_moved))} in "
+                  f"{result.num_transfers} device_put calls"
+                  + ("   OUT OF MEMORY" if result.oom else ""),
+                  f"{result.num_segments} segment{'s' * (result.num_segments != 1)} (one "
+                  f"jitted call each); the host thread's last call returns at "
+                  f"{result.host_s * 1e3:.3f} ms"
+                  + (" (its calls, and its waits for copies between the CPU and a GPU)"
+                     if cost_model.put_waits.any() else "")]
+    elif result.oom:
+        lines.append("OUT OF MEMORY (or an op on a device that cannot run it)")
     rows = []
     for d, name in enumerate(cost_model.device_names):
         peak, cap = float(result.peak_memory_bytes[d]), float(cost_model.memory_bytes[d])
         busy = float(result.busy_s[d])
+        capped = cap < NO_CAP_BYTES  # an imported device the file sets no cap for
         rows.append([name, f"{busy * 1e3:.3f}", f"{100 * busy / step_s:.0f}%" if step_s else "-",
-                     format_bytes(peak), format_bytes(cap),
-                     "OOM" if peak > cap else f"{100 * peak / cap:.1f}%"])
+                     format_bytes(peak), format_bytes(cap) if capped else "no cap",
+                     "OOM" if peak > cap else f"{100 * peak / cap:.1f}%" if capped else "-"])
     lines.append(_table(rows, ["device", "busy ms", "busy", "peak memory", "capacity",
                                "used"]))
     return "\n".join(lines)
