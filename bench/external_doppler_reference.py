@@ -1,7 +1,7 @@
 """Makespans by Doppler's own simulator (``env/cost.py``) on its published graphs.
 
     python bench/external_doppler_reference.py CHECKOUT VENV_PYTHON [--out PATH]
-                                               [--random 16] [--seed 0]
+                                               [--random 8] [--seed 0]
 
 CHECKOUT is an extracted copy of github.com/xinyuyao/Doppler (e.g. ``git
 --git-dir=MIRROR archive HEAD | tar -x -C /tmp/doppler``; its commit is read from
@@ -131,7 +131,9 @@ def worker(checkout, job):
             returned.append(float(r))
             units.append(r.units)
         results.append({"makespan": returned, "makespan_units": units})
-    return results
+    import simpy
+
+    return {"simpy": simpy.__version__, "results": results}
 
 
 def main(argv=None):
@@ -140,7 +142,7 @@ def main(argv=None):
     ap.add_argument("python", nargs="?")
     ap.add_argument("--out", type=Path,
                     default=Path(__file__).parent / "data/external/doppler/reference.json")
-    ap.add_argument("--random", type=int, default=16)
+    ap.add_argument("--random", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--commit", default=None)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -159,16 +161,22 @@ def main(argv=None):
                     "placements": [p for _, p in labelled]})
     run = subprocess.run([args.python, __file__, str(args.checkout), "--worker"],
                          input=json.dumps(job), capture_output=True, text=True, check=True)
-    results = json.loads(run.stdout)
+    reply = json.loads(run.stdout)
+    results = reply["results"]
     graphs = []
     for item, res in zip(job, results, strict=True):
         graphs.append({**item, "makespan": res["makespan"],
                        "makespan_units": res["makespan_units"]})
     doc = {"schema": 1, "source": "github.com/xinyuyao/Doppler", "commit": commit,
-           "simulator": "env/cost.py Simulator.get_cost (simpy), run unchanged",
+           "simulator": (f"env/cost.py Simulator.get_cost, unchanged, simpy {reply['simpy']}; "
+                         "int costs for torch's int64 tensors, DGL's to_networkx rebuilt "
+                         "(bench/external_doppler_reference.py)"),
            "graphs": graphs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    # One line per graph: the placements dominate the file.
+    body = ",\n".join(json.dumps(g, separators=(",", ":")) for g in graphs)
+    head = json.dumps({k: v for k, v in doc.items() if k != "graphs"}, indent=1)[:-2]
+    args.out.write_text(f'{head},\n "graphs": [\n{body}\n]}}\n')
     print(f"wrote {args.out}: {sum(len(g['placements']) for g in graphs)} placements")
 
 

@@ -97,7 +97,7 @@ def _parse(path: str):
     except (OSError, UnicodeDecodeError) as e:
         raise ExternalFormatError(f"{path}: cannot read it as text ({e}).") from None
     # Trailing blank lines are harmless; everything before them is positional.
-    while lines and not lines[-1].strip():
+    while len(lines) > 4 and not lines[-1].strip():
         lines.pop()
     if len(lines) < 4:
         raise ExternalFormatError(
