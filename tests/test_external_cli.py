@@ -76,3 +76,15 @@ def test_optimize_a_zoo_model_for_throughput(capsys):
                          "haswell_k40x4", "--objective", "throughput", "--method", "heft")
     assert code == 0, err
     assert "time between pipelined steps" in out
+
+
+def test_a_placement_goes_back_in_the_file_numbering():
+    from simplace.external import ExternalFormatError, load_instance
+
+    inst = load_instance(BERT, "msr")
+    p = (inst.node_ids % inst.cost_model.num_devices).astype("int32")
+    back = inst.by_node(p)
+    assert set(back) == set(inst.node_ids.tolist())
+    assert (inst.from_nodes(back) == p).all()
+    with pytest.raises(ExternalFormatError, match="no device for node"):
+        inst.from_nodes({})

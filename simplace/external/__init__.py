@@ -57,6 +57,19 @@ class Instance:
     default_objective: str = "latency"
     info: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    def by_node(self, placement) -> dict[int, int]:
+        """``{file node id: device}`` of an int[M] placement in op order (to hand back)."""
+        p = np.asarray(placement)
+        return {int(n): int(d) for n, d in zip(self.node_ids.tolist(), p.tolist(), strict=True)}
+
+    def from_nodes(self, devices_by_node) -> np.ndarray:
+        """int32[M] in op order from ``{file node id: device}`` (every node given)."""
+        missing = [int(n) for n in self.node_ids.tolist() if int(n) not in devices_by_node]
+        if missing:
+            raise ExternalFormatError(f"{self.path}: the placement gives no device for "
+                                      f"node(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}.")
+        return np.array([devices_by_node[int(n)] for n in self.node_ids.tolist()], np.int32)
+
     def ruler(self, objective: str | None = None):
         """The format's own ruler for ``objective`` (default: ``default_objective``);
         ``ExternalFormatError`` when the format has none for it."""

@@ -1,0 +1,183 @@
+"""simplace against other placement systems, on their instances, scored by their rules.
+
+    python bench/external.py [--formats doppler,msr] [--only SUBSTR,...] [--budget-s 60]
+                             [--rl] [--seed 0] [--tag vm]
+
+For every instance of Doppler (``bench/data/external/doppler``) and of Tarnawski et al.
+(``bench/data/external/msr``): every fast method (heuristics, list schedulers,
+partitioners; no budget), then ``local`` for ``--budget-s`` seconds starting from all of
+them (and, with ``--rl``, ``rl-gnn`` for as long, warm-started), all judged by the
+instance's own rules (``simplace.external``: Doppler's event loop; msr's max-load or
+latency). Beside them: the other system's baselines as its own code computed them here
+(``baselines.json`` in each data folder, written by ``bench/external_*_baselines.py``),
+the lower bound, and the issue's verdict per instance:
+
+* Doppler: simplace's best at most HEFT followed by 3,000 steps of simulated annealing,
+  and at most the critical-path baseline;
+* msr throughput: at most the best of their DP, local search and PipeDream (their local
+  search alone where the DP timed out), and strictly below every human-expert split;
+* msr latency: at most their greedy heuristic.
+
+Every final placement is checked: it fits the memory caps and keeps the colocation
+classes. Writes ``bench/results/external_<date>_<tag>.txt`` and ``.json``; figures are
+for the machine it runs on (the load average is printed at the start and the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from report import load_average, machine_line
+
+from simplace.external import load_instance
+from simplace.placers import is_search, methods, optimize
+from simplace.sim import lower_bound
+
+DATA = Path(__file__).parent / "data" / "external"
+RESULTS = Path(__file__).parent / "results"
+# Methods left out: ``exact`` enumerates every placement (D^M).
+SKIP = ("exact",)
+
+
+def instances(formats: list[str], only: list[str]) -> list[tuple[str, Path]]:
+    """(format, path) of every instance file in the data folders, in a fixed order."""
+    found = []
+    if "doppler" in formats:
+        found += [("doppler", p) for p in sorted((DATA / "doppler").glob("*.txt"))]
+    if "msr" in formats:
+        for sub in ("throughput-inputs", "latency-inputs"):
+            found += [("msr", p) for p in sorted((DATA / "msr" / sub).rglob("*.json"))]
+    if only:
+        found = [(f, p) for f, p in found if any(s in str(p) for s in only)]
+    return found
+
+
+def baselines(fmt: str, path: Path) -> dict[str, dict]:
+    """{name: {"time_s": seconds or None, "note": str, "target": kind}} of the other
+    system's baselines on this instance, from its ``baselines.json``."""
+    folder = DATA / fmt
+    try:
+        with open(folder / "baselines.json") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    from external_baselines import read  # the per-format readers, beside this script
+
+    return read(fmt, data, path, folder)
+
+
+def run_instance(fmt: str, path: Path, budget_s: float, seed: int, rl: bool) -> dict:
+    inst = load_instance(path, fmt)
+    graph, cm = inst.graph, inst.cost_model
+    ruler = inst.ruler()
+    t0 = time.perf_counter()
+    rows = []
+    fast = [m for m in methods() if not is_search(m) and m not in SKIP]
+    for m in fast:
+        try:
+            rows.append(optimize(graph, cm, m, seed=seed))
+        except Exception as err:  # noqa: BLE001 (one failing method must not hide the rest)
+            print(f"  {m} failed: {err}", file=sys.stderr)
+    starts = [r.placement for r in rows]
+    rows.append(optimize(graph, cm, "local", seed=seed, budget_s=budget_s, starts=starts))
+    if rl:
+        ranked = sorted(rows, key=lambda r: (r.oom, r.step_time_s))
+        rows.append(optimize(graph, cm, "rl-gnn", seed=seed, budget_s=budget_s,
+                             warm_start=np.stack([r.placement for r in ranked])))
+    fitting = [r for r in rows if not r.oom] or rows
+    best = min(fitting, key=lambda r: r.step_time_s)
+    check = ruler(best.placement[None])
+    kept = bool((ruler.project(best.placement) == best.placement).all())
+    return {
+        "format": fmt, "instance": str(path.relative_to(DATA)), "ops": graph.num_ops,
+        "devices": cm.num_devices, "objective": ruler.objective, "ruler": ruler.describe(),
+        "lower_bound_s": lower_bound(graph, cm),
+        "methods": {r.method: {"time_s": r.step_time_s, "oom": r.oom, "wall_s": r.wall_s}
+                    for r in rows},
+        "best": {"method": best.method, "time_s": best.step_time_s,
+                 "fits": not bool(check.oom[0]), "colocation_kept": kept,
+                 "placement": best.placement.tolist()},
+        "baselines": baselines(fmt, path), "wall_s": time.perf_counter() - t0,
+    }
+
+
+def verdict(row: dict) -> tuple[str, str]:
+    """(target, "met" / "MISSED" / "n/a" with the figures) of one row."""
+    ours = row["best"]["time_s"]
+    base = {k: v["time_s"] for k, v in row["baselines"].items() if v.get("time_s")}
+    if row["format"] == "doppler":
+        need = [k for k in base if k.startswith(("heft+sa", "critical_path"))]
+        target = "<= HEFT+SA(3000) and <= critical path"
+    elif row["objective"] == "throughput":
+        best_of = [k for k in ("dp", "local_search", "pipedream") if k in base]
+        need = [min(best_of, key=base.get)] if best_of else []
+        target = "<= best of DP, local search, PipeDream; < expert"
+    else:
+        need = [k for k in ("greedy",) if k in base]
+        target = "<= greedy"
+    if not need:
+        return target, "n/a (no baseline recorded)"
+    worst = max(ours / base[k] for k in need)
+    ok = all(ours <= base[k] * (1 + 1e-9) for k in need)
+    experts = [k for k in base if k.startswith("expert")]
+    if row["objective"] == "throughput" and row["format"] == "msr" and experts:
+        ok = ok and all(ours < base[k] for k in experts)
+    return target, f"{'met' if ok else 'MISSED'} ({worst:.3f}x of {', '.join(need)})"
+
+
+def table(rows: list[dict]) -> str:
+    out = []
+    for row in rows:
+        unit = 1e3
+        target, said = verdict(row)
+        out.append(f"\n{row['instance']}  ({row['ops']} ops, {row['devices']} devices, "
+                   f"{row['ruler']}; lower bound {row['lower_bound_s'] * unit:.3f} ms)")
+        for name, r in sorted(row["methods"].items(), key=lambda kv: kv[1]["time_s"]):
+            mark = "*" if name == row["best"]["method"] else " "
+            out.append(f"  {mark} {name:<14} {r['time_s'] * unit:12.4f} ms"
+                       f"{'  OOM' if r['oom'] else ''}   wall {r['wall_s']:6.1f} s")
+        for name, b in row["baselines"].items():
+            t = b.get("time_s")
+            shown = f"{t * unit:12.4f} ms" if t else "           -   "
+            out.append(f"    [{name}] {shown}   {b.get('note', '')}")
+        out.append(f"  target {target}: {said}; best fits {row['best']['fits']}, "
+                   f"classes kept {row['best']['colocation_kept']}")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--formats", default="doppler,msr")
+    ap.add_argument("--only", default="", help="comma-separated substrings of file paths")
+    ap.add_argument("--budget-s", type=float, default=60.0, help="per search (local, rl)")
+    ap.add_argument("--rl", action="store_true", help="also rl-gnn, warm-started")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tag", default="vm")
+    args = ap.parse_args()
+    head = [machine_line(), f"load average at start: {load_average()}",
+            f"python bench/external.py {' '.join(sys.argv[1:])}"]
+    print("\n".join(head))
+    rows = []
+    for fmt, path in instances(args.formats.split(","), [s for s in args.only.split(",") if s]):
+        print(f"{fmt}: {path.relative_to(DATA)}...", file=sys.stderr, flush=True)
+        rows.append(run_instance(fmt, path, args.budget_s, args.seed, args.rl))
+        print(table(rows[-1:]), flush=True)
+    tail = f"load average at end: {load_average()}"
+    print(tail)
+    met = sum(verdict(r)[1].startswith("met") for r in rows)
+    summary = f"targets met on {met} of {len(rows)} instances"
+    print(summary)
+    stem = RESULTS / f"external_{datetime.date.today().isoformat()}_{args.tag}"
+    stem.with_suffix(".txt").write_text("\n".join(head + [table(rows), tail, summary]) + "\n")
+    stem.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    print(f"wrote {stem}.txt and .json")
+
+
+if __name__ == "__main__":
+    main()
