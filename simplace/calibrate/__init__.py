@@ -10,8 +10,8 @@ by default in the user directory (``simplace.paths``);
 from simplace.calibrate.build import build_cost_model
 from simplace.calibrate.core import Settings, calibrate, refit
 from simplace.calibrate.fit import LinkFit, SegmentFit, fit_link, fit_segments
-from simplace.calibrate.harness import Timing, robust_stats, time_fn
 from simplace.calibrate.records import read_records, write_records
+from simplace.hardware.timing import Timing, robust_stats, time_fn
 
 __all__ = [
     "LinkFit",

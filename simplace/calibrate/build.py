@@ -17,10 +17,10 @@ from scipy.optimize import least_squares, nnls
 from simplace._primitive_costs import xla_flops
 from simplace.calibrate.exclusive import EXCLUSIVE_BELOW, exclusive_groups, overlap
 from simplace.calibrate.fit import fit_link, fit_segments, predict_segments, rel_errors
-from simplace.calibrate.harness import Timing
 from simplace.calibrate.rates import RATE_UNITS, rates_of
 from simplace.cost_model import CostModel, Provenance, default_put_waits
 from simplace.errors import CalibrationError
+from simplace.hardware.timing import Timing
 
 
 def _last_by(records: Sequence[dict], kind: str, key) -> dict:

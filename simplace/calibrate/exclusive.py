@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import networkx as nx
 
-from simplace.calibrate.harness import Timing, time_fn
+from simplace.hardware.timing import Timing, time_fn
 
 # overlap = (alone_a + alone_b - together) / min(alone_a, alone_b): 1 for devices that
 # run fully in parallel, 0 for devices that take turns. Halfway decides.

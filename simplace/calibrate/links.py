@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from simplace.calibrate.harness import Timing, robust_stats
 from simplace.errors import CalibrationError
+from simplace.hardware.timing import Timing, robust_stats
 
 
 def link_sizes(max_nbytes: int, factor: int) -> list[int]:

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from simplace.calibrate.harness import Timing, time_fn
 from simplace.cost_model import op_class
 from simplace.errors import CalibrationError
+from simplace.hardware.timing import Timing, time_fn
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from simplace.calibrate.harness import time_fn
 from simplace.errors import CalibrationError
+from simplace.hardware.timing import time_fn
 
 # What each class's rate counts: floating-point operations or bytes of memory traffic.
 RATE_UNITS = {"matmul": "flop", "conv": "flop", "elementwise": "byte", "reduction": "byte",

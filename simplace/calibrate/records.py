@@ -59,8 +59,8 @@ from typing import Any
 
 from simplace import _jsonl
 from simplace._jsonfile import check_fields, check_schema
-from simplace.calibrate.harness import Timing
 from simplace.errors import CalibrationError
+from simplace.hardware.timing import Timing
 
 SCHEMA = "simplace.calibration_records"
 SCHEMA_VERSION = 2  # 1: single-op timings (dispatch and launch in every op)

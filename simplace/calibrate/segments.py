@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simplace.calibrate.harness import Timing, robust_stats, time_fn
+from simplace.hardware.timing import Timing, robust_stats, time_fn
 
 # How many placements to cut from each model, and how long their runs of ops are
 # (log-uniform between 1 op and the whole graph): short runs pin launch and per-op

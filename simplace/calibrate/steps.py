@@ -169,8 +169,8 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     """
     from scipy.optimize import least_squares
 
-    from simplace.calibrate.harness import Timing
     from simplace.cost_model import call_arguments
+    from simplace.hardware.timing import Timing
     from simplace.sim import simulate
     from simplace.sim.inputs import sim_inputs
 

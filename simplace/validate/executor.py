@@ -25,7 +25,7 @@ distinct segment and device, not per segment. ``Program`` keeps that cache acros
 placements of one traced function (``prepare(fn, args).place(p1)``, ``.place(p2)``...).
 
 ``measure`` times a placed function's step with the calibration timing harness
-(``simplace.calibrate.harness.time_fn``: warm-up, repeats, robust median), and each
+(``simplace.hardware.timing.time_fn``: warm-up, repeats, robust median), and each
 segment alone where asked.
 """
 
@@ -686,11 +686,11 @@ def measure(placed: PlacedFunction, args: Sequence, *, per_segment: bool = False
 
     Arguments are put on their devices first (parameters stay resident, as the simulator
     assumes); each timed call runs the whole step and waits for every output.
-    ``timing`` goes to ``simplace.calibrate.harness.time_fn`` (warmup, min_repeats,
+    ``timing`` goes to ``simplace.hardware.timing.time_fn`` (warmup, min_repeats,
     max_repeats, budget_s, rel_tol). With ``per_segment`` each segment is also timed
     alone on the inputs it had in a real step.
     """
-    from simplace.calibrate.harness import time_fn
+    from simplace.hardware.timing import time_fn
 
     placed_args = placed.place_args(*args)
     # Compile every segment first, outside the harness: its time budget counts its

@@ -200,7 +200,7 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
     import jax
 
     from simplace._argtypes import check_int
-    from simplace.calibrate.harness import robust_stats
+    from simplace.hardware.timing import robust_stats
     from simplace.sim import simulate
     from simplace.validate.executor import measure, prepare, resolve_devices
 
