@@ -221,7 +221,7 @@ def test_refit_of_synthetic_records(tmp_path, capsys):
     (["--refit", "--name", "absent"], "does not exist"),
     (["--resume", "--name", "absent"], "Nothing to resume"),
     (["--refit"], "need --name"),
-    (["--name", "x", "--devices", "cpu:9"], "No device 'cpu:9'"),
+    (["--name", "x", "--devices", "cpu:9"], "'cpu:9', which JAX does not have"),
     (["--name", "x", "--devices", "cpu:0,cpu:0"], "repeats a device"),
     (["--name", "x", "--resume", "--overwrite"], "contradict"),
     (["--name", "x", "--refit", "--quick"], "only refits"),

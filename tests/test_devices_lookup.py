@@ -1,7 +1,7 @@
 """Device lookup on every backend (``resolve_devices``) and the hints its errors give.
 
 This machine has no GPU, so hosts with GPUs are fake backends (platform -> devices)
-given to ``_find_devices``, the lookup ``resolve_devices`` runs on JAX's backends.
+given to ``find_devices``, the lookup ``resolve_devices`` runs on JAX's backends.
 """
 
 import dataclasses
@@ -12,8 +12,8 @@ import pytest
 from simplace import cli
 from simplace.cost_model import CostModel
 from simplace.errors import PlacementError
+from simplace.hardware.devices import find_devices, resolve_devices
 from simplace.validate import cli as validate_cli
-from simplace.validate.executor import _find_devices, resolve_devices
 
 API_HINT = "pass devices=[...]"
 
@@ -41,7 +41,7 @@ def cudas(n: int, first_id: int = 0) -> list[FakeDevice]:
 
 
 def find(names, backends, hint="HINT"):
-    return _find_devices(names, backends, hint)
+    return find_devices(names, backends, hint)
 
 
 def test_cpu_only_host():
@@ -139,3 +139,19 @@ def test_cli_optimize_validate_every_checks_devices_before_searching(tmp_path, c
     err = capsys.readouterr().err
     assert rc == 2
     assert "'gpu:0', 'gpu:1'" in err and "--cost-model" in err and API_HINT not in err
+
+
+def test_calibration_names_devices_with_the_same_lookup():
+    """``select_devices`` (calibration) finds devices by the names ``resolve_devices``
+    (running placements) knows, and refuses a missing or repeated one."""
+    from simplace.errors import CalibrationError
+    from simplace.hardware.devices import all_devices, device_name, select_devices
+
+    have = all_devices()
+    assert select_devices(None) == have
+    names = [device_name(d) for d in have]
+    assert select_devices(names[::-1]) == have[::-1]
+    with pytest.raises(CalibrationError, match="'cpu:99', which JAX does not have"):
+        select_devices(["cpu:99"])
+    with pytest.raises(CalibrationError, match="repeats a device"):
+        select_devices([names[0], names[0]])

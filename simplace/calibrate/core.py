@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import itertools
@@ -31,6 +30,7 @@ from simplace.calibrate.records import (
 )
 from simplace.cost_model import CostModel
 from simplace.errors import CalibrationError
+from simplace.hardware.devices import all_devices, device_name, memory_bytes, select_devices
 from simplace.progress import Progress
 
 # Zoo models calibrated by default (small presets: they run on a laptop). The models
@@ -98,56 +98,12 @@ class Settings:
         return cls(**kw)
 
 
-def device_name(dev) -> str:
-    """``platform:id`` (``cpu:0``, ``gpu:1``): the name a device gets in cost models."""
-    return f"{dev.platform}:{dev.id}"
-
-
-def _all_devices() -> list:
-    import jax
-
-    devs = list(jax.devices())
-    if devs and devs[0].platform != "cpu":
-        with contextlib.suppress(RuntimeError):  # no CPU backend: calibrate the others
-            devs += jax.devices("cpu")
-    return devs
-
-
-def _memory_bytes(dev, n_cpu: int) -> float:
-    stats = None
-    try:
-        stats = dev.memory_stats()
-    except Exception:  # noqa: BLE001 - not every backend reports memory
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return float(stats["bytes_limit"])
-    host = float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    return host / max(n_cpu, 1) if dev.platform == "cpu" else host
-
-
-def select_devices(names: Sequence[str] | None) -> list:
-    """The JAX devices to calibrate: all seen, or those named (``cpu:0``...)."""
-    devs = _all_devices()
-    by_name = {device_name(d): d for d in devs}
-    if not names:
-        return devs
-    bad = [n for n in names if n not in by_name]
-    if bad:
-        raise CalibrationError(
-            f"No device {bad[0]!r}; JAX sees {', '.join(by_name)}. For several virtual CPU "
-            "devices pass --cpu-devices N (or set XLA_FLAGS="
-            "--xla_force_host_platform_device_count=N before JAX starts).")
-    if len(set(names)) != len(names):
-        raise CalibrationError(f"--devices repeats a device: {', '.join(names)}.")
-    return [by_name[n] for n in names]
-
-
 def _header(name: str, devices: list, settings: Settings) -> dict[str, Any]:
     import jax
     import jaxlib
 
     # virtual CPU devices share the host's memory, calibrated or not
-    n_cpu = sum(d.platform == "cpu" for d in _all_devices())
+    n_cpu = sum(d.platform == "cpu" for d in all_devices())
     return {
         "kind": "header", "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "name": name,
         "host": socket.gethostname(),
@@ -160,7 +116,7 @@ def _header(name: str, devices: list, settings: Settings) -> dict[str, Any]:
         "load_average": list(os.getloadavg()),
         "devices": [{"name": device_name(d), "kind": d.platform, "id": int(d.id),
                      "device_kind": str(d.device_kind),
-                     "memory_bytes": _memory_bytes(d, n_cpu)} for d in devices],
+                     "memory_bytes": memory_bytes(d, n_cpu)} for d in devices],
         "settings": settings.to_dict(),
     }
 
@@ -301,8 +257,8 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
     from simplace.validate.executor import prepare
 
     start = time.perf_counter()
-    n_cpu = sum(d.platform == "cpu" for d in _all_devices())
-    mem = {device_name(d): _memory_bytes(d, n_cpu) for d in devs}
+    n_cpu = sum(d.platform == "cpu" for d in all_devices())
+    mem = {device_name(d): memory_bytes(d, n_cpu) for d in devs}
     models = [m for m in settings.models if m not in done_ops]
     sizes = links_mod.link_sizes(min(settings.link_max_nbytes, int(min(mem.values()) / 16)),
                                  settings.link_factor)

@@ -42,6 +42,7 @@ from jax.extend import core as jcore
 
 from simplace.errors import PlacementError, SimplaceError
 from simplace.graph import OpGraph
+from simplace.hardware.devices import resolve_devices
 from simplace.placement import Placement, check_placement
 from simplace.sim.reference import segments_of
 from simplace.trace import Builder, Value, aval_nbytes, walk
@@ -292,76 +293,6 @@ def _hashable(v):
 
 
 # --------------------------------------------------------------------------- placing
-def _find_devices(names: Sequence[str], backends: dict[str, Sequence], hint: str) -> list:
-    """The devices named ``names`` among ``backends`` (platform -> its devices, in JAX's
-    order); see ``resolve_devices``. Injectable so hosts we lack can be tested."""
-    table: dict[str, list[tuple[str, Any]]] = {}
-    listing = []
-    for plat in sorted(backends):
-        shown = []
-        for k, dev in enumerate(backends[plat]):
-            # Cost models call the k-th GPU 'gpu:k' (platform 'gpu') where JAX says
-            # 'cuda:k'; keep JAX's own names and the older platform:id, kind:id too.
-            rank = f"{dev.platform}:{k}"
-            for key in (str(dev), rank, f"{plat}:{k}", f"{dev.platform}:{dev.id}",
-                        f"{dev.device_kind}:{dev.id}"):
-                hits = table.setdefault(key.lower(), [])
-                if all(d is not dev for _, d in hits):
-                    hits.append((plat, dev))
-            shown.append(str(dev) if str(dev).lower() == rank else f"{dev} ({rank})")
-        listing.append(f"{plat} backend: {', '.join(shown) or 'no devices'}")
-    out, missing = [], []
-    for n in names:
-        hits = table.get(str(n).lower(), [])
-        if len(hits) > 1:
-            both = " and ".join(f"{d} ({p} backend)" for p, d in hits)
-            plats = list(dict.fromkeys(p for p, _ in hits))
-            # Hiding the other platforms only helps when the devices are on several.
-            hide = (", or hide all but one of their platforms from JAX (e.g. JAX_PLATFORMS="
-                    f"{','.join(p for p in sorted(backends) if p not in plats[1:])})"
-                    if len(plats) > 1 else "")
-            raise PlacementError(
-                f"The device name {str(n)!r} fits {len(hits)} JAX devices here: {both}. "
-                f"Name the one meant by its JAX name{hide}.")
-        if hits:
-            out.append(hits[0][1])
-        else:
-            missing.append(n)
-    if missing:
-        raise PlacementError(
-            f"The placement names device(s) {', '.join(map(repr, missing))}, which JAX does "
-            f"not have here (it has {'; '.join(listing) or 'no devices'}). {hint}")
-    return out
-
-
-def resolve_devices(names: Sequence[str], *, hint: str | None = None) -> list:
-    """The JAX devices named ``names``, looked up on every backend JAX has (the host CPU
-    too where a GPU is the default): ``str(device)`` (``cuda:1``), ``platform:k`` (the
-    k-th device of that platform: ``gpu:1`` as cost models name it), ``platform:id`` or
-    ``device_kind:id``.
-
-    Raises ``PlacementError`` listing every backend's devices when a name is missing
-    (ending with ``hint``: what to do; the default speaks of Python arguments), or when a
-    name fits two devices.
-    """
-    import contextlib
-
-    try:
-        from jax.extend.backend import backends
-
-        # The backends JAX started, none it could not: never starts a missing one.
-        have = {p: list(c.local_devices()) for p, c in backends().items()}
-    except ImportError:  # an older JAX: ask each platform, skipping those it lacks
-        have = {}
-        for p in ("cpu", "gpu", "tpu"):
-            with contextlib.suppress(RuntimeError):
-                have[p] = list(jax.devices(p))
-    if hint is None:
-        hint = ("Run on the machine the placement was made for, or pass devices=[...] (one "
-                "JAX device per index).")
-    return _find_devices(names, have, hint)
-
-
 @dataclasses.dataclass(frozen=True)
 class Segment:
     """A maximal run of consecutive ops on one device: ops ``start..stop-1`` on device
