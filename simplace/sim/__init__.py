@@ -7,10 +7,11 @@ numba is installed, else the jitted JAX scan (``BatchedSimulator``); ``lower_bou
 a step time no placement can beat.
 """
 
-from simplace.sim.batched import BatchedSimulator, BatchResult, batched_simulator
+from simplace.sim.batched import BatchedSimulator, batched_simulator
 from simplace.sim.bounds import critical_path_s, lower_bound
 from simplace.sim.inputs import SimInputs, check_placement, make_sim_inputs, sim_inputs
 from simplace.sim.reference import Schedule, SimResult, simulate
+from simplace.sim.results import BatchResult
 
 __all__ = [
     "BatchResult",

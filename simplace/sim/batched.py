@@ -103,7 +103,6 @@ import concurrent.futures
 import os
 import sys
 from collections.abc import Callable
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -116,6 +115,7 @@ from simplace.sim.inputs import (
     put_waits_of,
     sim_inputs,
 )
+from simplace.sim.results import BatchResult
 
 # Rows of the segment-end table a segment's last op fills (see the module docstring;
 # the doubling in _impl assumes 8).
@@ -133,24 +133,6 @@ _MAX_CLASSES = 4
 _MAX_CELLS = 1 << 20
 # Ranks of a chain run one block at a time, later ones by doubling (see _chain).
 _MAX_RANK_BLOCKS = 8
-
-
-class BatchResult(NamedTuple):
-    """Results of a batch of placements (numpy arrays).
-
-    step_time_s: float64[B]; peak_memory_bytes: float64[B, D]; oom: bool[B];
-    busy_s: float64[B, D]; bytes_moved: float64[B]; num_segments: int[B];
-    num_transfers: int[B]; host_s: float64[B]. Same meanings as ``SimResult``.
-    """
-
-    step_time_s: np.ndarray
-    peak_memory_bytes: np.ndarray
-    oom: np.ndarray
-    busy_s: np.ndarray
-    bytes_moved: np.ndarray
-    num_segments: np.ndarray | None = None
-    num_transfers: np.ndarray | None = None
-    host_s: np.ndarray | None = None
 
 
 def _default_max_batch(m: int) -> int:

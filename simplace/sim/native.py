@@ -54,13 +54,13 @@ import threading
 import numba
 import numpy as np
 
-from simplace.sim.batched import BatchResult
 from simplace.sim.inputs import (
     SimInputs,
     check_placements,
     check_simulator_options,
     put_waits_of,
 )
+from simplace.sim.results import BatchResult
 
 # Ops x placements per kernel call, at most: a larger batch runs in chunks of a power of
 # two of placements (at least 64). The kernel's memory does not grow with the batch
