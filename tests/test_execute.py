@@ -1,4 +1,4 @@
-"""simplace.apply (simplace.validate.executor): placed functions give the original outputs."""
+"""simplace.apply (simplace.hardware.executor): placed functions give the original outputs."""
 
 import zlib
 
@@ -9,8 +9,8 @@ import pytest
 import simplace
 from simplace import zoo
 from simplace.errors import PlacementError, SimplaceError
+from simplace.hardware.executor import apply, measure, prepare
 from simplace.placement import Placement
-from simplace.validate.executor import apply, measure, prepare
 
 # Training steps of the big CNNs compile for tens of seconds on 2 cores: slow tests.
 FAST_TRAINING = ("mlp", "tiny_cnn", "alexnet", "rnnlm")

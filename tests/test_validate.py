@@ -10,6 +10,7 @@ import simplace
 from simplace import zoo
 from simplace.cost_model import Corrections, CostModel, Device
 from simplace.errors import PlacementError, SimplaceError
+from simplace.hardware.executor import prepare
 from simplace.placement import Placement
 from simplace.sim import simulate
 from simplace.validate import (
@@ -22,7 +23,6 @@ from simplace.validate import (
     split_records,
     validate,
 )
-from simplace.validate.executor import prepare
 
 TIMING = {"warmup": 1, "min_repeats": 3, "max_repeats": 5, "budget_s": 0.1}
 
@@ -134,7 +134,8 @@ def test_validate_reports_every_candidate_and_writes_records(mlp, tmp_path):
 def test_validate_warms_every_candidate_before_timing_any(mlp, monkeypatch):
     """The first runs after a compilation are slow: every candidate is compiled and run
     WARM_RUNS times before the first timed round, so no round's samples carry them."""
-    from simplace.validate import executor, hardware
+    from simplace.hardware import executor
+    from simplace.validate import hardware
 
     fn, args, program, graph = mlp
     cm = cpu_model(2)

@@ -253,8 +253,8 @@ def _measure(rec_path, devs, settings: Settings, budget_s, done_ops, done_links,
     import numpy as np
 
     from simplace.calibrate import segments as seg_mod
+    from simplace.hardware.executor import prepare
     from simplace.models import load_function
-    from simplace.validate.executor import prepare
 
     start = time.perf_counter()
     n_cpu = sum(d.platform == "cpu" for d in all_devices())

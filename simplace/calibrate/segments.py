@@ -224,12 +224,12 @@ def profile_steps(placed, placed_args, *, steps: int = 7) -> dict:
 def time_host(program, args: Sequence, placement: np.ndarray, devices: list,
               **harness_kw) -> dict:
     """Step time of ``placement`` timed as validation times steps
-    (``simplace.validate.executor.measure``), with what it dispatched and what each
+    (``simplace.hardware.executor.measure``), with what it dispatched and what each
     call cost the host in context (``profile_steps``): ``{"host": Timing, "segments":
     [per device], "puts": [[per link]], "segment_calls": [[device, first, stop, inputs,
     outputs] per segment], "put_links": [[src, dst] per put], "call_host_s",
     "put_host_s", "loop_s"}``."""
-    from simplace.validate.executor import measure
+    from simplace.hardware.executor import measure
 
     placed = program.place(placement, devices=devices)
     step = measure(placed, args, **harness_kw).step

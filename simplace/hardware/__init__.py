@@ -1,11 +1,36 @@
 """Running on hardware: what calibration and validation share.
 
-* ``timing``: the timing harness (``time_fn``, ``robust_stats``, ``Timing``).
+* ``executor``: run a placement for real (``apply``, ``prepare``, ``measure``): the op
+  sequence cut into per-device jitted segments, tensors moved with ``jax.device_put``
+  as the simulator models it;
+* ``timing``: the timing harness (``time_fn``, ``robust_stats``, ``Timing``);
+* ``devices``: JAX devices by name (``resolve_devices``, ``select_devices``), and
+  virtual CPU devices (``use_cpu_devices``).
 
 This package imports neither ``simplace.calibrate`` nor ``simplace.validate``; both
 import it.
 """
 
+from simplace.hardware.devices import (
+    all_devices,
+    device_name,
+    find_devices,
+    match_cpu_cost_model,
+    resolve_devices,
+    select_devices,
+    use_cpu_devices,
+)
+from simplace.hardware.executor import (
+    Measurement,
+    PlacedFunction,
+    Program,
+    apply,
+    measure,
+    prepare,
+)
 from simplace.hardware.timing import Timing, robust_stats, time_fn
 
-__all__ = ["Timing", "robust_stats", "time_fn"]
+__all__ = ["Measurement", "PlacedFunction", "Program", "Timing", "all_devices", "apply",
+           "device_name", "find_devices", "match_cpu_cost_model", "measure", "prepare",
+           "resolve_devices", "robust_stats", "select_devices", "time_fn",
+           "use_cpu_devices"]

@@ -24,7 +24,7 @@ single ops of a fragmented placement), so a placement costs one XLA compilation 
 distinct segment and device, not per segment. ``Program`` keeps that cache across
 placements of one traced function (``prepare(fn, args).place(p1)``, ``.place(p2)``...).
 
-``measure`` times a placed function's step with the calibration timing harness
+``measure`` times a placed function's step with the timing harness
 (``simplace.hardware.timing.time_fn``: warm-up, repeats, robust median), and each
 segment alone where asked.
 """
@@ -613,7 +613,7 @@ class Measurement:
 
 def measure(placed: PlacedFunction, args: Sequence, *, per_segment: bool = False,
             **timing) -> Measurement:
-    """Time one step of ``placed`` on ``args`` with the calibration's harness.
+    """Time one step of ``placed`` on ``args`` with the timing harness.
 
     Arguments are put on their devices first (parameters stay resident, as the simulator
     assumes); each timed call runs the whole step and waits for every output.

@@ -2,9 +2,8 @@
 
 One module per concept:
 
-* ``executor``: run a placement for real (``apply``, ``prepare``, ``measure``): the op
-  sequence cut into per-device jitted segments, tensors moved with ``jax.device_put``
-  as the simulator models it;
+* ``executor``: ``simplace.hardware.executor`` under its old name: run a placement for
+  real (``apply``, ``prepare``, ``measure``);
 * ``hardware``: ``validate(graph, cost_model, placements, fn=..., args=...)`` runs each
   placement and compares the measured step time with the prediction (a
   ``ValidationReport``: rows, MAPE, Kendall tau, raw and corrected);
@@ -20,7 +19,7 @@ The public names of these modules are importable from ``simplace.validate``
 (``from simplace.validate import fit_drift``). Called, ``simplace.validate`` is the
 function ``validate`` (``simplace.validate(graph, cost_model, placements, fn=fn,
 args=args)``): the package is a callable module, so that ``simplace.validate`` can be
-both the package (``simplace.validate.executor``) and the function, and neither hides
+both the package (``simplace.validate.drift``) and the function, and neither hides
 the other.
 """
 

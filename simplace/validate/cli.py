@@ -112,8 +112,8 @@ def _timing(args) -> dict:
 
 def _load_program(args):
     """(Program, real arguments, model description) for MODEL at the sizes given."""
+    from simplace.hardware.executor import prepare
     from simplace.models import is_graph_file, load_function
-    from simplace.validate.executor import prepare
 
     if is_graph_file(args.model):
         raise ModelError(f"'{args.model}' is a saved graph: validation runs the model, so "
@@ -147,7 +147,7 @@ def _device_hint(cost_model) -> str:
 def _devices(cost_model) -> list:
     """This machine's JAX devices for ``cost_model``'s device names; the error says which
     options to use. Called before the model loads, so a wrong machine fails at once."""
-    from simplace.validate.executor import resolve_devices
+    from simplace.hardware.executor import resolve_devices
 
     return resolve_devices(cost_model.device_names, hint=_device_hint(cost_model))
 
@@ -281,7 +281,7 @@ def report_winner(best, graph, cost_model, options: dict) -> str:
     # The model the search judged its winner by (drift-corrected if validation fitted one).
     model = best.cost_model if best.cost_model is not None else cost_model
     if measured is None:  # the winner was never among the validated candidates
-        from simplace.validate.executor import measure
+        from simplace.hardware.executor import measure
 
         placed = cb.program.place(best.placement, cost_model=model)
         measured = measure(placed, cb.run_args, **cb.timing).step_time_s

@@ -1,7 +1,7 @@
 """Validation on hardware: run placements for real and compare with the simulator.
 
 ``validate(graph, cost_model, placements, fn=..., args=...)`` runs each placement
-(``simplace.validate.executor``), times its step with the calibration harness and
+(``simplace.hardware.executor``), times its step with the timing harness and
 compares it with the simulator's prediction: a ``ValidationReport`` with one row per
 candidate, the mean absolute percentage error (``mape``) and the rank agreement of
 predicted and measured times (``kendall_tau``), for the cost model as given and for its
@@ -178,7 +178,7 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
       cost_model: the machine model whose predictions are checked (corrections applied).
       placements: ``Placement`` objects, int[M] arrays, or an int[B, M] array.
       fn, args: the model function and real example arguments (``zoo.get(...,
-        abstract=False)``); or ``program``: a ``simplace.validate.executor.Program`` of them
+        abstract=False)``); or ``program``: a ``simplace.hardware.executor.Program`` of them
         (reuse it across calls: compiled segments are cached there).
       labels, methods: names of the candidates for the report (default ``#k`` / the
         placement's method).
@@ -200,9 +200,9 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
     import jax
 
     from simplace._argtypes import check_int
+    from simplace.hardware.executor import measure, prepare, resolve_devices
     from simplace.hardware.timing import robust_stats
     from simplace.sim import simulate
-    from simplace.validate.executor import measure, prepare, resolve_devices
 
     try:
         empty = placements is None or len(placements) == 0

@@ -58,7 +58,7 @@ def make_validation_callback(graph: OpGraph, fn, args, cost_model: CostModel, to
     and the ``rl-*`` methods). Returns a ``SearchValidation``: the callable, with what it
     did as fields.
     """
-    from simplace.validate.executor import prepare
+    from simplace.hardware.executor import prepare
 
     if int(top_k) < 1 or int(every) < 1:
         raise SimplaceError(f"validation callback: top_k and every must be >= 1, got "
