@@ -246,10 +246,12 @@ def validate_options(args, graph, cost_model, progress=None) -> dict:
         return {}
     if args.validate_every < 0 or args.top_k < 1:
         raise SimplaceError("--validate-every must be >= 0 and --top-k >= 1.")
-    is_rl = str(args.method).startswith("rl-")
-    if args.method != "local" and not is_rl:
+    from simplace.placers import is_search, methods, methods_of_kind
+
+    if args.method not in methods() or not is_search(args.method):
+        searches = methods_of_kind("annealer", "policy")
         raise SimplaceError(f"--validate-every needs a search method that takes a validation "
-                            f"callback ('local' or an rl-* method), not '{args.method}'.")
+                            f"callback ({', '.join(searches)}), not '{args.method}'.")
     from simplace._devices import match_cpu_cost_model
     from simplace.validate import make_validation_callback, validation_path
 

@@ -18,15 +18,16 @@ from typing import Any
 import numpy as np
 
 from simplace import _jsonl
-from simplace._jsonfile import check_fields, check_schema
 from simplace.errors import SimplaceError
+from simplace.hardware.records import (
+    RECORD_SCHEMA,
+    RECORD_SCHEMA_VERSION,
+    Record,
+    validation_record,
+)
 
 __all__ = ["RECORD_SCHEMA", "RECORD_SCHEMA_VERSION", "append_records", "calibration_dir",
            "check_record", "read_records", "split_records", "validation_path"]
-
-RECORD_SCHEMA = "simplace.validation_record"
-RECORD_SCHEMA_VERSION = 1
-
 
 def calibration_dir() -> Path:
     """Where validation records go by default: the user directory's ``calibration/``
@@ -44,28 +45,19 @@ def validation_path(cost_model_name: str, records_dir: str | os.PathLike | None 
     return paths.records_path(cost_model_name, "validation.jsonl", records_dir)
 
 
-# Fields every validation record carries, and their JSON types (float: any number).
-_RECORD_FIELDS = {"cost_model": str, "graph_hash": str, "graph_name": str,
-                  "device_names": list, "assignment": list, "predicted_step_time_s": float,
-                  "measured_step_time_s": float, "method": str}
-
-
 def check_record(rec: Any, where: str) -> dict:
-    """``rec`` checked as a validation record; ``SimplaceError`` naming ``where`` and
-    what is wrong otherwise."""
-    check_schema(rec, RECORD_SCHEMA, RECORD_SCHEMA_VERSION, SimplaceError, where,
-                 "validation record")
-    check_fields(rec, _RECORD_FIELDS, SimplaceError, where, what="a validation record")
-    if not rec["measured_step_time_s"] > 0:
-        raise SimplaceError(f"{where}: measured_step_time_s must be > 0.")
+    """``rec`` checked as a validation record (``simplace.hardware.records.
+    ValidationRecord``); ``SimplaceError`` naming ``where`` and what is wrong otherwise."""
+    validation_record(rec, where)
     return rec
 
 
-def append_records(path: str | os.PathLike, records: Sequence[Mapping]) -> None:
+def append_records(path: str | os.PathLike, records: Sequence[Mapping | Record]) -> None:
     """Append validation records to a JSON Lines file, one flushed line each (see
     ``simplace._jsonl`` for what happens to a line cut short by an interrupted write).
     Every record is checked first, so a bad one appends nothing."""
-    records = [check_record(dict(r), f"record {k}") for k, r in enumerate(records)]
+    records = [check_record(r.to_dict() if isinstance(r, Record) else dict(r), f"record {k}")
+               for k, r in enumerate(records)]
     _jsonl.append(path, records)
 
 
