@@ -447,10 +447,12 @@ class _StopWatch:
 def _start_placement(args, graph, cost_model):
     """``--start P.JSON``: the placement to start local search from, checked."""
     from simplace.placement import Placement
+    from simplace.placers import method_kind, methods_of_kind
 
-    if args.method != "local":
-        raise SimplaceError(f"--start applies to --method local only, not --method "
-                            f"{args.method} (rl-* methods take --warm-start).")
+    if args.method == "all" or method_kind(args.method) != "annealer":
+        raise SimplaceError(f"--start applies to --method "
+                            f"{' or '.join(methods_of_kind('annealer'))} only, not --method "
+                            f"{args.method} (the policies take --warm-start).")
     return Placement.load(args.start).check(graph, cost_model)
 
 
@@ -499,10 +501,16 @@ def _budget_line(best, budget_s, wall_s: float, compared: bool) -> str:
     return line
 
 
+def _annealer(method: str) -> bool:
+    from simplace.placers import method_kind, methods
+
+    return method in methods() and method_kind(method) == "annealer"
+
+
 def _interrupted_line(signal_name: str, best, out: str | None) -> str:
     """What an interrupted optimize kept."""
     kept = [f"the best placement so far ({best.step_time_s * 1e3:.3f} ms) in {out}"
-            + (f" (--start {out} resumes from it)" if best.method == "local" else "")]
+            + (f" (--start {out} resumes from it)" if _annealer(best.method) else "")]
     info = best.info
     if info.get("checkpoint_path"):
         kept.append(f"the checkpoint {info['checkpoint_path']} (update "

@@ -281,7 +281,7 @@ def test_compare_runs_rl_after_fast_methods_and_local_leaves_rl_out(monkeypatch)
         called.append(method)
         raise SimplaceError("not run")
 
-    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    monkeypatch.setattr(placers.front, "optimize", fake_optimize)
     compare(_GRAPH, _MACHINE)
     # compare (--method all) runs every method but exact: fast ones, local, then rl-*.
     assert "heft" in called and "exact" not in called
@@ -419,7 +419,7 @@ def test_compare_skips_a_search_whose_part_is_shorter_than_a_first_batch(monkeyp
     import simplace.placers as placers
 
     clock = [0.0]
-    monkeypatch.setattr(placers.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(placers.front.time, "perf_counter", lambda: clock[0])
     ran = []
 
     def fake_optimize(graph, cost_model, method, *, budget_s=None, **kw):
@@ -430,7 +430,7 @@ def test_compare_skips_a_search_whose_part_is_shorter_than_a_first_batch(monkeyp
                                      placement=np.zeros(3, np.int32),
                                      info={"first_batch_s": first})
 
-    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    monkeypatch.setattr(placers.front, "optimize", fake_optimize)
     said = []
     out = compare(_GRAPH, _MACHINE, ["local", "rl-gnn", "rl-hierarchical", "rl-seq2seq"],
                   budget_s=60.0, progress=said.append)
@@ -453,7 +453,7 @@ def test_compare_gives_a_short_budget_to_local_not_to_compiling_policies(monkeyp
     import simplace.placers as placers
 
     clock = [0.0]
-    monkeypatch.setattr(placers.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(placers.front.time, "perf_counter", lambda: clock[0])
     ran = []
 
     def fake_optimize(graph, cost_model, method, *, budget_s=None, **kw):
@@ -463,7 +463,7 @@ def test_compare_gives_a_short_budget_to_local_not_to_compiling_policies(monkeyp
                                      placement=np.zeros(3, np.int32),
                                      info={"first_batch_s": 0.1})
 
-    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    monkeypatch.setattr(placers.front, "optimize", fake_optimize)
     four = ["rl-seq2seq", "local", "rl-hierarchical", "rl-gnn"]
     said = []
     compare(_GRAPH, _MACHINE, four, budget_s=10.0, progress=said.append)

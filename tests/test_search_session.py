@@ -108,7 +108,7 @@ def test_compare_reports_a_search_that_overran_its_part(monkeypatch):
     import simplace.placers as placers
 
     clock = [0.0]
-    monkeypatch.setattr(placers.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(placers.front.time, "perf_counter", lambda: clock[0])
 
     def fake_optimize(graph, cost_model, method, *, budget_s=None, **kw):
         first = 12.0 if method == "local" else 0.0  # local compiles for 12 s
@@ -117,7 +117,7 @@ def test_compare_reports_a_search_that_overran_its_part(monkeypatch):
                                      placement=np.zeros(3, np.int32),
                                      wall_s=first + budget_s, info={"first_batch_s": first})
 
-    monkeypatch.setattr(placers, "optimize", fake_optimize)
+    monkeypatch.setattr(placers.front, "optimize", fake_optimize)
     said = []
     placers.compare(types.SimpleNamespace(num_ops=3), types.SimpleNamespace(num_devices=2),
                     ["single", "local"], budget_s=10.0, progress=said.append)

@@ -36,8 +36,8 @@ import numpy as np
 
 from simplace.external import ExternalFormatError, Instance
 from simplace.external._machine import TRANSFER_BANDWIDTH_BYTES_PER_S, imported_machine
-from simplace.sim.results import BatchResult
 from simplace.sim.objective import Ruler
+from simplace.sim.results import BatchResult
 
 try:
     import numba

@@ -44,7 +44,7 @@ def placements_of(indices, num_units: int, num_devices: int) -> np.ndarray:
     return ((idx[:, None] // powers[None, :]) % num_devices).astype(np.int32)
 
 
-@register("exact", options={
+@register("exact", kind="exhaustive", options={
     "groups": "int[M] group id per op; ops of a group share a device",
     "max_placements": "refuse a larger space (default 2**20)",
     "batch": "placements per simulator call (default 1024)"})

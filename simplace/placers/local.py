@@ -94,7 +94,6 @@ from simplace.sim.objective import Ruler
 DEFAULT_BUDGET_S = 30.0
 SCREEN_ROUNDS = 4  # screened rounds: at most this many calls of screen_checks checks
 REPAIR_CHECKS = 16  # screened rounds from an OOM placement: exact memory checks per round
-_NOT_STARTS = ("local", "exact", "all")
 # A stalled search under a time budget restarts from its best placement, this many
 # random neighbour steps away, if at least RESTART_SHARE of the budget is left.
 RESTART_KICKS = 3
@@ -191,14 +190,14 @@ _START_RANK = {m: i for i, m in enumerate(
 def _start_list(ctx: PlacerContext) -> list:
     starts = ctx.options.get("starts")
     if starts is None:
-        from simplace.placers import methods
+        from simplace.placers import methods_of_kind
 
-        # rl-* train for a minute each: usable as starts only when named. Starts stop
+        # Policies train for a minute each: usable as starts only when named. Starts stop
         # being begun at half the budget, so the cheap ones go first, then the list
         # schedulers best first (m_etf and m_sct beat heft on all 21 rows of
         # bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt, and
         # each takes seconds on a 10k-op graph).
-        names = [m for m in methods() if m not in _NOT_STARTS and not m.startswith("rl-")]
+        names = methods_of_kind("heuristic")
         starts = sorted(names, key=lambda m: (_START_RANK.get(m, len(_START_RANK)), m))
     elif isinstance(starts, str):
         starts = [starts]
@@ -217,13 +216,14 @@ def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | Non
     """[(label, placement)] and a report row per start. Heuristics are not started after
     ``starts_until`` (perf_counter time) or once a stop is requested (``single`` is)."""
     from simplace.placement import check_placement
-    from simplace.placers import run_method
+    from simplace.placers import method_kind, methods, run_method
 
     m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
     found, report = [], []
+    known = methods()
     for i, s in enumerate(_start_list(ctx)):
         if isinstance(s, str):
-            if s in _NOT_STARTS:
+            if s == "all" or (s in known and method_kind(s) in ("annealer", "exhaustive")):
                 report.append({"start": s, "error": "not usable as a start"})
                 continue
             if s != "single" and (time.perf_counter() > starts_until or stop_requested()):
@@ -464,7 +464,7 @@ def _reference_scores(ctx: PlacerContext, placements: np.ndarray) -> np.ndarray:
                      (ctx.simulate(p) for p in placements)])
 
 
-@register("local", options=OPTIONS)
+@register("local", kind="annealer", options=OPTIONS)
 def place(ctx: PlacerContext) -> PlacerOutput:
     """``local``: simulated annealing over the batched simulator, from the best heuristic."""
     g, opts = ctx.graph, ctx.options

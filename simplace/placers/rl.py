@@ -53,7 +53,6 @@ from simplace.placers import PlacerContext, PlacerOutput, register
 from simplace.search import OOM_PENALTY, SESSION_OPTIONS
 
 DEFAULT_MAX_UNITS = {"seq2seq": 256, "hierarchical": 1024, "gnn": 1024}
-_NOT_WARM = ("local", "exact", "all")
 # Under a time budget, warm-start heuristics after the first are not begun once this
 # share of it is spent: the policy needs the rest to compile and train (with every
 # heuristic, nmt_2layer's first update came after the whole 30 s budget).
@@ -89,15 +88,15 @@ def _options(policy: str) -> dict[str, str]:
 
 def fast_heuristics() -> list[str]:
     """Registered methods usable as warm starts: all but search methods and oracles."""
-    from simplace.placers import methods
+    from simplace.placers import methods_of_kind
 
-    return [m for m in methods() if m not in _NOT_WARM and not m.startswith("rl-")]
+    return methods_of_kind("heuristic")
 
 
 def _warm_starts(ctx: PlacerContext):
     """[(label, placement)] and their penalised scores from option ``warm_start``."""
     from simplace.placement import check_placement
-    from simplace.placers import methods, run_method
+    from simplace.placers import run_method
 
     ws = ctx.options.get("warm_start")
     if ws is None or (isinstance(ws, str) and ws in ("", "none")):
@@ -105,9 +104,9 @@ def _warm_starts(ctx: PlacerContext):
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if isinstance(ws, str):
         names = fast_heuristics() if ws == "best" else [w.strip() for w in ws.split(",")]
-        known = methods()
+        known = fast_heuristics()
         for n in names:
-            if n not in known or n in _NOT_WARM or n.startswith("rl-"):
+            if n not in known:
                 raise SimplaceError(
                     f"Unknown warm-start method {n!r}: use one of "
                     f"{', '.join(fast_heuristics())}, 'best', 'none' or a placement.")
@@ -283,19 +282,19 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
                         else None)
 
 
-@register("rl-seq2seq", options=_options("seq2seq"))
+@register("rl-seq2seq", kind="policy", options=_options("seq2seq"))
 def place_seq2seq(ctx: PlacerContext) -> PlacerOutput:
     """``rl-seq2seq``: REINFORCE, LSTM encoder + attention decoder over groups (2017)."""
     return run_policy(ctx, "seq2seq")
 
 
-@register("rl-hierarchical", options=_options("hierarchical"))
+@register("rl-hierarchical", kind="policy", options=_options("hierarchical"))
 def place_hierarchical(ctx: PlacerContext) -> PlacerOutput:
     """``rl-hierarchical``: REINFORCE, feed-forward grouper + seq2seq placer (2018)."""
     return run_policy(ctx, "hierarchical")
 
 
-@register("rl-gnn", options=_options("gnn"))
+@register("rl-gnn", kind="policy", options=_options("gnn"))
 def place_gnn(ctx: PlacerContext) -> PlacerOutput:
     """``rl-gnn``: REINFORCE, GNN with learned pooling and an MLP placer (HSDAG)."""
     return run_policy(ctx, "gnn")

@@ -55,10 +55,13 @@ def rl_options(args: argparse.Namespace) -> dict:
     method = getattr(args, "method", "")
     if opts.get("checkpoint_every_s") is not None and "checkpoint" not in opts:
         raise SimplaceError("--checkpoint-every needs --checkpoint CK.NPZ (where to save).")
-    if opts and not str(method).startswith("rl-"):
+    from simplace.placers import method_kind, methods
+
+    policy = method in methods() and method_kind(method) == "policy"
+    if opts and not policy:
         flag = next(iter(opts)).removesuffix("_s").replace("_", "-")
         raise SimplaceError(f"--{flag} applies to the rl-* "
                             f"methods only, not --method {method}.")
-    if str(method).startswith("rl-"):
+    if policy:
         opts["progress_bar"] = True
     return opts
