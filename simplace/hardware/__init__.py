@@ -5,7 +5,9 @@
   as the simulator models it;
 * ``timing``: the timing harness (``time_fn``, ``robust_stats``, ``Timing``);
 * ``devices``: JAX devices by name (``resolve_devices``, ``select_devices``), and
-  virtual CPU devices (``use_cpu_devices``).
+  virtual CPU devices (``use_cpu_devices``);
+* ``records``: one typed record class per kind of measurement (calibration's and
+  validation's), read and written by one codec.
 
 This package imports neither ``simplace.calibrate`` nor ``simplace.validate``; both
 import it.

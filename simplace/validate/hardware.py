@@ -23,10 +23,11 @@ import numpy as np
 from simplace.cost_model import CostModel
 from simplace.errors import PlacementError, SimplaceError
 from simplace.graph import OpGraph
+from simplace.hardware.records import ValidationRecord
 from simplace.placement import Placement, check_placement
 from simplace.validate.drift import raw_model
 from simplace.validate.metrics import fmt_pct, fmt_tau, kendall_tau, mape
-from simplace.validate.records import RECORD_SCHEMA, RECORD_SCHEMA_VERSION, append_records
+from simplace.validate.records import append_records
 
 # Untimed runs of every candidate, after its compilation and before any is timed.
 WARM_RUNS = 3
@@ -165,6 +166,43 @@ def _as_assignments(graph: OpGraph, cost_model: CostModel, placements) -> list[t
     return out
 
 
+def _time_in_rounds(placed_fns: list, run_args: tuple, timing: dict, rounds: int
+                    ) -> tuple[list[list[float]], list]:
+    """Every sample of each placed function's step, and its first ``Measurement``."""
+    import jax
+
+    from simplace.hardware.executor import measure
+
+    # Time in rounds over all candidates (each round a share of the timing budget) and
+    # pool the samples: a change of machine load during the validation then hits every
+    # candidate alike instead of the few timed while it lasted.
+    per_round = dict(timing, budget_s=float(timing.get("budget_s", 1.0)) / int(rounds),
+                     min_repeats=max(1, -(-int(timing.get("min_repeats", 5)) // int(rounds))))
+    samples: list[list[float]] = [[] for _ in placed_fns]
+    meas_first: list = [None] * len(placed_fns)
+    # Every candidate compiled and run a few times before any is timed: the first runs
+    # after a compilation are slow (on the 2-core VM the first round's median was 6-13%
+    # above the others', up to 2x), and in rounds interleaved with compilations of the
+    # other candidates that slowness would land in the first round's samples only.
+    # The runs after the first (which compiles) stop once they have taken a round's
+    # timing budget, so that slow steps do not stretch a validation's time.
+    for placed in placed_fns:
+        placed_args = placed.place_args(*run_args)
+        jax.block_until_ready(placed.run(placed_args))
+        start = time.perf_counter()
+        for _ in range(WARM_RUNS - 1):
+            jax.block_until_ready(placed.run(placed_args))
+            if time.perf_counter() - start > per_round["budget_s"]:
+                break
+    for _ in range(int(rounds)):
+        for k, placed in enumerate(placed_fns):
+            m = measure(placed, run_args, **per_round)
+            samples[k] += list(m.step.samples_s)
+            if meas_first[k] is None:
+                meas_first[k] = m
+    return samples, meas_first
+
+
 def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args=None,
              program=None, labels: Sequence[str] | None = None,
              methods: Sequence[str] | None = None, devices: Sequence | None = None,
@@ -197,10 +235,8 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
       A ``ValidationReport`` (rows, ``mape``/``kendall_tau`` of the model as given,
       ``raw_mape``/``raw_kendall_tau`` of the uncorrected model, ``records``).
     """
-    import jax
-
     from simplace._argtypes import check_int
-    from simplace.hardware.executor import measure, prepare, resolve_devices
+    from simplace.hardware.executor import prepare, resolve_devices
     from simplace.hardware.timing import robust_stats
     from simplace.sim import simulate
 
@@ -246,33 +282,7 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
         raw = pred if raw_cm is cost_model else float(simulate(graph, raw_cm, a).step_time_s)
         placed = program.place(a, devices=devices, transfers=transfers)
         jobs.append((a, method, label, (pred, raw, sim), placed))
-    # Time in rounds over all candidates (each round a share of the timing budget) and
-    # pool the samples: a change of machine load during the validation then hits every
-    # candidate alike instead of the few timed while it lasted.
-    per_round = dict(timing, budget_s=float(timing.get("budget_s", 1.0)) / int(rounds),
-                     min_repeats=max(1, -(-int(timing.get("min_repeats", 5)) // int(rounds))))
-    samples: list[list[float]] = [[] for _ in jobs]
-    meas_first: list = [None] * len(jobs)
-    # Every candidate compiled and run a few times before any is timed: the first runs
-    # after a compilation are slow (on the 2-core VM the first round's median was 6-13%
-    # above the others', up to 2x), and in rounds interleaved with compilations of the
-    # other candidates that slowness would land in the first round's samples only.
-    # The runs after the first (which compiles) stop once they have taken a round's
-    # timing budget, so that slow steps do not stretch a validation's time.
-    for *_, placed in jobs:
-        placed_args = placed.place_args(*run_args)
-        jax.block_until_ready(placed.run(placed_args))
-        start = time.perf_counter()
-        for _ in range(WARM_RUNS - 1):
-            jax.block_until_ready(placed.run(placed_args))
-            if time.perf_counter() - start > per_round["budget_s"]:
-                break
-    for _ in range(int(rounds)):
-        for k, (*_, placed) in enumerate(jobs):
-            m = measure(placed, run_args, **per_round)
-            samples[k] += list(m.step.samples_s)
-            if meas_first[k] is None:
-                meas_first[k] = m
+    samples, meas_first = _time_in_rounds([j[-1] for j in jobs], run_args, timing, rounds)
     for k, (a, method, label, (pred, raw, sim), _) in enumerate(jobs):
         step = robust_stats(samples[k])
         meas = meas_first[k]
@@ -281,22 +291,18 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
                             sim_num_segments=sim.num_segments,
                             sim_num_transfers=sim.num_transfers)
         rows.append(row)
-        records.append({
-            "schema": RECORD_SCHEMA, "schema_version": RECORD_SCHEMA_VERSION,
-            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "host": host, "cost_model": cost_model.name,
-            "corrected": not cost_model.corrections.is_identity,
-            "graph_hash": graph.hash, "graph_name": graph.name,
-            "device_names": list(cost_model.device_names), "label": label, "method": method,
-            "assignment": a.tolist(), "predicted_step_time_s": pred,
-            "raw_predicted_step_time_s": raw,
-            "measured_step_time_s": float(step.median_s), "timing": step.to_dict(),
-            "rounds": int(rounds),
-            "num_segments": meas.num_segments, "num_transfers": meas.num_transfers,
-            "bytes_transferred": meas.bytes_transferred, "transfers": transfers,
-            "sim_num_segments": sim.num_segments, "sim_num_transfers": sim.num_transfers,
-            "sim_bytes_moved": sim.bytes_moved, "sim_host_s": sim.host_s,
-        })
+        records.append(ValidationRecord(
+            date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            host=host, cost_model=cost_model.name,
+            corrected=not cost_model.corrections.is_identity, graph_hash=graph.hash,
+            graph_name=graph.name, device_names=list(cost_model.device_names), label=label,
+            method=method, assignment=a.tolist(), predicted_step_time_s=pred,
+            raw_predicted_step_time_s=raw, measured_step_time_s=float(step.median_s),
+            timing=step, rounds=int(rounds), num_segments=meas.num_segments,
+            num_transfers=meas.num_transfers, bytes_transferred=meas.bytes_transferred,
+            transfers=transfers, sim_num_segments=sim.num_segments,
+            sim_num_transfers=sim.num_transfers, sim_bytes_moved=sim.bytes_moved,
+            sim_host_s=sim.host_s).to_dict())
         if progress:
             corr = "" if raw_cm is cost_model else f", corrected {pred * 1e3:.3f} ms " \
                 f"({100 * row.rel_error:+.1f}%)"
