@@ -105,6 +105,7 @@ class Appender:
         self._f.flush()
 
     def close(self) -> None:
+        """Close the file (every record written is already flushed)."""
         self._f.close()
 
     def __enter__(self) -> Appender:

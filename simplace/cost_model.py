@@ -445,6 +445,8 @@ class Device:
         return np.where((cls == _FREE) & (flops == 0) & (nbytes == 0), 0.0, t)
 
     def to_dict(self) -> dict:
+        """The device as a JSON-able dict, as in a cost-model file (optional fields only
+        where set)."""
         return {
             "name": self.name,
             "kind": self.kind,
@@ -470,6 +472,8 @@ class Device:
 
     @classmethod
     def from_dict(cls, d: Mapping, *, where: str = "device") -> Device:
+        """A Device read from its dict; ``where`` names it in error messages
+        (``CostModelError``)."""
         _check_keys(d, where, _DEVICE_REQUIRED, _DEVICE_OPTIONAL)
         return cls(**_normalise_device(d, where))
 
@@ -525,19 +529,23 @@ class Corrections:
 
     @classmethod
     def identity(cls, num_devices: int) -> Corrections:
+        """Corrections that change nothing, for ``num_devices`` devices."""
         return cls(np.ones(num_devices), np.zeros(num_devices),
                    np.ones((num_devices, num_devices)))
 
     @property
     def num_devices(self) -> int:
+        """Number of devices corrected (D)."""
         return self.compute_scale.size
 
     @property
     def is_identity(self) -> bool:
+        """Whether these corrections change nothing (all scales 1, no extra overhead)."""
         return bool(np.all(self.compute_scale == 1) and np.all(self.extra_overhead_s == 0)
                     and np.all(self.link_scale == 1) and self.host_scale == 1)
 
     def subset(self, idx: np.ndarray) -> Corrections:
+        """The corrections of the devices ``idx`` (int[D']), in that order."""
         return Corrections(self.compute_scale[idx], self.extra_overhead_s[idx],
                            self.link_scale[np.ix_(idx, idx)], self.history, self.host_scale)
 
@@ -549,6 +557,7 @@ class Corrections:
     __hash__ = None
 
     def to_dict(self) -> dict:
+        """The corrections as a JSON-able dict (``host_scale`` only where not 1)."""
         return {
             "compute_scale": self.compute_scale.tolist(),
             "extra_overhead_s": self.extra_overhead_s.tolist(),
@@ -558,6 +567,8 @@ class Corrections:
 
     @classmethod
     def from_dict(cls, d: Mapping, num_devices: int, *, where: str = "corrections"):
+        """Corrections of ``num_devices`` devices read from their dict (absent fields: no
+        correction); ``where`` names it in error messages."""
         _check_keys(d, where, (), ("compute_scale", "extra_overhead_s", "link_scale",
                                     "history", "host_scale"))
         n = num_devices
@@ -618,12 +629,15 @@ class Provenance:
     __hash__ = None
 
     def to_dict(self) -> dict:
+        """The provenance as a JSON-able dict."""
         return {"source": self.source, "host": self.host, "date": self.date,
                 "jax_version": self.jax_version, "jaxlib_version": self.jaxlib_version,
                 "notes": list(self.notes), "meta": dict(self.meta)}
 
     @classmethod
     def from_dict(cls, d: Mapping, *, where: str = "provenance") -> Provenance:
+        """A Provenance read from its dict; ``where`` names it in error messages
+        (``CostModelError``)."""
         _check_keys(d, where, ("source",), ("host", "date", "jax_version", "jaxlib_version",
                                             "notes", "meta"))
         kw = dict(d)
@@ -781,10 +795,12 @@ class CostModel:
     # ------------------------------------------------------------------ sizes and arrays
     @property
     def num_devices(self) -> int:
+        """Number of devices (D)."""
         return len(self.devices)
 
     @property
     def device_names(self) -> list[str]:
+        """The devices' names, in device order."""
         return [dev.name for dev in self.devices]
 
     @functools.cached_property
@@ -1160,6 +1176,7 @@ class CostModel:
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
+        """The cost model as a JSON-able dict with its schema and version, as ``save`` writes it."""
         return {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,

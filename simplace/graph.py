@@ -389,14 +389,17 @@ class OpGraph:
     # ------------------------------------------------------------------ sizes and derived
     @property
     def num_ops(self) -> int:
+        """Number of ops (M)."""
         return len(self.op)
 
     @property
     def num_edges(self) -> int:
+        """Number of edges (E)."""
         return len(self.src)
 
     @property
     def num_params(self) -> int:
+        """Number of parameters (P)."""
         return len(self.param_names)
 
     @functools.cached_property
@@ -435,10 +438,12 @@ class OpGraph:
         return _csr(self.src, self.num_ops)
 
     def predecessors(self, i: int) -> np.ndarray:
+        """The distinct ops with an edge into op ``i``, sorted."""
         ptr, order = self.in_edges
         return np.unique(self.src[order[ptr[i]:ptr[i + 1]]])
 
     def successors(self, i: int) -> np.ndarray:
+        """The distinct ops that op ``i`` has an edge to, sorted."""
         ptr, order = self.out_edges
         return np.unique(self.dst[order[ptr[i]:ptr[i + 1]]])
 

@@ -20,6 +20,7 @@ from simplace.errors import ModelError
 
 
 def is_graph_file(spec: str) -> bool:
+    """Whether ``spec`` names a graph file (``.json``) rather than a zoo model."""
     return spec.endswith(".json")
 
 

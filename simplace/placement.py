@@ -161,6 +161,8 @@ class Placement:
         return check_placement(self.assignment, graph.num_ops, len(names))
 
     def to_dict(self) -> dict:
+        """The placement as a JSON-able dict with its schema and version, as a placement file holds
+        it."""
         return {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
@@ -176,6 +178,8 @@ class Placement:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "<dict>") -> Placement:
+        """A Placement read from its dict, checked; ``source`` names it in error messages
+        (``PlacementError``)."""
         check_schema(d, SCHEMA, SCHEMA_VERSION, PlacementError, source, "placement file")
         _check_fields(d, source)
         try:

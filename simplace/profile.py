@@ -91,6 +91,7 @@ class Chunk:
     error: str | None = None
 
     def to_dict(self) -> dict:
+        """The chunk as a JSON-able dict, as in a profile file."""
         return {"first": self.first, "stop": self.stop, "measured_s": self.measured_s,
                 "fixed_s": self.fixed_s, "argument_s": self.argument_s,
                 "estimated": self.estimated, "error": self.error}
@@ -155,6 +156,7 @@ class Profile:
 
     @property
     def num_estimated(self) -> int:
+        """Number of chunks, over all kinds, that could not be run."""
         return sum(c.estimated for cs in self.chunks.values() for c in cs)
 
     def summary(self) -> str:
@@ -171,6 +173,8 @@ class Profile:
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
+        """The profile as a JSON-able dict with its schema and version, as a profile file
+        holds it."""
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
             "cost_model": self.cost_model, "graph_hash": self.graph_hash,

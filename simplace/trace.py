@@ -363,13 +363,17 @@ class Builder:
     # Hooks for what a function input or a closed-over constant holds; the executor
     # (simplace.validate.executor) overrides them to remember where each value comes from.
     def input_val(self, leaf: int, var, param: int) -> Value:
+        """The Value of a function input: parameter leaf ``param``, no op."""
         return Value(param=param, nbytes=aval_nbytes(var.aval))
 
     def const_val(self, var, value) -> Value:
+        """The Value of a closed-over constant: no op, no parameter."""
         return Value(nbytes=aval_nbytes(var.aval))
 
     @staticmethod
     def read(env: dict, v) -> Value:
+        """The Value of jaxpr atom ``v``: from ``env``, or a literal's (a scalar keeps its
+        value)."""
         if isinstance(v, jcore.Literal):
             val = v.val  # keep scalar values: while-loop bounds are often literals
             lit = val.item() if np.ndim(val) == 0 and hasattr(val, "item") else (
@@ -418,6 +422,8 @@ class Builder:
 
     # -- walking
     def walk(self, jaxpr, env: dict, prefix) -> None:
+        """Walk the equations of ``jaxpr``, inlining true calls and emitting one op per other
+        equation; ``prefix`` is the enclosing name stack."""
         read = self.read
         for eqn in jaxpr.eqns:
             stack = prefix + eqn.source_info.name_stack if prefix is not None else \
@@ -439,6 +445,8 @@ class Builder:
             self.emit(eqn, env, stack)
 
     def emit(self, eqn, env: dict, stack) -> None:
+        """Record one op for equation ``eqn``: its costs, its edges from ``env``'s values, and its
+        outputs bound in ``env``."""
         name = eqn.primitive.name
         ins = [self.read(env, v) for v in eqn.invars]
         in_avals = [v.aval for v in eqn.invars]

@@ -58,6 +58,9 @@ class Machine:
 
     @classmethod
     def from_cost_model(cls, cost_model: CostModel, devices: int) -> Machine:
+        """``devices`` copies of the cost model's reference device (its fastest accelerator) and of
+        its slowest link between devices of that kind; ``ParallelizeError`` for a bad ``devices``
+        or a model with no link to price."""
         if not isinstance(cost_model, CostModel):
             raise ParallelizeError(f"cost_model must be a simplace CostModel, got "
                                    f"{type(cost_model).__name__}; load one with "

@@ -99,6 +99,7 @@ class Tensor:
     is_float: bool = True
 
     def dims(self) -> frozenset[int]:
+        """The layer dims that some axis of this tensor is split with."""
         return frozenset(d for d in self.axis_dims if d >= 0)
 
 
@@ -157,9 +158,11 @@ class LayerGraph:
 
     @property
     def unsupported(self) -> list[str]:
+        """Names of the layers of kind ``unsupported``."""
         return [lay.name for lay in self.layers if lay.kind == "unsupported"]
 
     def neighbours(self) -> list[set[int]]:
+        """Per layer, the set of layers it shares an edge with (either way, no self-loops)."""
         nb: list[set[int]] = [set() for _ in self.layers]
         for s, d, _, _ in self.edges:
             if s != d:

@@ -45,10 +45,12 @@ class Plan:
 
     @property
     def max_dependent(self) -> int:
+        """Size of the largest dependent set (0 for no vertices)."""
         return max((len(d) for d in self.dependent), default=0)
 
     @property
     def max_table_entries(self) -> int:
+        """Size of the largest table of any elimination step (0 for no vertices)."""
         return max(self.table_entries, default=0)
 
 
@@ -76,6 +78,9 @@ def vertex_order(neighbours: list[set[int]], sizes=None) -> Plan:
 
 
 def plan(n_configs: list[int], pair_keys, max_table_entries: int) -> Plan:
+    """The elimination order (``vertex_order``) of vertices with ``n_configs`` configurations and
+    edges ``pair_keys``; raises ``SearchTooLargeError`` when a table would exceed
+    ``max_table_entries``."""
     nb = [set() for _ in n_configs]
     for u, v in pair_keys:
         nb[u].add(v)

@@ -35,6 +35,7 @@ class LayerPlan:
 
     @property
     def devices_used(self) -> int:
+        """Number of devices the layer runs on: the product of its split factors."""
         return int(np.prod(list(self.splits.values()))) if self.splits else 1
 
 

@@ -120,6 +120,7 @@ class PlacerContext:
 
     @functools.cached_property
     def lower_bound_s(self) -> float:
+        """A lower bound on the step time of any placement (``simplace.sim.lower_bound``)."""
         from simplace.sim import lower_bound
 
         return lower_bound(self.graph, self.cost_model)
@@ -144,6 +145,7 @@ class PlacerContext:
         return penalised(res.step_time_s, res.oom)
 
     def progress(self, message: str) -> None:
+        """Report one line of progress, if the caller asked for it."""
         if self._progress is not None:
             self._progress(message)
 

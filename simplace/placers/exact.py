@@ -49,6 +49,8 @@ def placements_of(indices, num_units: int, num_devices: int) -> np.ndarray:
     "max_placements": "refuse a larger space (default 2**20)",
     "batch": "placements per simulator call (default 1024)"})
 def place(ctx: PlacerContext) -> PlacerOutput:
+    """The best placement of all ``D**M`` (or ``D**G`` with ``groups``), found by enumeration; see
+    the module docstring."""
     groups, n, d = _space(ctx)
     limit = int(ctx.options.get("max_placements", DEFAULT_MAX_PLACEMENTS))
     total = d ** n  # a Python int: exact however large

@@ -114,6 +114,8 @@ def follow_neighbours(graph, placement: np.ndarray) -> np.ndarray:
 
 
 def lstm_placement(ctx: PlacerContext, *, embed: str = "gpu") -> tuple[np.ndarray, dict]:
+    """(int[M] placement, info) of an LSTM model: one layer per GPU, attention and softmax after the
+    last, embeddings on ``embed`` (``gpu`` or ``cpu``); no memory repair."""
     g, cm = ctx.graph, ctx.cost_model
     gpus = gpu_devices(cm)
     roles = lstm_roles(g)
@@ -196,6 +198,7 @@ def _dense_or_none(groups: np.ndarray) -> np.ndarray:
 
 @register("expert", options={"embed": "LSTM models: the embedding's device, 'gpu' or 'cpu'"})
 def place(ctx: PlacerContext) -> PlacerOutput:
+    """The hand-written placement for the model (see the module docstring)."""
     g, cm = ctx.graph, ctx.cost_model
     m = g.num_ops
     gpus = gpu_devices(cm)

@@ -29,6 +29,8 @@ def single_device_candidates(ctx: PlacerContext) -> list[int]:
 
 @register("single")
 def place(ctx: PlacerContext) -> PlacerOutput:
+    """Every op on the fastest device that holds the model; if none does, on the device with the
+    most memory (``info['fits']`` False)."""
     m = ctx.graph.num_ops
     tried = []
     for d in single_device_candidates(ctx):

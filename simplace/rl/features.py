@@ -48,6 +48,7 @@ class Units:
 
     @property
     def num_units(self) -> int:
+        """Number of units (U)."""
         return int(self.features.shape[0])
 
     def unit_placement(self, placement) -> np.ndarray:

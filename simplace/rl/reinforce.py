@@ -307,6 +307,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ simulation
     def simulator(self, memory):
+        """The batched simulator of this graph and inputs with ``memory`` (as
+        ``batched_simulator``), built once per value."""
         from simplace.sim.batched import batched_simulator
 
         if memory not in self._sims:
@@ -530,6 +532,8 @@ class Trainer:
         return state, p_best, s_best, {**stats, "refine_gain": jnp.float32(max(gain, 0.0))}
 
     def init_state(self) -> _State:
+        """The initial training state: fresh policy parameters, optimizer state, no elite yet, no
+        baseline."""
         with jax.enable_x64(True):
             key = jax.random.key(self.seed)
             key, k_init = jax.random.split(key)

@@ -76,14 +76,17 @@ class SimInputs(NamedTuple):
 
     @property
     def num_ops(self) -> int:
+        """Number of ops (M)."""
         return self.op_time_s.shape[0]
 
     @property
     def num_devices(self) -> int:
+        """Number of devices (D)."""
         return self.op_time_s.shape[1]
 
     @property
     def num_groups(self) -> int:
+        """Number of exclusive groups of devices (0 for no devices)."""
         return int(self.exclusive_group.max()) + 1 if len(self.exclusive_group) else 0
 
 

@@ -38,6 +38,7 @@ def check_explore(explore) -> float:
 
 
 def dense(features: int) -> nn.Dense:
+    """A float32 ``nn.Dense`` of width ``features``."""
     # float32 explicitly: the update step runs under x64 (the simulator needs float64),
     # where unspecified dtypes would silently become float64.
     return nn.Dense(features, dtype=F32, param_dtype=F32)
@@ -83,10 +84,12 @@ def init_dense(rng: np.random.Generator, features: int, in_dim: int) -> dict:
 
 
 def apply_dense(params, features: int, x):
+    """``dense(features)`` applied with ``params`` to ``x``."""
     return dense(features).apply({"params": params}, x)
 
 
 def lstm(hidden: int) -> nn.OptimizedLSTMCell:
+    """A float32 ``nn.OptimizedLSTMCell`` of ``hidden`` units."""
     return nn.OptimizedLSTMCell(hidden, dtype=F32, param_dtype=F32)
 
 
@@ -201,6 +204,7 @@ def sample_categorical(key, logits, num_samples: int):
 
 
 def categorical_entropy(logits):
+    """float32[...]: the entropy of each categorical of ``logits`` [..., C]."""
     lsm = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.sum(jnp.exp(lsm) * lsm, axis=-1)
 

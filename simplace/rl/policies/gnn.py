@@ -112,6 +112,8 @@ class GNN(Policy):
                 f + TABLE_SCALE * params["follow_bias"])
 
     def sample(self, params, key, num_samples):
+        """``num_samples`` placements drawn by follow-or-fresh decisions per unit (see the module
+        docstring)."""
         a, f = self.logits(params)
         u = self.num_units
         lsm = jax.nn.log_softmax(a, axis=-1)  # [U, D]

@@ -46,6 +46,7 @@ class Hierarchical(Policy):
         self.dec = AttentionDecoder(self.h, self.num_devices, attention)
 
     def init(self, key):
+        """A fresh parameter tree: grouper, group encoder, decoder and per-group device bias."""
         rng, f = param_rng(key), self.feat.shape[1]
         return {"g1": init_dense(rng, self.gh, f), "g2": init_dense(rng, self.g, self.gh),
                 "embed": init_dense(rng, self.h, f + 1),
@@ -72,6 +73,8 @@ class Hierarchical(Policy):
         return jnp.tanh(apply_dense(params["merge"], self.h, both)), count
 
     def sample(self, params, key, num_samples):
+        """``num_samples`` placements: each unit's group drawn by the grouper, each group's device
+        by the decoder."""
         kg, kd = jax.random.split(key)
         logits = self._group_logits(params)
         grp, lp_g = sample_categorical(kg, logits, num_samples)  # [K, U]

@@ -47,6 +47,7 @@ class Seq2Seq(Policy):
         self._forced_jit = None  # compiled on the first warm start
 
     def init(self, key):
+        """A fresh parameter tree: embedding, encoder, decoder and per-unit device bias."""
         rng, f = param_rng(key), self.feat.shape[1]
         return {"embed": init_dense(rng, self.h, f), "enc": init_lstm(rng, self.h, self.h),
                 "dec": self.dec.init(rng, self.h),
@@ -60,6 +61,7 @@ class Seq2Seq(Policy):
         return run_lstm(params["enc"], self.h, x)  # [1, U, H]
 
     def sample(self, params, key, num_samples):
+        """``num_samples`` placements decoded one unit at a time, with their log-probabilities."""
         acts, lp, ent, _ = self.dec(params["dec"], self._encode(params), key, num_samples,
                                     bias=self._bias(params))
         return Sample(acts, lp.sum(-1), ent.sum(-1))
@@ -73,6 +75,8 @@ class Seq2Seq(Policy):
         return lpa[0]
 
     def imitation_logp(self, params, unit_devices):
+        """Mean log-probability per unit of the unit placement ``unit_devices`` int32[U], decoded
+        with teacher forcing."""
         lpa = self._forced_logp(params, unit_devices)
         d_u = jnp.asarray(unit_devices, jnp.int32)
         return jnp.take_along_axis(lpa, d_u[:, None], axis=1).mean()
