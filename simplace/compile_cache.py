@@ -1,8 +1,7 @@
 """A persistent cache of compiled XLA programs, so that a second run pays no compilation.
 
-Compiling is most of what a short search spends: under a 30 s budget on this project's
-2-core VM, RL on rnnlm spent about 25 s in XLA compilation (119 programs: the policy,
-its update, the imitation step, the batched simulator), so it trained for one update.
+Compiling can be most of what a short search spends (an RL run compiles the policy, its
+update, the imitation step and the batched simulator), leaving little time to train.
 JAX can keep compiled programs on disk (``jax_compilation_cache_dir``); a later process
 that compiles the same program (same graph, machine, batch size, JAX version) loads it
 instead, in a fraction of the time.
@@ -24,6 +23,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# Why a cache: under a 30 s budget on this project's 2-core VM, RL on rnnlm spent about
+# 25 s in XLA compilation (119 programs: the policy, its update, the imitation step, the
+# batched simulator), so it trained for one update.
 ENV_CACHE = "SIMPLACE_COMPILE_CACHE"
 _OFF = ("", "0", "off", "false", "no")
 # Programs that compiled faster than this are not worth a disk round trip; the default

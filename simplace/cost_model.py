@@ -365,8 +365,7 @@ class Device:
         working ``free``) ops, which XLA fuses with their neighbours; in [0, 1].
       parallel_launch_s: extra launch time, paid once, of a segment the runtime runs on
         a worker thread rather than inline in the calling thread (XLA:CPU does so with
-        a computation of enough flops; the thread wakes up for it, 25-55 us on a small
-        VM).
+        a computation of enough flops; the thread wakes up for it).
       parallel_min_segment_flops: the flops as XLA counts them (the traced FLOPs less
         transcendentals), summed over a segment's ops, from which a segment is run that
         way (measured; None: no rule).
@@ -385,11 +384,11 @@ class Device:
       class_overhead_s: optional per op class (of ``WORK_CLASSES``) in-segment cost that
         replaces ``overhead_s`` for that class; ``free`` ops use data_movement's.
       argument_s: what each parameter a segment's call takes, and each output of the
-        graph it returns, adds to the call (host time handling the argument, measured
-        ~2 us on a 2-core VM): charged to the ops that read the parameter (shared among
-        its readers) and that return the output, so that a segment holding a whole
-        training step (hundreds of parameters and gradients) pays for them while a
-        one-op segment does not (``CostModel.op_times``).
+        graph it returns, adds to the call (host time handling the argument): charged
+        to the ops that read the parameter (shared among its readers) and that return
+        the output, so that a segment holding a whole training step (hundreds of
+        parameters and gradients) pays for them while a one-op segment does not
+        (``CostModel.op_times``).
     """
 
     name: str
@@ -405,10 +404,12 @@ class Device:
     launch_s: float = 0.0
     dispatch_s: float = 0.0
     fused_bytes_fraction: float = 1.0
+    # The worker thread's wake-up measured 25-55 us on a small VM.
     parallel_launch_s: float = 0.0
     parallel_min_bytes: Mapping[str, float] = dataclasses.field(default_factory=dict)
     parallel_min_segment_flops: float | None = None
     unfused_overhead_s: float = 0.0
+    # Host time per argument measured ~2 us on a 2-core VM.
     argument_s: float = 0.0
 
     def __post_init__(self):

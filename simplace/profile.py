@@ -113,10 +113,10 @@ class Profile:
       whole: per device kind, the whole graph timed as one segment (a ``Chunk`` of ops
         ``0..M``; estimated where it could not run): the op times are scaled so that
         the single-segment step adds up to it. Chunks cut XLA's fusion at their bounds
-        and materialise what crosses them, so their times add up to more than the step
-        (1.4x on the 2-core VM's transformer); the chunks say where in the graph the
-        time goes, the whole step how much there is, and the difference what each
-        segment adds (``segment_s``). Empty in profiles made before it.
+        and materialise what crosses them, so their times add up to more than the
+        step; the chunks say where in the graph the time goes, the whole step how much
+        there is, and the difference what each segment adds (``segment_s``). Empty in
+        profiles made before it.
     """
 
     cost_model: str
@@ -384,6 +384,8 @@ def _op_times(work: np.ndarray, argument: np.ndarray, chunks: Sequence[Chunk],
     for c in chunks:
         sl = slice(c.first, c.stop)
         out[sl] = _scaled(work[sl], argument[sl], c)
+    # The chunks add up to more than the whole step (1.4x on the 2-core VM's
+    # transformer): fusion is cut at their bounds. Scale them to it.
     spread = out - argument
     out = spread * _anchor_factor(spread, whole, segment_cost_s(chunks, whole)) + argument
     out.flags.writeable = False

@@ -77,9 +77,8 @@ Every method is a deterministic function of the graph and machine (no random cho
 unless given a time budget (``budget_s``; ``local`` gives its starts one): then no new
 run starts once it is spent (at least one run always completes; ``info["runs_skipped"]``).
 Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 20
-runs per memory model: 1-10 s on graphs of a few thousand ops, 20-60 s on nmt_2layer and
-nmt_4layer (13k, 22k ops) on a 2-core VM at load 10
-(``bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt``).
+runs per memory model: seconds on graphs of a few thousand ops, longer on the zoo's
+biggest graphs.
 
 Options (``optimize(..., method=..., memory=..., ...)``):
   memory: ``"auto"`` (default), ``"conservative"`` or ``"liveness"``.
@@ -784,7 +783,10 @@ class _Setup:
         self.prog = _Program(ctx.graph, self.inp)
         self.work = self.inp.op_time_s.min(axis=1) if self.m else np.zeros(0)
         # A time budget (``budget_s``, e.g. when ``local`` runs this as a start) stops new
-        # runs once spent; without one the method is deterministic.
+        # runs once spent; without one the method is deterministic. A whole call took 1-10 s
+        # on graphs of a few thousand ops, 20-60 s on nmt_2layer and nmt_4layer (13k, 22k
+        # ops) on a 2-core VM at load 10
+        # (bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt).
         self.deadline = (time.perf_counter() + float(ctx.budget_s)
                          if ctx.budget_s is not None else None)
         self.skipped = 0

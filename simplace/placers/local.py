@@ -9,11 +9,9 @@ The race (option ``race``, default 3): the search anneals from the ``race`` best
 (lowest score, see below) distinct starts at once, one lane each, taking rounds in turn.
 It runs in rungs of equal progress (1 + ceil(log2 lanes) of them); at the end of each, the
 lanes whose best placement is in the slower half stop, so the last rung is one lane's
-alone. The best-scoring start is not where annealing ends best on rugged problems (on
-nmt_4layer x haswell_k40x4, from m_etf's 452 ms start two runs ended at 394 and 407 ms,
-from ``single``'s 5,168 ms at 346 and 382 ms: ``bench/results/headroom_2026-11-24_vm.txt``).
-``info["lanes"]``: each lane's start, best score, rounds and where it ended.
-``race=1`` anneals from the best start alone.
+alone. The best-scoring start is not always where annealing ends best on rugged
+problems, hence the race. ``info["lanes"]``: each lane's start, best score, rounds and
+where it ended. ``race=1`` anneals from the best start alone.
 
 Each round proposes a batch of ``batch`` neighbours of the current placement and scores
 them in one call of the batched simulator (``ctx.batched``, the call behind
@@ -100,6 +98,10 @@ RESTART_KICKS = 3
 RESTART_SHARE = 0.1
 # Start heuristics are run until this share of the budget is spent (``single`` always).
 STARTS_SHARE = 0.5
+# Several starts race because the best-scoring start is not where annealing ends best on
+# rugged problems: on nmt_4layer x haswell_k40x4, from m_etf's 452 ms start two runs ended
+# at 394 and 407 ms, from single's 5,168 ms at 346 and 382 ms
+# (bench/results/headroom_2026-11-24_vm.txt).
 DEFAULT_RACE = 3
 OPTIONS = {
     "starts": "method names and/or int[M] placements to start from (default: every fast "

@@ -46,9 +46,8 @@ episodes given, counted from this call, never the earlier run's time.
 
 Restarts: a warm-started policy converges within a few hundred updates (its samples
 concentrate around one placement) and then rarely improves, while where it converges
-depends on where it started far more than on the start's own step time (rnnlm on
-cpu_h100x4_nvlink: from m_sct, 38.2 ms, it ends near 36 ms; from the expert placement,
-45.1 ms, near 29.6 ms). So training runs in *stints*: the first from the best warm
+depends on where it started far more than on the start's own step time (a slower
+start can end well ahead). So training runs in *stints*: the first from the best warm
 start; once a stint's best has not improved for ``RLConfig.patience`` updates, the
 policy is put on the next of the ``RLConfig.portfolio`` best distinct warm starts
 (``portfolio_starts``), fresh Adam state, that start as the self-imitation target; after
@@ -770,7 +769,10 @@ def train(trainer: Trainer, *, episodes: int | None = None, budget_s: float | No
             mode = "exact" if suspect.mean() >= 0.1 else "bound"
             info["probe_suspect_fraction"] = float(suspect.mean())
         # The stints (module docstring, "Restarts"): the first trains from the best warm
-        # start (imitated above); the others' starts as unit placements.
+        # start (imitated above); the others' starts as unit placements. Several starts,
+        # because where a run ends depends on its start more than on the start's score:
+        # rnnlm on cpu_h100x4_nvlink from m_sct, 38.2 ms, ended near 36 ms; from the
+        # expert placement, 45.1 ms, near 29.6 ms.
         starts = portfolio_starts(warm_starts, warm_scores, cfg.stint_starts)
         stints = {"next": 1, "at": 0, "stall": 0,
                   "best": session.best_score if session.best is not None else math.inf,

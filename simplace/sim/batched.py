@@ -42,9 +42,9 @@ producer ``j``, or row ``j + W`` when ``j``'s segment runs on 8 ops or more (op
 ``j + W`` is then in it). A producer whose segment runs on 16 ops or more (for some
 placement of the batch; never in practice for random placements, often for blocky
 ones) makes its step read ``etab[last_of[j]]`` by per-placement gathers, inside a
-``lax.cond``: XLA:CPU's gathers cost ~4 ns per element.
+``lax.cond``: XLA:CPU's gathers are dear, so only such steps pay for them.
 
-What makes the step fast on XLA:CPU (measured, with the profiler on one core):
+What makes the step fast on XLA:CPU (found with the profiler):
   - XLA:CPU has no multi-output fusion: an elementwise value read by several fusions
     is recomputed in each (a [D, B] consumer recomputes it D times). Values read
     several times are made buffers with ``_barrier`` (a reduction over a stacked
@@ -444,7 +444,8 @@ class BatchedSimulator:
                 return jnp.stack(out)
 
             # The producers' segment ends: row j of etab, or row j + W when j's segment
-            # goes on W ops or more past it; gathered at last_of if 2W or more.
+            # goes on W ops or more past it; gathered at last_of if 2W or more (inside a
+            # cond: XLA:CPU's gathers cost ~4 ns per element, measured on one core).
             erows = _barrier(jnp.stack([row(etab, pq[k_w + k] + s_ * w) for s_ in (0, 1)
                                         for k in range(k_w)]), lo_f)
             ends = jax.lax.cond(far_i, by_gather, lambda: jnp.stack(

@@ -12,14 +12,14 @@ overlaps, exclusive groups, busy time, bytes moved, segment and transfer counts,
 time, and exact peak memory.
 
 Why a loop and not a scan: each op's work is a few comparisons and additions. The JAX
-scan on XLA:CPU pays ~20 kernel launches per op slice, which dwarf that work; a compiled
-loop over precomputed int/float arrays pays ~20 ns per op (ResNet-50: 72 us per
-placement and core, 18.5 ns per op; 37 ns with exact memory). Blocks of placements run
-on a thread per core (the kernel releases the GIL; numba's ``parallel=True`` doubled
-the compile time, and its OpenMP threads spun on a loaded machine), each block with
-its own scratch arrays. A placement numbers its copies from ids above every earlier
-placement's, so the table of copies sent (op x device -> id) is never cleared between
-placements, and the copies' own records (arrival, bytes, last reader) are short lists.
+scan on XLA:CPU pays many kernel launches per op slice, which dwarf that work; a
+compiled loop over precomputed int/float arrays pays little more than the work itself.
+Blocks of placements run on a thread per core (the kernel releases the GIL; numba's
+``parallel=True`` compiled slower, and its OpenMP threads spun on a loaded machine),
+each block with its own scratch arrays. A placement numbers its copies from ids above
+every earlier placement's, so the table of copies sent (op x device -> id) is never
+cleared between placements, and the copies' own records (arrival, bytes, last reader)
+are short lists.
 
 Precision: float64 in the reference's operation order (``launch + pool launch``, then
 ``work + (op time [+ unfused])`` op by op; ``max(host, producer's end, link free)``;
@@ -39,10 +39,10 @@ everything it ever holds (activations, received copies, parameters per reading o
 and sweeps only placements whose bound exceeds a capacity (the same screen as the JAX
 simulator's): the others report NaN peaks and cannot be OOM.
 
-The kernel compiles on first use (5-10 s on 2 cores, once for every graph and machine:
-all arguments have one type; ``cache=True`` keeps the machine code in ``__pycache__``
-for later processes, about 0.5 s to load, or where numba finds no writable place,
-compiles once per process).
+The kernel compiles on first use, once for every graph and machine (all arguments have
+one type); ``cache=True`` keeps the machine code in ``__pycache__`` for later processes,
+which load it instead of compiling, or where numba finds no writable place, it compiles
+once per process.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ _MAX_CELLS = 1 << 23
 _MIN_BLOCK = 8
 
 
+# Compiling the kernel took 5-10 s on 2 cores; loading it from numba's cache about 0.5 s.
 def _njit(**kw):
     """``numba.njit(cache=True, ...)``, or without the on-disk cache where numba finds no
     writable place for it (a read-only install): then each process compiles once.
@@ -203,6 +204,9 @@ def _add_interval(q, t_alloc, t_free, size, ev_off, ev_n, ev_cap, scl, e_at, e_f
     b_fr[_u(o + kf)] += size
 
 
+# Why a compiled loop: the JAX scan on XLA:CPU paid ~20 kernel launches per op slice; this
+# loop pays ~20 ns per op (ResNet-50: 72 us per placement and core, 18.5 ns per op; 37 ns
+# with exact memory).
 @_njit(fastmath=False)
 def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scratch,
                   out_busy, out_peak):
@@ -631,6 +635,8 @@ class NativeSimulator:
         return out
 
 
+# Threads of our own rather than numba's ``parallel=True``, which doubled the compile time
+# (and whose OpenMP threads spun on a loaded machine).
 def _threads() -> int:
     """Threads to run blocks of placements on: numba's thread count (the cores this
     process may use, or NUMBA_NUM_THREADS)."""

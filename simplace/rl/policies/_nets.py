@@ -53,7 +53,8 @@ def f32(x) -> jnp.ndarray:
 def param_rng(key) -> np.random.Generator:
     """A numpy generator seeded from a JAX key: parameters are drawn with numpy, because
     flax's initialisers run eagerly and compile a small program each (dozens per policy,
-    3-5 s of a short run's budget on a loaded 2-core machine)."""
+    seconds of a short run's budget)."""
+    # Those compilations took 3-5 s of a short run's budget on a loaded 2-core machine.
     return np.random.default_rng(np.asarray(jax.random.key_data(key), np.uint32).ravel()
                                  .tolist())
 

@@ -174,8 +174,9 @@ class GNN(Policy):
 
     def _host_net_logits(self, params) -> tuple[np.ndarray, np.ndarray]:
         """``_net_logits`` as numpy arrays, from one compiled program kept for restarts
-        (not a few dozen eager ops that each compile: seconds of a short run's budget
-        on a loaded 2-core machine)."""
+        (not a few dozen eager ops that each compile: seconds of a short run's
+        budget)."""
+        # Those eager compilations took seconds on a loaded 2-core machine.
         if self._net_logits_jit is None:
             self._net_logits_jit = jax.jit(self._net_logits)
         a, f = self._net_logits_jit(params)

@@ -6,7 +6,7 @@ Warm start (``warm_start``), as gnn's: a per-unit table added to the decoder's l
 unit keeps its target device with probability 1 - ``explore`` / U (about ``explore``
 deviations per sample); the network's own logits along the target are cancelled. One
 forward program instead of Adam steps of imitation, which compiled a program of their own
-(2-4 s on a 2-core machine) and took 20-50 steps on the zoo's recurrent models.
+and took many steps.
 """
 
 from __future__ import annotations
@@ -98,6 +98,8 @@ class Seq2Seq(Policy):
         """Parameters that decode ``unit_devices`` int32[U] up to about ``explore``
         deviations per sample (module docstring): along the target, the logits become
         ``c e_target`` (``c`` from the deviation rate), the network's cancelled."""
+        # Set in one forward program: Adam steps of imitation compiled a program of their
+        # own (2-4 s on a 2-core machine) and took 20-50 steps on the zoo's recurrent models.
         u, d = self.num_units, self.num_devices
         target = np.asarray(unit_devices, np.int64)
         eps = min(0.5, max(self.explore / max(u, 1), 1e-4))
