@@ -106,6 +106,7 @@ def _numeric(c) -> bool:
 
 # ---------------------------------------------------------------------------- models
 def cmd_models(args) -> int:
+    """``simplace models``: the zoo, with op counts and GFLOPs when ``--count``."""
     from simplace import zoo
 
     rows = []
@@ -139,6 +140,7 @@ def cmd_models(args) -> int:
 
 # ---------------------------------------------------------------------------- graph
 def cmd_graph(args) -> int:
+    """``simplace graph``: trace MODEL (or read an instance) and describe its graph."""
     if args.out and not args.out.endswith(".json"):
         # MODEL arguments ending in .json are read as saved graphs: another name could
         # never be loaded back.
@@ -176,6 +178,7 @@ def _single_device(spec: str, graph, cost_model) -> int:
 
 
 def cmd_simulate(args) -> int:
+    """``simplace simulate``: one placement's step time, busy time and memory."""
     import numpy as np
 
     from simplace.errors import PlacementError
@@ -268,6 +271,7 @@ def report_result(result, cost_model, bound_s: float) -> str:
 
 # ---------------------------------------------------------------------------- methods
 def cmd_methods(args) -> int:
+    """``simplace methods``: every placement method, one line each."""
     from simplace.placers import method_docs
 
     docs = method_docs()
@@ -279,6 +283,7 @@ def cmd_methods(args) -> int:
 
 # ---------------------------------------------------------------------------- optimize
 def cmd_optimize(args) -> int:
+    """``simplace optimize``: search placements with one method or all of them."""
     from simplace.placers import best_of, compare, methods, optimize
     from simplace.sim import lower_bound
     from simplace.validate import cli as validate_cli
@@ -681,6 +686,7 @@ def _host_is(cost_model) -> bool | str:
 
 
 def cmd_profile(args) -> int:
+    """``simplace profile``: time a model's own ops on this host, or list profiles."""
     from simplace.cost_model import CostModel
     from simplace.errors import OptionError
 
@@ -743,7 +749,46 @@ def _list_profiles() -> int:
 
 
 # ---------------------------------------------------------------------------- main
+def _add_profile_parser(sub) -> None:
+    """``simplace profile``'s parser."""
+    from simplace import paths
+
+    sp = sub.add_parser(
+        "profile", help="time a model's own ops on this machine, to price placements",
+        description="Cut the model's graph into chunks of about equal estimated work, run "
+                    "each as one jitted computation on one device of each kind of the "
+                    "machine, and scale the cost model's op times to the measured times. "
+                    "simulate, optimize and validate use the profile from then on (say so, "
+                    "and skip it with --no-profile). Written to profiles/MACHINE/ in the "
+                    "user directory ($SIMPLACE_HOME).")
+    sp.add_argument("model", metavar="MODEL", nargs="?",
+                    help="zoo name, path/file.py:factory or package.module:factory (the "
+                         "model must run)")
+    sp.add_argument("--batch", type=_argtypes.batch_size, default=None,
+                    help="batch size (default: the model's)")
+    sp.add_argument("--inference", action="store_true",
+                    help="profile inference instead of a training step")
+    sp.add_argument("--small", action="store_true", help="tiny sizes of a zoo model")
+    sp.add_argument("--cost-model", default=None, metavar="NAME",
+                    help=paths.CLI_COST_MODEL_HELP + " (the machine: this host)")
+    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
+                    help=paths.CLI_COST_MODEL_DIR_HELP)
+    sp.add_argument("--chunks", type=_argtypes.positive_int, default=24, metavar="N",
+                    help="chunks to cut the graph into (default 24)")
+    sp.add_argument("--resume", action="store_true",
+                    help="go on from an interrupted profile (its chunks are kept)")
+    sp.add_argument("--repeats", dest="profile_repeats", type=_argtypes.positive_int,
+                    default=None, metavar="N", help="timed runs of each chunk at least "
+                                                   "(default 3)")
+    sp.add_argument("--budget-s", dest="profile_budget_s",
+                    type=_argtypes.nonnegative_seconds, default=None, metavar="S",
+                    help="timing budget per chunk once --repeats are done (default 0.3 s)")
+    sp.add_argument("--list", action="store_true", help="list the profiles made")
+    sp.set_defaults(func=cmd_profile)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The ``simplace`` argument parser, every subcommand with its options."""
     from simplace import __version__, paths
     from simplace.external import cli_args as instance_args
     from simplace.rl.cli_args import add_rl_args
@@ -837,38 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("methods", help="list the placement methods")
     sp.set_defaults(func=cmd_methods)
 
-    sp = sub.add_parser(
-        "profile", help="time a model's own ops on this machine, to price placements",
-        description="Cut the model's graph into chunks of about equal estimated work, run "
-                    "each as one jitted computation on one device of each kind of the "
-                    "machine, and scale the cost model's op times to the measured times. "
-                    "simulate, optimize and validate use the profile from then on (say so, "
-                    "and skip it with --no-profile). Written to profiles/MACHINE/ in the "
-                    "user directory ($SIMPLACE_HOME).")
-    sp.add_argument("model", metavar="MODEL", nargs="?",
-                    help="zoo name, path/file.py:factory or package.module:factory (the "
-                         "model must run)")
-    sp.add_argument("--batch", type=_argtypes.batch_size, default=None,
-                    help="batch size (default: the model's)")
-    sp.add_argument("--inference", action="store_true",
-                    help="profile inference instead of a training step")
-    sp.add_argument("--small", action="store_true", help="tiny sizes of a zoo model")
-    sp.add_argument("--cost-model", default=None, metavar="NAME",
-                    help=paths.CLI_COST_MODEL_HELP + " (the machine: this host)")
-    sp.add_argument("--cost-model-dir", default=None, metavar="DIR",
-                    help=paths.CLI_COST_MODEL_DIR_HELP)
-    sp.add_argument("--chunks", type=_argtypes.positive_int, default=24, metavar="N",
-                    help="chunks to cut the graph into (default 24)")
-    sp.add_argument("--resume", action="store_true",
-                    help="go on from an interrupted profile (its chunks are kept)")
-    sp.add_argument("--repeats", dest="profile_repeats", type=_argtypes.positive_int,
-                    default=None, metavar="N", help="timed runs of each chunk at least "
-                                                   "(default 3)")
-    sp.add_argument("--budget-s", dest="profile_budget_s",
-                    type=_argtypes.nonnegative_seconds, default=None, metavar="S",
-                    help="timing budget per chunk once --repeats are done (default 0.3 s)")
-    sp.add_argument("--list", action="store_true", help="list the profiles made")
-    sp.set_defaults(func=cmd_profile)
+    _add_profile_parser(sub)
 
     # Subcommands that live with their stage of the loop; each module adds its own parser.
     from simplace.calibrate import cli as calibrate_cli
