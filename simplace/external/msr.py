@@ -410,7 +410,10 @@ class MsrLatency(_MsrRuler):
         self._succ_ptr, self._succ = _csr(self.src, self.dst, m)
 
     def evaluate(self, placements):
-        """``BatchResult`` of int32[B, M] placements (colour classes kept)."""
+        """``BatchResult`` of int32[B, M] placements (colour classes kept). Where the
+        pieces depend on each other both ways (two pieces on different accelerators,
+        each feeding the other through different nodes) their program stops ("contracted
+        graph is not acyclic"): the time is inf and the placement ``oom`` (infeasible)."""
         p, busy, held, oom = self._common(placements)
         b = p.shape[0]
         step = np.zeros(b)
@@ -418,6 +421,7 @@ class MsrLatency(_MsrRuler):
             _latency_kernel()(np.ascontiguousarray(p), self.num_devices, self._pred_ptr,
                               self._pred, self._succ_ptr, self._succ, self.cpu_ms,
                               self.fpga_ms, self.out_cost_ms, step)
+        oom |= np.isinf(step)
         row, j, _ = self._copies(p)
         return self._result(step, busy, held, oom, row, j, b)
 
@@ -461,7 +465,7 @@ def _latency_kernel():
 
 def _latency_batch(p, dev, pred_ptr, pred, succ_ptr, succ, cpu, fpga, cost, out):
     """out[r] = ``greedy.cpp``'s latency of placement p[r] (file units); inf where the
-    pieces form a cycle (their program fails there; a rework cannot produce one)."""
+    pieces form a cycle (their program fails there)."""
     b, m = p.shape
     level = np.zeros((m, dev), dtype=np.int64)
     piece = np.empty(m, dtype=np.int64)
