@@ -292,52 +292,41 @@ class _MsrRuler(Ruler):
         self.cap_bytes = float(d.cap_bytes)
         self.cpu_allowed = d.max_cpus > 0
         self.unsupported = ~d.supported
+        m = self.num_ops
+        self._pred_ptr, self._pred = _csr(self.dst, self.src, m)
+        self._succ_ptr, self._succ = _csr(self.src, self.dst, m)
 
-    def _common(self, placements):
-        """(int64[B, M] placements, busy ms [B, D], held bytes [B, D], oom [B])."""
+    def _loads(self, placements):
+        """(int32[B, M] placements, busy ms [B, D], held bytes [B, D], oom [B], comm ms
+        [B, D], copies [B], ms moved [B]). comm[r, d]: for each producer j with a
+        consumer on another device, ``cost(j)`` on j's device and on each other consuming
+        device (``computeLoadForResultOrg``); copies: one per (producer, other device)."""
         from simplace.placement import check_placements
 
-        p = check_placements(placements, self.num_ops, self.num_devices).astype(np.int64)
-        b, m = p.shape
-        dev = self.num_devices
-        flat = (p + dev * np.arange(b)[:, None]).ravel()
-        ms = np.where(p == 0, self.cpu_ms[None, :], self.fpga_ms[None, :])
-        busy = np.bincount(flat, weights=ms.ravel(), minlength=b * dev).reshape(b, dev)
-        held = np.bincount(flat, weights=np.broadcast_to(self.size, (b, m)).ravel(),
-                           minlength=b * dev).reshape(b, dev)
-        oom = np.any(held[:, 1:] > self.cap_bytes, axis=1)
-        if self.unsupported.any():
-            oom |= np.any((p > 0) & self.unsupported[None, :], axis=1)
+        p = np.ascontiguousarray(check_placements(placements, self.num_ops,
+                                                  self.num_devices))
+        b, dev = p.shape[0], self.num_devices
+        busy, held, comm = (np.zeros((b, dev)) for _ in range(3))
+        copies = np.zeros(b, dtype=np.int64)
+        moved = np.zeros(b)
+        bad = np.zeros(b, dtype=np.bool_)
+        if b and self.num_ops:
+            _kernel("_loads_batch")(p, dev, self.cpu_ms, self.fpga_ms, self.size,
+                                    self.unsupported, self._succ_ptr, self._succ,
+                                    self.out_cost_ms, busy, held, comm, copies, moved, bad)
+        oom = bad | np.any(held[:, 1:] > self.cap_bytes, axis=1)
         if not self.cpu_allowed:
             oom |= np.any(p == 0, axis=1)
-        return p, busy, held, oom
+        return p, busy, held, oom, comm, copies, moved
 
-    def _copies(self, p):
-        """(batch row, producer op, consumer device) of every copy: a producer's output
-        goes once to each other device that consumes it."""
-        b, m = p.shape
-        dev = self.num_devices
-        if self.src.size == 0 or b == 0:
-            z = np.zeros(0, dtype=np.int64)
-            return z, z, z
-        to = p[:, self.dst]
-        rows, cols = np.nonzero(to != p[:, self.src])
-        sent = np.zeros(b * m * dev, dtype=bool)
-        sent[(rows * m + self.src[cols]) * dev + to[rows, cols]] = True
-        k = np.flatnonzero(sent)
-        row, rest = np.divmod(k, m * dev)
-        j, d = np.divmod(rest, dev)
-        return row, j, d
-
-    def _result(self, step_ms, busy, held, oom, row, j, b):
+    def _result(self, step_ms, busy, held, oom, copies, moved):
         from simplace.sim.batched import BatchResult
 
         unit = FILE_TIME_UNIT_S
-        moved = np.bincount(row, weights=self.out_cost_ms[j], minlength=b)
         return BatchResult(
             step_time_s=step_ms * unit, peak_memory_bytes=held, oom=oom, busy_s=busy * unit,
             bytes_moved=moved * unit * TRANSFER_BANDWIDTH_BYTES_PER_S,
-            num_transfers=np.bincount(row, minlength=b), host_s=np.zeros(b))
+            num_transfers=copies, host_s=np.zeros(step_ms.shape[0]))
 
 
 class MsrMaxLoad(_MsrRuler):
@@ -352,22 +341,10 @@ class MsrMaxLoad(_MsrRuler):
 
     def evaluate(self, placements):
         """``BatchResult`` of int32[B, M] placements (colour classes kept)."""
-        p, busy, held, oom = self._common(placements)
-        b = p.shape[0]
-        dev = self.num_devices
-        row, j, d = self._copies(p)
-        w = self.out_cost_ms[j]
-        comm = np.bincount(row * dev + d, weights=w, minlength=b * dev)
-        # The producer's side: once per producer with any copy, on its own device.
-        has = np.zeros(b * self.num_ops, dtype=bool)
-        has[row * self.num_ops + j] = True
-        k = np.flatnonzero(has)
-        kr, kj = np.divmod(k, self.num_ops)
-        comm += np.bincount(kr * dev + p[kr, kj], weights=self.out_cost_ms[kj],
-                            minlength=b * dev)
-        load = busy + comm.reshape(b, dev)
+        p, busy, held, oom, comm, copies, moved = self._loads(placements)
+        load = busy + comm
         load[:, 0] = busy[:, 0]  # the CPU pays no communication
-        return self._result(load.max(axis=1, initial=0.0), busy, held, oom, row, j, b)
+        return self._result(load.max(axis=1, initial=0.0), busy, held, oom, copies, moved)
 
     def lower_bound_s(self) -> float:
         """The larger of: the least total compute spread over the CPU and every
@@ -403,27 +380,19 @@ class MsrLatency(_MsrRuler):
 
     objective = "latency"
 
-    def __init__(self, d, accelerators, memory_bytes):
-        super().__init__(d, accelerators, memory_bytes)
-        m = self.num_ops
-        self._pred_ptr, self._pred = _csr(self.dst, self.src, m)
-        self._succ_ptr, self._succ = _csr(self.src, self.dst, m)
-
     def evaluate(self, placements):
         """``BatchResult`` of int32[B, M] placements (colour classes kept). Where the
         pieces depend on each other both ways (two pieces on different accelerators,
         each feeding the other through different nodes) their program stops ("contracted
         graph is not acyclic"): the time is inf and the placement ``oom`` (infeasible)."""
-        p, busy, held, oom = self._common(placements)
-        b = p.shape[0]
-        step = np.zeros(b)
-        if b and self.num_ops:
-            _latency_kernel()(np.ascontiguousarray(p), self.num_devices, self._pred_ptr,
-                              self._pred, self._succ_ptr, self._succ, self.cpu_ms,
-                              self.fpga_ms, self.out_cost_ms, step)
+        p, busy, held, oom, _, copies, moved = self._loads(placements)
+        step = np.zeros(p.shape[0])
+        if p.shape[0] and self.num_ops:
+            _kernel("_latency_batch")(p, self.num_devices, self._pred_ptr, self._pred,
+                                      self._succ_ptr, self._succ, self.cpu_ms, self.fpga_ms,
+                                      self.out_cost_ms, step)
         oom |= np.isinf(step)
-        row, j, _ = self._copies(p)
-        return self._result(step, busy, held, oom, row, j, b)
+        return self._result(step, busy, held, oom, copies, moved)
 
     def lower_bound_s(self) -> float:
         """The longest path with each node at the lesser of its two times (pieces are
@@ -449,18 +418,49 @@ def _csr(key, val, m):
     return ptr, np.ascontiguousarray(val[order], dtype=np.int64)
 
 
-_KERNEL = None
+_KERNELS: dict = {}
 
 
-def _latency_kernel():
-    """The compiled latency loop (numba, cached on disk), built on first use so that
-    importing this module compiles nothing."""
-    global _KERNEL
-    if _KERNEL is None:
+def _kernel(name: str):
+    """The compiled loop ``name`` of this module (numba, cached on disk), built on first
+    use so that importing the module compiles nothing."""
+    if name not in _KERNELS:
         from simplace.sim.native import _njit
 
-        _KERNEL = _njit()(_latency_batch)
-    return _KERNEL
+        _KERNELS[name] = _njit()(globals()[name])
+    return _KERNELS[name]
+
+
+def _loads_batch(p, dev, cpu, fpga, size, unsupported, succ_ptr, succ, cost, busy, held,
+                 comm, copies, moved, bad):
+    """Per placement p[r]: each device's compute (busy) and bytes (held), the
+    communication ``computeLoadForResultOrg`` charges each device (comm), the copies
+    and their cost, and whether an unsupported node sits on an accelerator (bad)."""
+    b, m = p.shape
+    seen = np.empty(dev, dtype=np.int64)
+    for r in range(b):
+        pr = p[r]
+        seen[:] = -1
+        for u in range(m):
+            du = pr[u]
+            if du == 0:
+                busy[r, 0] += cpu[u]
+            else:
+                busy[r, du] += fpga[u]
+                if unsupported[u]:
+                    bad[r] = True
+            held[r, du] += size[u]
+            sent = False
+            for e in range(succ_ptr[u], succ_ptr[u + 1]):
+                dv = pr[succ[e]]
+                if dv != du and seen[dv] != u:
+                    seen[dv] = u
+                    comm[r, dv] += cost[u]
+                    copies[r] += 1
+                    moved[r] += cost[u]
+                    sent = True
+            if sent:
+                comm[r, du] += cost[u]
 
 
 def _latency_batch(p, dev, pred_ptr, pred, succ_ptr, succ, cpu, fpga, cost, out):
