@@ -384,15 +384,26 @@ class MsrLatency(_MsrRuler):
         """``BatchResult`` of int32[B, M] placements (colour classes kept). Where the
         pieces depend on each other both ways (two pieces on different accelerators,
         each feeding the other through different nodes) their program stops ("contracted
-        graph is not acyclic"): the time is inf and the placement ``oom`` (infeasible)."""
+        graph is not acyclic"): the placement is ``oom`` (infeasible) and its time a finite
+        bound above every placement's, ``infeasible_ms`` (a search and a policy's reward
+        need finite numbers)."""
         p, busy, held, oom, _, copies, moved = self._loads(placements)
         step = np.zeros(p.shape[0])
         if p.shape[0] and self.num_ops:
             _kernel("_latency_batch")(p, self.num_devices, self._pred_ptr, self._pred,
                                       self._succ_ptr, self._succ, self.cpu_ms, self.fpga_ms,
                                       self.out_cost_ms, step)
-        oom |= np.isinf(step)
+        stuck = np.isinf(step)
+        oom |= stuck
+        step[stuck] = self.infeasible_ms
         return self._result(step, busy, held, oom, copies, moved)
+
+    @property
+    def infeasible_ms(self) -> float:
+        """Above any latency of any split: every node at its slower time, every cost paid
+        on both ends of every piece boundary, plus one (file units)."""
+        slow = np.maximum(self.cpu_ms, np.where(self.unsupported, 0.0, self.fpga_ms))
+        return float(slow.sum() + 2 * self.num_devices * self.out_cost_ms.sum() + 1.0)
 
     def lower_bound_s(self) -> float:
         """The longest path with each node at the lesser of its two times (pieces are
