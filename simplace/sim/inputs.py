@@ -107,14 +107,15 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                     exclusive_group=None, launch_s=None, dispatch_s=None,
                     put_s=None, op_pool_work=None, pool_min_work=None, pool_launch_s=None,
-                    op_unfused_s=None, put_waits=None) -> SimInputs:
+                    op_unfused_s=None, put_waits=None, objective="latency") -> SimInputs:
     """Validate and normalise raw arrays into a ``SimInputs`` (read-only float64/int32).
 
     ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``,
     ``put_s``, ``op_pool_work``, ``pool_launch_s`` and ``op_unfused_s`` default to zeros
     (a machine whose segments and transfers cost no host time and no launch),
     ``pool_min_work`` to inf (no segment goes to a pool), ``put_waits`` to all False (every
-    put asynchronous). Raises ``CostModelError`` naming the bad field.
+    put asynchronous), ``objective`` to ``"latency"`` (``simplace.sim.objective``). Raises
+    ``CostModelError`` naming the bad field (``OptionError`` for the objective).
     """
     t = np.asarray(op_time_s, dtype=np.float64)
     if t.ndim != 2:
@@ -185,11 +186,14 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     np.fill_diagonal(put, 0.0)
     np.fill_diagonal(waits, False)
     _, grp = np.unique(grp, return_inverse=True)
+    from simplace.sim.objective import check_objective
+
+    check_objective(objective)
     return SimInputs(_frozen(t), _frozen(lat), _frozen(bw), _frozen(mem),
                      _frozen(grp.reshape(-1).astype(np.int32)), _frozen(launch),
                      _frozen(dispatch), _frozen(put), _frozen(pool_work),
                      _frozen(pool_min), _frozen(pool_launch), _frozen(unfused),
-                     _frozen(waits))
+                     _frozen(waits), objective)
 
 
 def sim_inputs(graph, cost_model) -> SimInputs:
@@ -201,7 +205,7 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     with the cost-model interface, assembled by ``assemble_inputs``.
     """
     if isinstance(cost_model, SimInputs):
-        inp = make_sim_inputs(*cost_model[:-1])._replace(objective=cost_model.objective)
+        inp = make_sim_inputs(*cost_model)
     elif callable(getattr(cost_model, "price", None)):
         inp = cost_model.price(graph)
     else:
@@ -254,10 +258,8 @@ def assemble_inputs(graph, cost_model, op_time_s=None, launch_s=None) -> SimInpu
     if scale is not None:
         scale = np.asarray(scale, dtype=np.float64)
         lat, bw = lat * scale, bw / scale
-    inp = make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
-                          waits)
-    objective = getattr(cost_model, "objective", "latency")
-    return inp if objective == "latency" else inp._replace(objective=objective)
+    return make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
+                           waits, getattr(cost_model, "objective", "latency"))
 
 
 def check_simulator_options(memory, max_batch) -> None:
