@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 
 from simplace import _argtypes
+from simplace.cli_model import (
+    _TERMINATED,
+    devices_of,
+    graph_from_args,
+    load_program,
+    make_profile,
+    problem_from_args,
+    raise_if_terminated,
+)
 from simplace.errors import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -33,59 +41,6 @@ EXIT_CODES = f"""exit codes:
 OUTPUT_FILES = {"out": "--out", "gantt": "--gantt", "history": "--history",
                 "checkpoint": "--checkpoint"}
 OUTPUT_DIRS = {"records_dir": "--records-dir", "cost_model_dir": "--cost-model-dir"}
-
-
-def graph_from_args(args):
-    """The graph of the MODEL argument (``--batch``, ``--inference``, ``--small``); a
-    model that is traced (seconds for large models) says so on stderr first, and how long
-    it took."""
-    from simplace.external import cli_args as instance_args
-    from simplace.models import is_graph_file, load_graph
-
-    if instance_args.imported(args):
-        instance_args.check_instance_args(args)
-        from simplace.external import load_instance
-
-        return load_instance(args.model, args.from_format, devices=args.devices).graph
-    traced = not is_graph_file(args.model)
-    if traced:
-        note(f"tracing {args.model} ({'inference' if args.inference else 'training'} "
-             "step)...")
-    t0 = time.perf_counter()
-    g = load_graph(args.model, training=not args.inference, batch=args.batch,
-                   small=args.small)
-    if traced:
-        note(f"traced {g.num_ops:,} ops in {time.perf_counter() - t0:.1f} s")
-    return g
-
-
-def problem_from_args(args, *, match_devices: bool = False):
-    """``(graph, cost_model)`` of MODEL and ``--cost-model`` (with its profile where one
-    is used, see ``use_profile``), or of an instance file (``--from``: its machine and
-    ruler); judged by ``--objective``. ``match_devices``: the run may use this host's
-    devices (validation, profiling), so JAX is given the model's devices before it
-    starts."""
-    from simplace.cost_model import CostModel
-    from simplace.external import cli_args as instance_args
-
-    instance_args.check_instance_args(args)
-    if instance_args.imported(args):
-        _, graph, cost_model = instance_args.load_problem(args)
-        return graph, cost_model
-    cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
-    if match_devices:
-        from simplace._devices import match_cpu_cost_model
-
-        # Runs on hardware (validation, profiling) need the model's devices, fixed when
-        # JAX starts (tracing); a model of another host is left alone.
-        with contextlib.suppress(SimplaceError):
-            match_cpu_cost_model(cost_model)
-    graph = graph_from_args(args)
-    raise_if_terminated()  # a signal lost while tracing: stop before profiling
-    cost_model = use_profile(args, cost_model, graph)
-    if getattr(args, "objective", None):
-        cost_model = cost_model.with_objective(args.objective)
-    return graph, cost_model
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -548,143 +503,6 @@ def results_table(results, bound_s: float) -> str:
 
 
 # ---------------------------------------------------------------------------- profile
-def _profile_timing(args) -> dict:
-    from simplace.profile import DEFAULT_TIMING
-
-    timing = dict(DEFAULT_TIMING)
-    if getattr(args, "profile_repeats", None) is not None:
-        timing["min_repeats"] = int(args.profile_repeats)
-        timing["max_repeats"] = max(timing["max_repeats"], int(args.profile_repeats))
-    if getattr(args, "profile_budget_s", None) is not None:
-        timing["budget_s"] = float(args.profile_budget_s)
-    return timing
-
-
-def _profile_line(prof, path) -> str:
-    """The one line simulate, optimize and validate print when they use a profile."""
-    est = prof.num_estimated
-    return (f"profile: {path} ({', '.join(sorted(prof.op_time_s))} measured in "
-            f"{len(prof.bounds)} chunks" + (f", {est} estimated" if est else "")
-            + f"; {prof.date}; --no-profile skips it)")
-
-
-def make_profile(args, cost_model, program, run_args, *, resume: bool = False):
-    """Profile ``program`` on this host (``simplace profile``, ``optimize --profile``):
-    written to the user directory, with a progress line; an interrupt keeps the chunks
-    timed and says how to go on."""
-    from simplace import paths
-    from simplace.profile import Profile, ProfileError, ProfileInterrupted, profile
-
-    graph = program.graph
-    machine = cost_model.name.split("[", 1)[0]
-    path = paths.profile_path(machine, graph.hash)
-    partial = None
-    if resume and path.exists():
-        try:
-            partial = Profile.load(path)
-        except ProfileError as err:
-            raise ProfileError(f"{err} Cannot resume from it: profile again without "
-                               "--resume.") from None
-        if partial.complete:
-            note(f"{path} is complete already: nothing to resume")
-            return partial, path
-        done = sum(len(c) for c in partial.chunks.values())
-        note(f"resuming {path}: {done} chunks timed before")
-    elif resume:
-        note(f"no partial profile at {path}: profiling from the start")
-    chunks = getattr(args, "chunks", None) or 24
-    kinds = sorted({d.kind for d in cost_model.devices})
-    note(f"profiling {graph.name or args.model} ({graph.num_ops:,} ops) on {machine}: "
-         f"{len(partial.bounds) if partial else chunks} chunks on one "
-         f"{'/'.join(kinds)} device each")
-    t0 = time.perf_counter()
-    try:
-        prof = profile(None, run_args, cost_model, chunks=chunks, program=program,
-                       resume=partial, path=path, timing=_profile_timing(args))
-    except ProfileInterrupted as stop:
-        done = sum(len(c) for c in stop.profile.chunks.values())
-        total = len(stop.profile.bounds) * len(stop.profile.chunks)
-        print(f"interrupted: kept {done} of {total} chunks timed in {stop.path}; "
-              f"`simplace profile {args.model} --cost-model {args.cost_model} --resume` "
-              "(same sizes) goes on from them", file=sys.stderr)
-        raise
-    note(f"profiled in {time.perf_counter() - t0:.1f} s")
-    return prof, path
-
-
-def use_profile(args, cost_model, graph, *, program=None, run_args=None):
-    """``cost_model`` carrying the profile of ``graph`` where one is to be used (the
-    ``--no-profile`` and ``--profile`` options), with one line saying so; makes one under
-    ``optimize --profile auto|always``. A bad, foreign or incomplete file is an error
-    unless it is remade."""
-    from simplace.profile import ProfileError, find_profile
-
-    mode = getattr(args, "profile", None) or "auto"
-    if getattr(args, "no_profile", False):
-        mode = "never"
-    if mode == "never":
-        return cost_model
-    can_make = getattr(args, "profile", None) is not None  # optimize only
-    prof, path, problem = None, None, None
-    try:
-        prof, path = find_profile(cost_model, graph)
-    except ProfileError as err:
-        problem = err
-    if can_make and (mode == "always" or prof is None):
-        why = ("--profile always" if mode == "always" else
-               "its profile is refused" if problem is not None else "no profile yet")
-        here = _host_is(cost_model)
-        if here is not True:
-            if mode == "always" or problem is not None:
-                raise SimplaceError(f"Cannot profile {cost_model.name} ({why}): {here}") \
-                    from None
-            note(f"no profile of this model on {cost_model.name}, and not made: {here}")
-            return cost_model
-        if program is None:
-            from simplace.models import is_graph_file
-            from simplace.validate import cli as validate_cli
-
-            if is_graph_file(args.model):
-                if problem is not None:
-                    raise problem
-                if mode == "always":
-                    raise SimplaceError(f"--profile always: '{args.model}' is a saved graph, "
-                                        "which cannot run; name the model it was traced "
-                                        "from.")
-                note("no profile of this graph, and none made: a saved graph cannot run "
-                     "(name the model it was traced from)")
-                return cost_model
-            program, run_args, _ = validate_cli._load_program(args)
-            if program.graph.hash != graph.hash:
-                raise SimplaceError("The model does not trace to the same graph when run "
-                                    "for real; check --batch/--inference/--small.")
-        if problem is not None:
-            note(f"remaking the profile: {problem}")
-        incomplete = problem is not None and "incomplete" in str(problem)
-        prof, path = make_profile(args, cost_model, program, run_args,
-                                  resume=incomplete and mode == "auto")
-    elif problem is not None:
-        raise problem
-    if prof is None:
-        return cost_model
-    print(_profile_line(prof, path))
-    return cost_model.with_profile(prof)
-
-
-def _host_is(cost_model) -> bool | str:
-    """True when ``cost_model``'s devices are this host's, else why not (one line)."""
-    from simplace._devices import match_cpu_cost_model
-    from simplace.validate.executor import resolve_devices
-
-    try:
-        match_cpu_cost_model(cost_model)
-        resolve_devices(cost_model.device_names, hint="")
-    except SimplaceError:
-        return (f"its devices ({', '.join(cost_model.device_names)}) are not all on this "
-                "host; profile on the machine it describes")
-    return True
-
-
 def cmd_profile(args) -> int:
     """``simplace profile``: time a model's own ops on this host, or list profiles."""
     from simplace.cost_model import CostModel
@@ -701,14 +519,13 @@ def cmd_profile(args) -> int:
     if is_graph_file(args.model):
         raise OptionError(f"'{args.model}' is a saved graph: profiling runs the model, so "
                           "name the zoo model or file.py:factory it was traced from.")
-    from simplace.validate import cli as validate_cli
 
     cost_model = CostModel.load(args.cost_model, args.cost_model_dir)
     from simplace._devices import match_cpu_cost_model
 
     match_cpu_cost_model(cost_model)  # before JAX starts: a model of N virtual CPUs
-    validate_cli._devices(cost_model)  # this machine's devices, or a clear error now
-    program, run_args, _ = validate_cli._load_program(args)
+    devices_of(cost_model)  # this machine's devices, or a clear error now
+    program, run_args, _ = load_program(args)
     t0 = time.perf_counter()
     prof, path = make_profile(args, cost_model, program, run_args, resume=args.resume)
     wall_s = time.perf_counter() - t0
@@ -1012,19 +829,6 @@ def main(argv: list[str] | None = None, *, started_s: float | None = None) -> in
         return EXIT_ERROR
     finally:
         restore()
-
-
-# Set by the SIGTERM/SIGINT handler. The KeyboardInterrupt it raises is lost when the signal
-# lands in a finalizer or a weakref callback (Python prints "Exception ignored" and goes
-# on); long loops check this between steps so that the command still stops.
-_TERMINATED = [False]
-
-
-def raise_if_terminated() -> None:
-    """Raise the KeyboardInterrupt of a SIGTERM or SIGINT received earlier and lost on
-    the way."""
-    if _TERMINATED[0]:
-        raise KeyboardInterrupt("signal")
 
 
 def _sigterm_as_interrupt():

@@ -45,6 +45,10 @@ SCHEMA_VERSION = 2
 # Version 1 files summed one-op-per-jit times (launch and dispatch included in every op):
 # their numbers mean something else, so they are refused rather than reinterpreted.
 
+# The rates a calibration may fit (flop/s, bytes/s): between a slow embedded core and a
+# whole GPU. A fitted rate at one of these is a fit the timings did not pin.
+PEAK_FLOPS_BOUNDS = (1e8, 1e16)
+BANDWIDTH_BOUNDS = (1e8, 1e14)
 OP_CLASSES = ("matmul", "conv", "elementwise", "reduction", "data_movement", "control", "free")
 # Classes whose ops do work and so carry their own efficiency. ``free`` ops that do work
 # anyway (a convert_element_type that copies) are charged like data_movement.
@@ -1282,9 +1286,7 @@ class CostModel:
         measured = self.provenance.source == "measured"
         lo_hi = {}
         if measured:
-            from simplace.calibrate.fit import _BANDWIDTH_BOUNDS, _PEAK_FLOPS_BOUNDS
-
-            lo_hi = {"flops": _PEAK_FLOPS_BOUNDS, "bytes": _BANDWIDTH_BOUNDS}
+            lo_hi = {"flops": PEAK_FLOPS_BOUNDS, "bytes": BANDWIDTH_BOUNDS}
         reports = (self.provenance.meta.get("fit_report") or {}).get("devices") or {}
         marks = set()
 

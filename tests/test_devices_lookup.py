@@ -9,11 +9,10 @@ import dataclasses
 import jax
 import pytest
 
-from simplace import cli
+from simplace import cli, cli_model
 from simplace.cost_model import CostModel
 from simplace.errors import PlacementError
 from simplace.hardware.devices import find_devices, resolve_devices
-from simplace.validate import cli as validate_cli
 
 API_HINT = "pass devices=[...]"
 
@@ -96,7 +95,7 @@ def test_name_fitting_two_devices_is_an_error_naming_both():
 def test_cli_hint_names_options_not_python_arguments():
     cm = CostModel.synthetic(3, seed=0)  # cpu:0, gpu:0, gpu:1
     with pytest.raises(PlacementError) as err:
-        find(cm.device_names, {"cpu": cpus(4)}, validate_cli._device_hint(cm))
+        find(cm.device_names, {"cpu": cpus(4)}, cli_model.device_hint(cm))
     msg = str(err.value)
     assert "'gpu:0', 'gpu:1'" in msg and "cpu backend: cpu:0, cpu:1, cpu:2, cpu:3" in msg
     assert f"Cost model '{cm.name}' describes another machine" in msg
@@ -104,7 +103,7 @@ def test_cli_hint_names_options_not_python_arguments():
     assert "devices=" not in msg and "XLA_FLAGS" not in msg
     two_cpus = CostModel.synthetic(3, seed=0, exclusive_pair=True)  # cpu:0, cpu:1, gpu:0
     assert ("Its 2 CPU devices need XLA_FLAGS=--xla_force_host_platform_device_count=2"
-            in validate_cli._device_hint(two_cpus))
+            in cli_model.device_hint(two_cpus))
 
 
 # ------------------------------------------------------------ this machine's real devices

@@ -157,15 +157,15 @@ def test_a_signal_lost_before_the_search_writes_nothing(saved_graph, tmp_path, m
                                                         capsys):
     # A SIGTERM whose KeyboardInterrupt was dropped during tracing (JAX's gc callback)
     # leaves only the flag: the command stops before the search, --out untouched.
-    from simplace import cli
+    from simplace import cli, cli_model
 
-    real = cli.use_profile
+    real = cli_model.use_profile
 
     def lost_during_tracing(*args, **kw):
         cli._TERMINATED[0] = True
         return real(*args, **kw)
 
-    monkeypatch.setattr(cli, "use_profile", lost_during_tracing)
+    monkeypatch.setattr(cli_model, "use_profile", lost_during_tracing)
     out = tmp_path / "p.json"
     out.write_text("old\n")
     assert cli.main(["optimize", str(saved_graph), "--cost-model", "haswell_k40x4",

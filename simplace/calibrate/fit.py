@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from simplace.cost_model import BANDWIDTH_BOUNDS, PEAK_FLOPS_BOUNDS
 from simplace.errors import CalibrationError
 
 # Scale of the robust loss in log space: residuals beyond ~10% count linearly, not
@@ -107,10 +108,10 @@ def fit_link(nbytes: Sequence[float], time_s: Sequence[float]) -> LinkFit:
 
 
 # --------------------------------------------------------------------------- segments
-# Bounds that keep a segment fit physical: rates between a slow embedded core and a
-# whole GPU, per-op costs inside a fused computation below 1 ms.
-_PEAK_FLOPS_BOUNDS = (1e8, 1e16)
-_BANDWIDTH_BOUNDS = (1e8, 1e14)
+# Bounds that keep a segment fit physical: the cost model's rate bounds, per-op costs
+# inside a fused computation below 1 ms.
+_PEAK_FLOPS_BOUNDS = PEAK_FLOPS_BOUNDS
+_BANDWIDTH_BOUNDS = BANDWIDTH_BOUNDS
 _OP_OVERHEAD_MAX_S = 1e-3
 # An efficiency below this is a rate folded into an efficiency, not a measurement.
 EFFICIENCY_MIN = 1e-3

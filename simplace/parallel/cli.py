@@ -47,7 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """Run ``simplace parallelize``; returns the exit status."""
-    from simplace.cli import graph_from_args
+    from simplace.cli_model import graph_from_args
     from simplace.cost_model import CostModel
     from simplace.parallel import parallelize
     from simplace.progress import note

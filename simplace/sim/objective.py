@@ -173,7 +173,7 @@ class ObjectiveSimulator:
         self._edges = _edge_arrays(graph)
 
     def __call__(self, placements):
-        from simplace.sim.inputs import check_placements
+        from simplace.placement import check_placements
 
         p = check_placements(placements, self.num_ops, self.num_devices)
         if isinstance(self.objective, Ruler):

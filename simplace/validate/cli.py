@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from simplace import _argtypes, paths
-from simplace.errors import ModelError, SimplaceError
+from simplace.cli_model import devices_of, load_program
+from simplace.errors import SimplaceError
 from simplace.progress import note
 
 
@@ -110,48 +111,6 @@ def _timing(args) -> dict:
         int(args.repeats), 50), "budget_s": float(args.timing_budget_s)}
 
 
-def _load_program(args):
-    """(Program, real arguments, model description) for MODEL at the sizes given."""
-    from simplace.hardware.executor import prepare
-    from simplace.models import is_graph_file, load_function
-
-    if is_graph_file(args.model):
-        raise ModelError(f"'{args.model}' is a saved graph: validation runs the model, so "
-                         "name the zoo model or file.py:factory it was traced from.")
-    training = not args.inference
-    fn, run_args = load_function(args.model, training=training, batch=args.batch,
-                                 small=args.small, abstract=False)
-    name = args.model.rpartition(":")[2] if ":" in args.model else args.model
-    suffix = f"/b{args.batch}" if args.batch is not None else ""
-    gname = f"{name}/{'train' if training else 'inference'}{'/small' if args.small else ''}" \
-            f"{suffix}"
-    program = prepare(fn, run_args, name=gname)
-    spec = {"model": args.model, "training": training, "batch": args.batch,
-            "small": bool(args.small)}
-    return program, run_args, spec
-
-
-def _device_hint(cost_model) -> str:
-    """What to type when this machine lacks devices of ``cost_model`` (the command-line
-    counterpart of ``resolve_devices``'s Python-facing hint)."""
-    hint = (f"Cost model '{cost_model.name}' describes another machine: run there, or give "
-            "--cost-model a model of this machine (`simplace calibrate --name NAME` "
-            "measures one here).")
-    n_cpu = sum(d.kind == "cpu" for d in cost_model.devices)
-    if n_cpu > 1:  # only a CPU-only model gets its CPU split by itself (match_cpu_cost_model)
-        hint += (f" Its {n_cpu} CPU devices need XLA_FLAGS="
-                 f"--xla_force_host_platform_device_count={n_cpu} set before simplace starts.")
-    return hint
-
-
-def _devices(cost_model) -> list:
-    """This machine's JAX devices for ``cost_model``'s device names; the error says which
-    options to use. Called before the model loads, so a wrong machine fails at once."""
-    from simplace.hardware.executor import resolve_devices
-
-    return resolve_devices(cost_model.device_names, hint=_device_hint(cost_model))
-
-
 def run(args) -> int:
     """``simplace validate``: see ``add_parser``."""
     from simplace._devices import match_cpu_cost_model
@@ -173,12 +132,12 @@ def run(args) -> int:
     cost_model_file = paths.find_cost_model(args.cost_model, args.cost_model_dir)
     cost_model = CostModel.load(cost_model_file)
     match_cpu_cost_model(cost_model)  # a model measured on N virtual CPU devices runs on N
-    devices = _devices(cost_model)
+    devices = devices_of(cost_model)
     # Placement files are read before the model is built and run, so a bad one fails at once.
     placements = [Placement.load(p) for p in args.placements]
-    program, run_args, spec = _load_program(args)
+    program, run_args, spec = load_program(args)
     graph = program.graph
-    from simplace.cli import use_profile
+    from simplace.cli_model import use_profile
 
     cost_model = use_profile(args, cost_model, graph)
     for k, (path, p) in enumerate(zip(args.placements, placements, strict=True)):
@@ -257,8 +216,8 @@ def validate_options(args, graph, cost_model, progress=None) -> dict:
 
     match_cpu_cost_model(cost_model)
     # The search validates later, with the Python-facing hint: check the devices now.
-    _devices(cost_model)
-    program, run_args, _ = _load_program(args)
+    devices_of(cost_model)
+    program, run_args, _ = load_program(args)
     if program.graph.hash != graph.hash:
         raise SimplaceError("The model does not trace to the same graph when run for real; "
                             "check --batch/--inference/--small.")
