@@ -121,3 +121,20 @@ def test_searches_minimise_throughput(mlp_graph):
     # Judged by throughput, the throughput search's placement is at least as good.
     assert by_thr.step_time_s <= simulate(mlp_graph, thr, by_lat.placement).step_time_s
     assert by_thr.step_time_s >= lower_bound(mlp_graph, thr) * (1 - 1e-9)
+
+
+def test_pipeline_finds_the_contiguous_split_a_pipeline_needs():
+    # A chain of 12 equal ops on 3 equal devices: by throughput the best split is three
+    # stages of 4 ops, which pipeline finds (and local from it cannot beat).
+    g = make_graph(np.arange(11), np.arange(1, 12), m=12, edge_bytes=np.full(11, 1.0))
+    inp = CostModel.synthetic(3, seed=0).price(g)._replace(
+        op_time_s=np.ones((12, 3)), launch_s=np.zeros(3), dispatch_s=np.zeros(3),
+        put_s=np.zeros((3, 3)), latency_s=np.zeros((3, 3)),
+        bandwidth_bytes_per_s=np.full((3, 3), 1e9), op_unfused_s=np.zeros((12, 3)),
+        pool_launch_s=np.zeros(3), exclusive_group=np.arange(3),
+        put_waits=np.zeros((3, 3), bool), memory_bytes=np.full(3, 1e12),
+        objective="throughput")
+    res = optimize(g, inp, "pipeline")
+    assert res.step_time_s == pytest.approx(4.0)
+    assert sorted(np.bincount(res.placement, minlength=3)) == [4, 4, 4]
+    assert (np.diff(res.placement) != 0).sum() == 2  # contiguous stages

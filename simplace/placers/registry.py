@@ -39,8 +39,8 @@ class Method:
 _METHODS: dict[str, Method] = {}
 # Modules that register methods; imported on first use so that ``import simplace``
 # stays light.
-_METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "local", "exact",
-                   "rl")
+_METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "pipeline", "local",
+                   "exact", "rl")
 
 
 def register(name: str, *, kind: str = "heuristic", options: dict[str, str] | None = None):
