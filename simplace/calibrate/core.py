@@ -57,6 +57,8 @@ class Settings:
 
     @classmethod
     def make(cls, *, quick: bool, models: Sequence[str] | None) -> Settings:
+        """The settings of a run: ``models`` (default: the quick set or the whole zoo)
+        and, with ``quick``, the lighter timing."""
         if models is None:
             from simplace import zoo
             models = DEFAULT_MODELS_QUICK if quick else tuple(
@@ -72,12 +74,14 @@ class Settings:
                                    excl_budget_s=0.3)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-able fields (models as a list)."""
         d = dataclasses.asdict(self)
         d["models"] = list(self.models)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Settings:
+        """Settings from ``to_dict``'s output; unknown keys are ignored."""
         fields = {f.name for f in dataclasses.fields(cls)}
         kw = {k: v for k, v in d.items() if k in fields}
         kw["models"] = tuple(kw.get("models", ()))

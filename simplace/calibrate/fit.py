@@ -57,9 +57,11 @@ class LinkFit:
 
     @property
     def median_abs_rel_error(self) -> float:
+        """Median absolute relative residual of the fit."""
         return float(np.median(np.abs(self.rel_residuals)))
 
     def predict(self, nbytes) -> np.ndarray:
+        """Seconds to copy ``nbytes`` over the link: latency plus bytes over bandwidth."""
         return self.latency_s + np.asarray(nbytes, dtype=np.float64) / self.bandwidth_bytes_per_s
 
 

@@ -46,10 +46,12 @@ class OpSpec:
 
     @property
     def primitive_name(self) -> str:
+        """The JAX primitive's name."""
         return str(self.primitive.name)
 
     @property
     def op_class(self) -> str:
+        """The op class of the primitive (``simplace.cost_model.op_class``)."""
         return op_class(self.primitive_name)
 
     @property

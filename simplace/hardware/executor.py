@@ -602,9 +602,11 @@ class Measurement:
 
     @property
     def step_time_s(self) -> float:
+        """The median step time, seconds."""
         return float(self.step.median_s)
 
     def to_dict(self) -> dict:
+        """JSON-able fields (the record layout)."""
         return {"step": self.step.to_dict(), "segments_s": None if self.segments_s is None
                 else self.segments_s.tolist(), "num_segments": self.num_segments,
                 "num_transfers": self.num_transfers,

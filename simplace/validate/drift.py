@@ -228,6 +228,7 @@ class DriftFit:
     entry: dict
 
     def summary(self) -> str:
+        """Lines for people: the fitted and held-out scores and every correction."""
         c = self.corrections
         lines = [_score_line("fitted", self.fit)]
         if self.held_out is not None:

@@ -61,10 +61,12 @@ class ValidationRow:
 
     @property
     def rel_error(self) -> float:
+        """(predicted - measured) / measured, with the corrections applied."""
         return (self.predicted_s - self.measured_s) / self.measured_s
 
     @property
     def raw_rel_error(self) -> float:
+        """(raw prediction - measured) / measured, before any correction."""
         return (self.raw_predicted_s - self.measured_s) / self.measured_s
 
 
@@ -87,30 +89,37 @@ class ValidationReport:
 
     @property
     def predicted_s(self) -> np.ndarray:
+        """float64[N]: each row's prediction with corrections, seconds."""
         return np.array([r.predicted_s for r in self.rows])
 
     @property
     def raw_predicted_s(self) -> np.ndarray:
+        """float64[N]: each row's raw prediction, seconds."""
         return np.array([r.raw_predicted_s for r in self.rows])
 
     @property
     def measured_s(self) -> np.ndarray:
+        """float64[N]: each row's measured step time, seconds."""
         return np.array([r.measured_s for r in self.rows])
 
     @property
     def mape(self) -> float:
+        """Mean absolute percentage error of the corrected predictions."""
         return mape(self.predicted_s, self.measured_s)
 
     @property
     def kendall_tau(self) -> float:
+        """Kendall tau between corrected predictions and measurements."""
         return kendall_tau(self.predicted_s, self.measured_s)
 
     @property
     def raw_mape(self) -> float:
+        """Mean absolute percentage error of the raw predictions."""
         return mape(self.raw_predicted_s, self.measured_s)
 
     @property
     def raw_kendall_tau(self) -> float:
+        """Kendall tau between raw predictions and measurements."""
         return kendall_tau(self.raw_predicted_s, self.measured_s)
 
     def summary(self) -> str:
