@@ -89,9 +89,8 @@ def time_link_chain(a, b, sizes: Sequence[int], *, hops: int, rounds: int, repea
     one's output, against the same segments chained on each device alone.
 
     Copies timed one at a time from idle (``time_link``) include waking the receiving
-    side: on this project's 2-core VM that was 30-79 us per copy, while in a chain of
-    busy devices a 256-byte copy cost 0-3 us beyond its call (2026-11-24). What a step waits
-    for is the copy inside the pipeline, so that is what this measures. Each device's
+    side, which a copy between busy devices does not pay: what a step waits for is the
+    copy inside the pipeline, so that is what this measures. Each device's
     segment is a loop of small matmuls, lengthened until it takes ``CHAIN_DEVICE_BOUND``
     times the host's cost of a hop, so that the devices set the pace and the chain's
     time beyond the devices' own work is the copies'. With ``same_loop`` (devices of the

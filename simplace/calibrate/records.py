@@ -32,8 +32,8 @@
   ``hops + 1`` segments alternating between the two devices, each fed by a
   ``jax.device_put`` of ``nbytes`` (``chain``, and ``chain_host``: the host time of
   dispatching it), against the same segments chained on ``a`` alone and on ``b`` alone
-  (``alone_a``, ``alone_b``); ``loop``: each device's segment length (recorded since
-  2026-11-24);
+  (``alone_a``, ``alone_b``); ``loop``: each device's segment length (absent in older
+  records);
 * ``exclusive`` records: the same work timed on devices ``a`` and ``b`` alone and
   together (``alone_a``, ``alone_b``, ``together`` timings);
 * ``rate`` records: one op class's saturating microbenchmark on ``device``

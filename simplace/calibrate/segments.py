@@ -110,7 +110,7 @@ def time_segments(program, args: Sequence, placement: np.ndarray, devices: list,
     timed alone (blocking) on the inputs it has in a real step; ``call`` is
     ``{"host_s", "inputs", "outputs"}``: the host time of the segment's jitted call
     alone (``call_host_s``) and its arity. The call's host time grows with its arguments
-    (~1-4 us each on a 2-core VM): it is taken out of the segment's time before op costs
+    (a few microseconds each): it is taken out of the segment's time before op costs
     are fitted, instead of being spread over its ops."""
     import jax
 
