@@ -2,7 +2,7 @@
 
     python bench/external.py [--formats doppler,msr] [--only SUBSTR,...] [--budget-s 60]
                              [--rl] [--seed 0] [--tag vm]
-    python bench/external.py --table-of ROWS.json ...   # the table of saved rows
+    python bench/external.py --table-of ROWS.json ... [--only ...]   # saved rows' table
 
 For every instance of Doppler (``bench/data/external/doppler``) and of Tarnawski et al.
 (``bench/data/external/msr``): every fast method (heuristics, list schedulers,
@@ -190,7 +190,10 @@ def main():
                     help="run nothing: print the table of rows saved by earlier runs")
     args = ap.parse_args()
     if args.table_of:
-        rows = [r for path in args.table_of for r in json.loads(Path(path).read_text())]
+        only = [s for s in args.only.split(",") if s]
+        rows = [r for path in args.table_of for r in json.loads(Path(path).read_text())
+                if r["format"] in args.formats.split(",")
+                and (not only or any(s in r["instance"] for s in only))]
         for r in rows:  # the baselines as the data folders hold them now
             r["baselines"] = baselines(r["format"], DATA / r["instance"])
             rescore(r)
