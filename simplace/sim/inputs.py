@@ -90,6 +90,20 @@ class SimInputs(NamedTuple):
         return int(self.exclusive_group.max()) + 1 if len(self.exclusive_group) else 0
 
 
+def frozen_inputs(inp: SimInputs, **changes) -> SimInputs:
+    """``inp`` with ``changes`` (arrays of the same shapes and meanings, e.g. a drift
+    correction's scaled op times), made read-only so that the simulators take it as it
+    is: for a caller that derives many variants of one priced problem and has checked
+    what it changes."""
+    return inp._replace(**{k: _frozen(np.asarray(v, dtype=np.float64))
+                           for k, v in changes.items()})
+
+
+def _is_frozen(inp: SimInputs) -> bool:
+    """Every array of ``inp`` read-only (made by ``make_sim_inputs`` or ``frozen_inputs``)."""
+    return all(not x.flags.writeable for x in inp if isinstance(x, np.ndarray))
+
+
 def put_waits_of(inp: SimInputs) -> np.ndarray:
     """bool[D, D]: ``inp.put_waits``, all False for a ``SimInputs`` built without it
     (``make_sim_inputs`` always sets it)."""
@@ -199,13 +213,15 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
 def sim_inputs(graph, cost_model) -> SimInputs:
     """The ``SimInputs`` of ``graph`` on the machine ``cost_model``.
 
-    ``cost_model`` is a ``SimInputs`` (checked against the graph and returned), an object
-    with a ``price(graph) -> SimInputs`` method (``CostModel.price``: the one place where
-    a graph, a machine and its profile become op and link costs), or any other object
-    with the cost-model interface, assembled by ``assemble_inputs``.
+    ``cost_model`` is a ``SimInputs`` (checked against the graph and returned; validated
+    and normalised unless it is already: every array read-only, as ``make_sim_inputs`` and
+    ``frozen_inputs`` leave them), an object with a ``price(graph) -> SimInputs`` method
+    (``CostModel.price``: the one place where a graph, a machine and its profile become
+    op and link costs), or any other object with the cost-model interface, assembled by
+    ``assemble_inputs``.
     """
     if isinstance(cost_model, SimInputs):
-        inp = make_sim_inputs(*cost_model)
+        inp = cost_model if _is_frozen(cost_model) else make_sim_inputs(*cost_model)
     elif callable(getattr(cost_model, "price", None)):
         inp = cost_model.price(graph)
     else:

@@ -28,6 +28,7 @@ from simplace.errors import SimplaceError
 from simplace.graph import OpGraph
 from simplace.placement import check_placement
 from simplace.sim.critical import schedule_critical_path
+from simplace.sim.inputs import frozen_inputs
 from simplace.validate.metrics import fmt_pct, fmt_tau, kendall_tau, mape
 
 __all__ = ["FIT_PARAMS", "DriftFit", "fit_drift", "raw_model"]
@@ -156,11 +157,12 @@ class _DriftProblem:
         hs = float(np.exp(z[self.host_index]))
         ls = self.corrections(z).link_scale
         launch = inp.launch_s + eo
-        return inp._replace(op_time_s=(inp.op_time_s - arg) * cs[None, :] + arg * hs,
-                            latency_s=inp.latency_s * ls,
-                            bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / ls,
-                            dispatch_s=inp.dispatch_s * hs, put_s=inp.put_s * hs,
-                            launch_s=np.maximum(launch, 0.0)), launch >= 0
+        # Scaled copies of priced, checked arrays (positive scales): no new pricing.
+        return frozen_inputs(inp, op_time_s=(inp.op_time_s - arg) * cs[None, :] + arg * hs,
+                             latency_s=inp.latency_s * ls,
+                             bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / ls,
+                             dispatch_s=inp.dispatch_s * hs, put_s=inp.put_s * hs,
+                             launch_s=np.maximum(launch, 0.0)), launch >= 0
 
     def evaluate(self, z: np.ndarray, *, grad: bool = True):
         """(step_s[R], d step / d z [R, Z]) under the full variable vector ``z``."""
