@@ -172,7 +172,7 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     from simplace.cost_model import call_arguments
     from simplace.hardware.timing import Timing
     from simplace.sim import simulate
-    from simplace.sim.inputs import sim_inputs
+    from simplace.sim.inputs import frozen_inputs, sim_inputs
 
     items = []
     for r in steps:
@@ -203,15 +203,16 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     def predict(x: np.ndarray, which: np.ndarray) -> np.ndarray:
         s = dict(zip(SCALES, np.exp(x), strict=True))
         out = np.empty(int(which.sum()))
-        ins = {h: inp._replace(dispatch_s=inp.dispatch_s * s["host"],
-                               put_s=inp.put_s * s["host"],
-                               op_time_s=(inp.op_time_s - arg_part[h]) * s["compute"]
-                               + arg_part[h] * s["argument"],
-                               op_unfused_s=inp.op_unfused_s * s["compute"],
-                               launch_s=inp.launch_s * s["launch"],
-                               pool_launch_s=inp.pool_launch_s * s["launch"],
-                               latency_s=inp.latency_s * s["link"],
-                               bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / s["link"])
+        # Scaled copies of the priced problems (positive scales): no new pricing.
+        ins = {h: frozen_inputs(inp, dispatch_s=inp.dispatch_s * s["host"],
+                                put_s=inp.put_s * s["host"],
+                                op_time_s=(inp.op_time_s - arg_part[h]) * s["compute"]
+                                + arg_part[h] * s["argument"],
+                                op_unfused_s=inp.op_unfused_s * s["compute"],
+                                launch_s=inp.launch_s * s["launch"],
+                                pool_launch_s=inp.pool_launch_s * s["launch"],
+                                latency_s=inp.latency_s * s["link"],
+                                bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / s["link"])
                for h, inp in base.items()}
         for n, k in enumerate(np.flatnonzero(which)):
             h, a, _ = items[k]
