@@ -8,9 +8,14 @@ its fastest time on those devices) reaches equal shares; then each boundary in t
 moved to the best of up to ``positions`` places between its neighbours, every place
 scored in one call of the batched simulator (or the cost model's ruler, so transfers
 and memory count as the objective counts them), for ``rounds`` rounds or until a round
-changes nothing. Two orders are tried: the graph's, and the graph's with every op
+changes nothing. Beside it, the exact split of a stage-load model (each stage's work
+plus the copies into and out of it, as PipeDream and Tarnawski et al. count them) by a
+dynamic programme over ranges of the order, scored by the objective too. Two orders are
+tried: the graph's, and the graph's with every op
 moved as late as it can go (just before its first consumer: parameters and constants
-join the stage that uses them, not the first one). The best split of any order and
+join the stage that uses them, not the first one); under a ruler with colocation
+classes, each class's ops are moved together to its first op's place, and stages cut
+only between classes. The best split of any order and
 ``s`` is returned. It is a start for the searches
 as much as a method: pipelined steps balance best with splits of this shape, and moves
 of single ops find them slowly.
@@ -40,14 +45,124 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     t_all = np.asarray(ctx.op_times, dtype=np.float64)
     order = np.argsort(t_all.sum(axis=0), kind="stable")  # fastest devices first
     best, best_s, best_stages, scored = None, np.inf, 0, 0
-    for ops in (np.arange(m), _as_late_as_possible(ctx.graph)):
+    copy_s = _copy_s(ctx)
+    classes = _classes(ctx)
+    for base in (np.arange(m), _as_late_as_possible(ctx.graph)):
+        ops, cut_ok = _blocked(base, classes)
         t = t_all[ops]
         for s in range(1, min(d, m) + 1):
             p, score, n = _stages(ctx, t, order[:s], ops, rounds, positions)
             scored += n
             if score < best_s:
                 best, best_s, best_stages = p, score, s
+            if s > 1:  # the exact split of the stage-load model, scored for real
+                p = _split(order[:s], _range_dp(ctx.graph, ops, t[:, order[:s]].min(axis=1),
+                                                copy_s, s, cut_ok), ops)
+                score = float(ctx.score(p[None])[0])
+                scored += 1
+                if score < best_s:
+                    best, best_s, best_stages = p, score, s
     return PlacerOutput(best, info={"stages": best_stages, "candidates_scored": scored})
+
+
+def _classes(ctx) -> np.ndarray | None:
+    """int[M]: the colocation class of each op under the objective's ruler (-1: none),
+    or None when there are none."""
+    from simplace.sim.objective import Ruler
+
+    objective = ctx.inputs.objective
+    if not isinstance(objective, Ruler) or objective.colocation is None:
+        return None
+    col = np.asarray(objective.colocation)
+    return col if (col >= 0).any() else None
+
+
+def _blocked(order: np.ndarray, classes: np.ndarray | None):
+    """(order, bool[M + 1]): ``order`` with the ops of each colocation class moved
+    together to where its first op is (they run on one device, so a stage holds all of
+    them), and where a stage may begin: between two blocks."""
+    m = len(order)
+    if classes is None:
+        return order, np.ones(m + 1, dtype=bool)
+    label = np.where(classes >= 0, classes, -1 - np.arange(m))  # lone ops: own blocks
+    lab = label[order]
+    first = {}
+    for k, x in enumerate(lab.tolist()):
+        first.setdefault(x, k)
+    key = np.array([first[x] for x in lab.tolist()])
+    blocked = order[np.argsort(key, kind="stable")]
+    lab = label[blocked]
+    cut_ok = np.ones(m + 1, dtype=bool)
+    cut_ok[1:m] = lab[1:] != lab[:-1]
+    return blocked, cut_ok
+
+
+def _copy_s(ctx) -> np.ndarray:
+    """float64[M]: what sending op i's outputs to another device costs (its largest
+    tensor over the median link, latency included)."""
+    inp, g = ctx.inputs, ctx.graph
+    d = inp.num_devices
+    off = ~np.eye(d, dtype=bool)
+    bw = float(np.median(inp.bandwidth_bytes_per_s[off])) if d > 1 else np.inf
+    lat = float(np.median(inp.latency_s[off])) if d > 1 else 0.0
+    out = np.zeros(g.num_ops)
+    np.maximum.at(out, np.asarray(g.src), np.asarray(g.edge_bytes, dtype=np.float64))
+    has = np.zeros(g.num_ops, bool)
+    has[np.asarray(g.src)] = True
+    return np.where(has, lat + out / bw, 0.0)
+
+
+def _range_dp(graph, ops: np.ndarray, work: np.ndarray, copy_s: np.ndarray, s: int,
+              cut_ok: np.ndarray | None = None):
+    """Cut positions of the best split of the order ``ops`` into at most ``s`` contiguous
+    stages under the stage-load model of PipeDream and Tarnawski et al.: a stage's load
+    is its ops' ``work`` plus ``copy_s`` of every op outside it that feeds it (once per
+    op) and of every op in it that feeds a later stage; the split minimises the largest
+    load (a dynamic programme over ranges of the order). ``cut_ok`` (bool[M + 1]): the
+    positions where a stage may begin or end (between colocation blocks)."""
+    m = len(ops)
+    pos = np.empty(m, dtype=np.int64)
+    pos[ops] = np.arange(m)
+    src, dst = pos[np.asarray(graph.src)], pos[np.asarray(graph.dst)]
+    c = copy_s[ops]
+    last = np.arange(m)  # an op with no consumer leaves at once
+    np.maximum.at(last, src, dst)
+    cum_c = np.concatenate([[0.0], np.cumsum(c)])
+    cum_w = np.concatenate([[0.0], np.cumsum(work)])
+    load = np.full((m + 1, m + 1), np.inf)  # load[a, b]: ops a..b-1 as one stage
+    for a in range(m):
+        # out: ops in [a, b) with a consumer at b or later
+        leave = np.bincount(last[a:], weights=c[a:], minlength=m)
+        gone = np.cumsum(leave)  # gone[b - 1]: ops of [a, b) whose consumers are all < b
+        # in: ops before a, each counted at its first consumer at or after a
+        e = (src < a) & (dst >= a)
+        first = np.full(m, m, dtype=np.int64)
+        np.minimum.at(first, src[e], dst[e])
+        arrive = np.bincount(first[first < m], weights=c[first < m], minlength=m)
+        come = np.cumsum(arrive)
+        b = np.arange(a + 1, m + 1)
+        load[a, a + 1:] = (cum_w[b] - cum_w[a]) + (cum_c[b] - cum_c[a] - gone[b - 1]) \
+            + come[b - 1]
+    if cut_ok is not None:  # stages begin and end only where allowed
+        load[~cut_ok[:m + 1], :] = np.inf
+        load[:, ~cut_ok[:m + 1]] = np.inf
+        load[:, m] = np.where(cut_ok[:m + 1], load[:, m], np.inf)
+    best = np.full((s + 1, m + 1), np.inf)
+    arg = np.zeros((s + 1, m + 1), dtype=np.int64)
+    best[0, 0] = 0.0
+    for k in range(1, s + 1):
+        # best[k, b] = min over a < b of max(best[k - 1, a], load[a, b])
+        cand = np.maximum(best[k - 1][:, None], load)
+        arg[k] = np.argmin(cand, axis=0)
+        best[k] = cand[arg[k], np.arange(m + 1)]
+    k = int(np.argmin(best[1:, m])) + 1
+    cuts, b = [], m
+    for kk in range(k, 0, -1):
+        b = int(arg[kk, b])
+        cuts.append(b)
+    cuts = sorted(x for x in cuts if 0 < x < m)
+    # Fewer stages than devices: the unused devices take empty stages at the end.
+    return np.asarray(cuts + [m] * (s - 1 - len(cuts)), dtype=np.int64)
 
 
 def _stages(ctx, t, devs, ops, rounds: int, positions: int):
