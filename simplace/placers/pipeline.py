@@ -117,32 +117,20 @@ def _range_dp(graph, ops: np.ndarray, work: np.ndarray, copy_s: np.ndarray, s: i
     """Cut positions of the best split of the order ``ops`` into at most ``s`` contiguous
     stages under the stage-load model of PipeDream and Tarnawski et al.: a stage's load
     is its ops' ``work`` plus ``copy_s`` of every op outside it that feeds it (once per
-    op) and of every op in it that feeds a later stage; the split minimises the largest
-    load (a dynamic programme over ranges of the order). ``cut_ok`` (bool[M + 1]): the
+    op) and of every op in it that feeds one outside (the order need not be topological:
+    a training step's classes hold forward and backward ops); the split minimises the
+    largest load (a dynamic programme over ranges of the order). ``cut_ok`` (bool[M + 1]): the
     positions where a stage may begin or end (between colocation blocks)."""
     m = len(ops)
     pos = np.empty(m, dtype=np.int64)
     pos[ops] = np.arange(m)
     src, dst = pos[np.asarray(graph.src)], pos[np.asarray(graph.dst)]
-    c = copy_s[ops]
-    last = np.arange(m)  # an op with no consumer leaves at once
-    np.maximum.at(last, src, dst)
-    cum_c = np.concatenate([[0.0], np.cumsum(c)])
+    by_src, by_dst = np.argsort(src, kind="stable"), np.argsort(dst, kind="stable")
+    out_ptr = np.searchsorted(src[by_src], np.arange(m + 1))
+    in_ptr = np.searchsorted(dst[by_dst], np.arange(m + 1))
     cum_w = np.concatenate([[0.0], np.cumsum(work)])
-    load = np.full((m + 1, m + 1), np.inf)  # load[a, b]: ops a..b-1 as one stage
-    for a in range(m):
-        # out: ops in [a, b) with a consumer at b or later
-        leave = np.bincount(last[a:], weights=c[a:], minlength=m)
-        gone = np.cumsum(leave)  # gone[b - 1]: ops of [a, b) whose consumers are all < b
-        # in: ops before a, each counted at its first consumer at or after a
-        e = (src < a) & (dst >= a)
-        first = np.full(m, m, dtype=np.int64)
-        np.minimum.at(first, src[e], dst[e])
-        arrive = np.bincount(first[first < m], weights=c[first < m], minlength=m)
-        come = np.cumsum(arrive)
-        b = np.arange(a + 1, m + 1)
-        load[a, a + 1:] = (cum_w[b] - cum_w[a]) + (cum_c[b] - cum_c[a] - gone[b - 1]) \
-            + come[b - 1]
+    load = _range_loads(m, out_ptr, dst[by_src], in_ptr, src[by_dst],
+                        np.ascontiguousarray(copy_s[ops], dtype=np.float64), cum_w)
     if cut_ok is not None:  # stages begin and end only where allowed
         load[~cut_ok[:m + 1], :] = np.inf
         load[:, ~cut_ok[:m + 1]] = np.inf
@@ -221,3 +209,57 @@ def _as_late_as_possible(graph) -> np.ndarray:
             first[v] = key[out].min()
             key[v] = first[v] - step
     return np.lexsort((np.arange(m), key))
+
+
+def _range_loads(m, out_ptr, out_dst, in_ptr, in_src, c, cum_w):
+    """float64[M + 1, M + 1]: ``load[a, b]`` of the ops at positions a..b-1 as one stage
+    (``_range_dp``), inf where b <= a. For each start, the stage grows one op at a time,
+    counting for every op its consumers outside (an op inside with any pays its copy out)
+    and its consumers inside (an op outside with any pays its copy in)."""
+    load = np.full((m + 1, m + 1), np.inf)
+    inside = np.zeros(m, dtype=np.bool_)
+    n_out = np.zeros(m, dtype=np.int64)
+    n_in = np.zeros(m, dtype=np.int64)
+    for a in range(m):
+        inside[:] = False
+        n_out[:] = 0
+        n_in[:] = 0
+        cin = 0.0
+        cout = 0.0
+        for b in range(a + 1, m + 1):
+            x = b - 1
+            if n_in[x] > 0:  # it fed the stage from outside; now it is in it
+                cin -= c[x]
+            inside[x] = True
+            k = 0
+            for e in range(out_ptr[x], out_ptr[x + 1]):
+                if not inside[out_dst[e]]:
+                    k += 1
+            n_out[x] = k
+            if k > 0:
+                cout += c[x]
+            for e in range(in_ptr[x], in_ptr[x + 1]):
+                w = in_src[e]
+                if w == x:
+                    continue
+                if inside[w]:
+                    n_out[w] -= 1
+                    if n_out[w] == 0:
+                        cout -= c[w]
+                else:
+                    n_in[w] += 1
+                    if n_in[w] == 1:
+                        cin += c[w]
+            load[a, b] = cum_w[b] - cum_w[a] + max(cin, 0.0) + max(cout, 0.0)
+    return load
+
+
+try:  # compiled where numba is (a default dependency); the same loop in Python else
+    import numba
+except ImportError:
+    pass
+else:
+    try:
+        _range_loads = numba.njit(cache=True)(_range_loads)
+    except RuntimeError:  # no writable place for numba's cache: compile once per process
+        _range_loads = numba.njit(_range_loads)
