@@ -203,7 +203,6 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     def predict(x: np.ndarray, which: np.ndarray) -> np.ndarray:
         s = dict(zip(SCALES, np.exp(x), strict=True))
         out = np.empty(int(which.sum()))
-        # Scaled copies of the priced problems (positive scales): no new pricing.
         ins = {h: frozen_inputs(inp, dispatch_s=inp.dispatch_s * s["host"],
                                 put_s=inp.put_s * s["host"],
                                 op_time_s=(inp.op_time_s - arg_part[h]) * s["compute"]
