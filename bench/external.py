@@ -178,6 +178,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def markdown(rows: list[dict]) -> str:
+    """One line per instance: ours against the targets, for the README."""
+    out = ["| instance | ops | devices | simplace (method) | target | ratio | met |",
+           "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        unit = 1e3 if row["format"] == "msr" else 1.0
+        target, said = verdict(row)
+        ok = said.startswith("met")
+        ratios = said[said.find("(") + 1:said.rfind(")")] if "(" in said else said
+        out.append(f"| {row['instance'].removesuffix('.json').removesuffix('.txt')} | "
+                   f"{row['ops']} | {row['devices']} | {row['best']['time_s'] * unit:.2f} "
+                   f"({row['best']['method']}) | {target} | {ratios} | "
+                   f"{'yes' if ok else '**no**'} |")
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--formats", default="doppler,msr")
@@ -188,6 +204,8 @@ def main():
     ap.add_argument("--tag", default="vm")
     ap.add_argument("--table-of", nargs="+", metavar="ROWS.json",
                     help="run nothing: print the table of rows saved by earlier runs")
+    ap.add_argument("--markdown", action="store_true",
+                    help="with --table-of: one markdown line per instance")
     args = ap.parse_args()
     if args.table_of:
         only = [s for s in args.only.split(",") if s]
@@ -197,7 +215,7 @@ def main():
         for r in rows:  # the baselines as the data folders hold them now
             r["baselines"] = baselines(r["format"], DATA / r["instance"])
             rescore(r)
-        print(table(rows))
+        print(markdown(rows) if args.markdown else table(rows))
         met = sum(verdict(r)[1].startswith("met") for r in rows)
         print(f"targets met on {met} of {len(rows)} instances")
         return
