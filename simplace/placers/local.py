@@ -27,6 +27,8 @@ is one move, or (40%) a few moves in a row (2, or a kick of 3-6):
   * swap: two groups of one grouping that sit on different devices exchange devices;
   * subtree: every op whose module path starts with a prefix (forward ops, backward ops,
     or both) to one device.
+Under a ruler with colocation classes (``simplace.sim.objective``) an op or cut move
+takes the op's whole class along, and the classes are one more grouping.
 Screening (option ``screen``, default "auto": on when most starts needed the
 simulator's exact memory check, i.e. its cheap memory bound says little on this graph and
 machine, as for big training graphs on GPUs): the batch is scored by a batched simulator
