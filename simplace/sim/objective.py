@@ -8,8 +8,8 @@ Two objectives, for every simulator, bound, method and the RL reward:
   launches included), an exclusive group's (its devices share compute), a link's
   busy time (``bytes / bandwidth`` per copy, as the simulators send them: a link's
   latency overlaps the next copy), or the host thread's. It is never above the step
-  time. This is how PipeDream and the msr instances score a
-  split: a resource cannot be busy more than the time between steps.
+  time. This is how PipeDream and the msr instances score a split: a resource cannot
+  be busy more than the time between steps.
 
 A ``Ruler`` replaces simplace's simulation altogether: it scores placements the way
 another placement system scores them (``simplace.external``), so that a placement is
@@ -81,7 +81,9 @@ class Ruler(abc.ABC):
         p = np.asarray(placements, dtype=np.int32)
         if self.colocation is None:
             return p
-        leader = _leaders(self.colocation)
+        leader = self.__dict__.get("_leader")
+        if leader is None:  # computed once per ruler: searches project every batch
+            leader = self.__dict__["_leader"] = _leaders(self.colocation)
         return p[..., leader]
 
     def __call__(self, placements):
