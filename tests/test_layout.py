@@ -21,7 +21,7 @@ FUNCTIONS_OVER = {"calibrate/build.py:build_cost_model": 340, "sim/batched.py:_i
                   "sim/native.py:_simulate_one": 280, "placers/local.py:place": 254,
                   "rl/reinforce.py:train": 248, "sim/batched.py:_precompute": 172,
                   "validate/drift.py:fit_drift": 168, "calibrate/steps.py:fit_steps": 151,
-                  "external/doppler.py:_replay": 149, "calibrate/fit.py:fit_segments": 141,
+                  "calibrate/fit.py:fit_segments": 141,
                   "sim/batched.py:step": 140, "parallel/layers.py:build_layer_graph": 139,
                   "sim/critical.py:schedule_critical_path": 133}
 
@@ -116,11 +116,14 @@ def test_modules_and_functions_stay_within_their_limits():
 
 @pytest.mark.parametrize("listed", sorted(MODULES_OVER) + sorted(FUNCTIONS_OVER))
 def test_the_list_of_oversized_code_is_current(listed):
-    # An entry that no longer names a module or function is stale: drop it.
+    # An entry that no longer names a module or function over its limit is stale (it
+    # was split or removed): drop it, so that the list only shrinks.
     rel, _, fn = listed.partition(":")
     path = ROOT / rel
     assert path.exists(), listed
-    if fn:
-        names = {n.name for n in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(n, ast.FunctionDef)}
-        assert fn in names, listed
+    if not fn:
+        assert path.read_text().count("\n") > MODULE_MAX_LINES, listed
+        return
+    sizes = [n.end_lineno - n.lineno + 1 for n in ast.walk(ast.parse(path.read_text()))
+             if isinstance(n, ast.FunctionDef) and n.name == fn]
+    assert sizes and max(sizes) > FUNCTION_MAX_LINES, listed

@@ -34,15 +34,11 @@ from pathlib import Path
 
 import numpy as np
 
+from simplace._numba import njit
 from simplace.external import ExternalFormatError, Instance
 from simplace.external._machine import TRANSFER_BANDWIDTH_BYTES_PER_S, imported_machine
 from simplace.sim.objective import Ruler
 from simplace.sim.results import BatchResult
-
-try:
-    import numba
-except ImportError:  # numba is a default dependency; the numpy path is the fallback
-    numba = None
 
 # Doppler's Simulator.get_cost returns env.now / 1e10: file units per second.
 FILE_UNITS_PER_S = 1e10
@@ -53,19 +49,6 @@ _DEFAULT_GPUS = 4
 _INT = re.compile(r"\s*(\d+)\s*$")
 
 
-def _njit(**kw):
-    """``numba.njit(cache=True, nogil=True)``, without the disk cache where numba finds no
-    writable place for it; the plain function where numba is missing."""
-
-    def wrap(fn):
-        if numba is None:
-            return fn
-        try:
-            return numba.njit(cache=True, nogil=True, **kw)(fn)
-        except RuntimeError:  # "cannot cache function ...: no locator available"
-            return numba.njit(cache=False, nogil=True, **kw)(fn)
-
-    return wrap
 
 
 # ---------------------------------------------------------------------------- parsing
@@ -270,7 +253,7 @@ def load(path, *, devices: int | None = None) -> Instance:
 _ALLOF, _GRANT, _DONE, _RELEASE, _FINISH, _ARRIVE, _EDGE_END = range(7)
 
 
-@_njit()
+@njit(nogil=True)
 def _replay(p, comp, comm, out_ptr, out_dst, indeg, sources, remaining, busy, queue, q_head,
             q_tail, ev_kind, ev_id, h_time, h_seq, h_kind, h_id):
     """The makespan (file units) of one placement (int32[n], file ids) as Doppler's SimPy
@@ -309,22 +292,8 @@ def _replay(p, comp, comm, out_ptr, out_dst, indeg, sources, remaining, busy, qu
                     tail += 1
             elif kind == _GRANT:
                 if comp[x] > 0:
-                    i = h_n
+                    _push(h_time, h_seq, h_kind, h_id, h_n, now + comp[x], seq, _DONE, x)
                     h_n += 1
-                    t = now + comp[x]
-                    while i > 0:
-                        par = (i - 1) >> 1
-                        if h_time[par] < t or (h_time[par] == t and h_seq[par] < seq):
-                            break
-                        h_time[i] = h_time[par]
-                        h_seq[i] = h_seq[par]
-                        h_kind[i] = h_kind[par]
-                        h_id[i] = h_id[par]
-                        i = par
-                    h_time[i] = t
-                    h_seq[i] = seq
-                    h_kind[i] = _DONE
-                    h_id[i] = x
                     seq += 1
                 else:
                     ev_kind[tail] = _DONE
@@ -351,22 +320,8 @@ def _replay(p, comp, comm, out_ptr, out_dst, indeg, sources, remaining, busy, qu
                 for k in range(out_ptr[x], out_ptr[x + 1]):
                     delay = comm[x] if p[out_dst[k]] != p[x] else 0
                     if delay > 0:
-                        i = h_n
+                        _push(h_time, h_seq, h_kind, h_id, h_n, now + delay, seq, _ARRIVE, k)
                         h_n += 1
-                        t = now + delay
-                        while i > 0:
-                            par = (i - 1) >> 1
-                            if h_time[par] < t or (h_time[par] == t and h_seq[par] < seq):
-                                break
-                            h_time[i] = h_time[par]
-                            h_seq[i] = h_seq[par]
-                            h_kind[i] = h_kind[par]
-                            h_id[i] = h_id[par]
-                            i = par
-                        h_time[i] = t
-                        h_seq[i] = seq
-                        h_kind[i] = _ARRIVE
-                        h_id[i] = k
                         seq += 1
                     else:
                         ev_kind[tail] = _ARRIVE
@@ -395,34 +350,58 @@ def _replay(p, comp, comm, out_ptr, out_dst, indeg, sources, remaining, busy, qu
             ev_id[tail] = h_id[0]
             tail += 1
             h_n -= 1
-            if h_n > 0:
-                lt = h_time[h_n]
-                ls = h_seq[h_n]
-                lk = h_kind[h_n]
-                li = h_id[h_n]
-                i = 0
-                while True:
-                    c = 2 * i + 1
-                    if c >= h_n:
-                        break
-                    if c + 1 < h_n and (h_time[c + 1] < h_time[c] or (
-                            h_time[c + 1] == h_time[c] and h_seq[c + 1] < h_seq[c])):
-                        c += 1
-                    if lt < h_time[c] or (lt == h_time[c] and ls < h_seq[c]):
-                        break
-                    h_time[i] = h_time[c]
-                    h_seq[i] = h_seq[c]
-                    h_kind[i] = h_kind[c]
-                    h_id[i] = h_id[c]
-                    i = c
-                h_time[i] = lt
-                h_seq[i] = ls
-                h_kind[i] = lk
-                h_id[i] = li
+            _pop(h_time, h_seq, h_kind, h_id, h_n)
     return now
 
 
-@_njit()
+@njit(nogil=True)
+def _push(h_time, h_seq, h_kind, h_id, n, t, seq, kind, ident):
+    """Add the timeout (t, seq) of event ``kind`` for ``ident`` to the heap of ``n``."""
+    i = n
+    while i > 0:
+        par = (i - 1) >> 1
+        if h_time[par] < t or (h_time[par] == t and h_seq[par] < seq):
+            break
+        h_time[i] = h_time[par]
+        h_seq[i] = h_seq[par]
+        h_kind[i] = h_kind[par]
+        h_id[i] = h_id[par]
+        i = par
+    h_time[i] = t
+    h_seq[i] = seq
+    h_kind[i] = kind
+    h_id[i] = ident
+
+
+@njit(nogil=True)
+def _pop(h_time, h_seq, h_kind, h_id, n):
+    """Remove the heap's least entry: its last entry (index ``n``, the heap now holding
+    ``n``) sifts down from the root."""
+    if n == 0:
+        return
+    lt, ls, lk, li = h_time[n], h_seq[n], h_kind[n], h_id[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (h_time[c + 1] < h_time[c] or (
+                h_time[c + 1] == h_time[c] and h_seq[c + 1] < h_seq[c])):
+            c += 1
+        if lt < h_time[c] or (lt == h_time[c] and ls < h_seq[c]):
+            break
+        h_time[i] = h_time[c]
+        h_seq[i] = h_seq[c]
+        h_kind[i] = h_kind[c]
+        h_id[i] = h_id[c]
+        i = c
+    h_time[i] = lt
+    h_seq[i] = ls
+    h_kind[i] = lk
+    h_id[i] = li
+
+
+@njit(nogil=True)
 def _replay_batch(placements, comp, comm, out_ptr, out_dst, indeg, sources, num_devices,
                   out):
     """out[b] = ``_replay`` of placements[b] (int32[B, n], file ids)."""

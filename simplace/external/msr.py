@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simplace._numba import njit
 from simplace.external import ExternalFormatError, Instance
 from simplace.external._machine import NO_CAP_BYTES, TRANSFER_BANDWIDTH_BYTES_PER_S
 from simplace.sim.objective import Ruler
@@ -311,7 +312,7 @@ class _MsrRuler(Ruler):
         moved = np.zeros(b)
         bad = np.zeros(b, dtype=np.bool_)
         if b and self.num_ops:
-            _kernel("_loads_batch")(p, dev, self.cpu_ms, self.fpga_ms, self.size,
+            _loads_batch(p, dev, self.cpu_ms, self.fpga_ms, self.size,
                                     self.unsupported, self._succ_ptr, self._succ,
                                     self.out_cost_ms, busy, held, comm, copies, moved, bad)
         oom = bad | np.any(held[:, 1:] > self.cap_bytes, axis=1)
@@ -390,7 +391,7 @@ class MsrLatency(_MsrRuler):
         p, busy, held, oom, _, copies, moved = self._loads(placements)
         step = np.zeros(p.shape[0])
         if p.shape[0] and self.num_ops:
-            _kernel("_latency_batch")(p, self.num_devices, self._pred_ptr, self._pred,
+            _latency_batch(p, self.num_devices, self._pred_ptr, self._pred,
                                       self._succ_ptr, self._succ, self.cpu_ms, self.fpga_ms,
                                       self.out_cost_ms, step)
         stuck = np.isinf(step)
@@ -429,19 +430,9 @@ def _csr(key, val, m):
     return ptr, np.ascontiguousarray(val[order], dtype=np.int64)
 
 
-_KERNELS: dict = {}
 
 
-def _kernel(name: str):
-    """The compiled loop ``name`` of this module (numba, cached on disk), built on first
-    use so that importing the module compiles nothing."""
-    if name not in _KERNELS:
-        from simplace.sim.native import _njit
-
-        _KERNELS[name] = _njit()(globals()[name])
-    return _KERNELS[name]
-
-
+@njit()
 def _loads_batch(p, dev, cpu, fpga, size, unsupported, succ_ptr, succ, cost, busy, held,
                  comm, copies, moved, bad):
     """Per placement p[r]: each device's compute (busy) and bytes (held), the
@@ -474,6 +465,7 @@ def _loads_batch(p, dev, cpu, fpga, size, unsupported, succ_ptr, succ, cost, bus
                 comm[r, du] += cost[u]
 
 
+@njit()
 def _latency_batch(p, dev, pred_ptr, pred, succ_ptr, succ, cpu, fpga, cost, out):
     """out[r] = ``greedy.cpp``'s latency of placement p[r] (file units); inf where the
     pieces form a cycle (their program fails there)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from simplace._argtypes import check_int
+from simplace._numba import njit
 from simplace.placers import PlacerContext, PlacerOutput, register
 
 DEFAULT_ROUNDS = 3
@@ -211,6 +212,7 @@ def _as_late_as_possible(graph) -> np.ndarray:
     return np.lexsort((np.arange(m), key))
 
 
+@njit()
 def _range_loads(m, out_ptr, out_dst, in_ptr, in_src, c, cum_w):
     """float64[M + 1, M + 1]: ``load[a, b]`` of the ops at positions a..b-1 as one stage
     (``_range_dp``), inf where b <= a. For each start, the stage grows one op at a time,
@@ -252,14 +254,3 @@ def _range_loads(m, out_ptr, out_dst, in_ptr, in_src, c, cum_w):
                         cin += c[w]
             load[a, b] = cum_w[b] - cum_w[a] + max(cin, 0.0) + max(cout, 0.0)
     return load
-
-
-try:  # compiled where numba is (a default dependency); the same loop in Python else
-    import numba
-except ImportError:
-    pass
-else:
-    try:
-        _range_loads = numba.njit(cache=True)(_range_loads)
-    except RuntimeError:  # no writable place for numba's cache: compile once per process
-        _range_loads = numba.njit(_range_loads)

@@ -54,6 +54,7 @@ import threading
 import numba
 import numpy as np
 
+from simplace._numba import njit as _njit
 from simplace.sim.inputs import (
     SimInputs,
     check_placements,
@@ -72,19 +73,6 @@ _MIN_BLOCK = 8
 
 
 # Compiling the kernel took 5-10 s on 2 cores; loading it from numba's cache about 0.5 s.
-def _njit(**kw):
-    """``numba.njit(cache=True, ...)``, or without the on-disk cache where numba finds no
-    writable place for it (a read-only install): then each process compiles once.
-    ``error_model="numpy"``: no zero-divisor checks (every divisor here is > 0, so
-    results do not change; the checks cost a few percent of the loop)."""
-
-    def wrap(fn):
-        try:
-            return numba.njit(cache=True, error_model="numpy", **kw)(fn)
-        except RuntimeError:  # "cannot cache function ...: no locator available"
-            return numba.njit(cache=False, error_model="numpy", **kw)(fn)
-
-    return wrap
 
 
 # ---------------------------------------------------------------------------- kernel
