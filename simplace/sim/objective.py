@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from simplace._numba import njit
 from simplace.errors import OptionError
 
 OBJECTIVES = ("latency", "throughput")
@@ -113,33 +114,62 @@ def link_loads_s(src: np.ndarray, dst: np.ndarray, edge_output: np.ndarray,
     As the simulators send them: op j's distinct outputs consumed on device d != p[j]
     go in one copy per (j, d), which keeps the link busy ``bytes / bandwidth`` (its
     latency overlaps the next copy's; a copy of nothing costs the link nothing)."""
+    m = int(max(np.max(src, initial=-1), np.max(dst, initial=-1))) + 1
     p = np.atleast_2d(np.asarray(placements, dtype=np.int64))
-    b, m = p.shape
-    d = bandwidth_bytes_per_s.shape[0]
-    if src.size == 0 or b == 0:
-        return np.zeros((b, d, d))
-    # A tensor is (producer, output); sent[b, t, dest]: tensor t goes to device dest.
-    tensors, t_of_edge = np.unique(np.stack([src, edge_output]), axis=1, return_inverse=True)
+    return _link_loads(p, _tensors(src, dst, edge_output, edge_bytes, max(m, p.shape[1])),
+                       np.asarray(bandwidth_bytes_per_s, dtype=np.float64))
+
+
+def _tensors(src, dst, edge_output, edge_bytes, m: int):
+    """(t_ptr, c_ptr, consumers, t_bytes): the tensors of op j are ``t_ptr[j]..
+    t_ptr[j + 1]``, the ops consuming tensor t ``consumers[c_ptr[t]:c_ptr[t + 1]]``, and
+    its bytes ``t_bytes[t]`` (the largest of its edges'). A tensor is (producer, output)."""
+    src = np.asarray(src, dtype=np.int64)
+    if src.size == 0:
+        return (np.zeros(m + 1, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64),
+                np.zeros(0))
+    tensors, t_of_edge = np.unique(np.stack([src, np.asarray(edge_output, np.int64)]),
+                                   axis=1, return_inverse=True)
     t_of_edge = t_of_edge.reshape(-1)
     n_t = tensors.shape[1]
     t_bytes = np.zeros(n_t)
-    np.maximum.at(t_bytes, t_of_edge, edge_bytes)
-    t_src = tensors[0]
-    to = p[:, dst]
-    rows, cols = np.nonzero(to != p[:, src])
-    sent = np.zeros((b, n_t, d), dtype=bool)
-    sent[rows, t_of_edge[cols], to[rows, cols]] = True
-    # One copy per (producer, destination) carries all of its tensors sent there.
-    bi, ti, di = np.nonzero(sent)
-    key = (bi * m + t_src[ti]) * d + di
-    copy_bytes = np.bincount(key, weights=t_bytes[ti], minlength=b * m * d)
-    copies = np.flatnonzero(np.bincount(key, minlength=b * m * d))
-    cb, rest = np.divmod(copies, m * d)
-    j, dd = np.divmod(rest, d)
-    o = p[cb, j]
-    secs = copy_bytes[copies] / bandwidth_bytes_per_s[o, dd]
-    out = np.bincount((cb * d + o) * d + dd, weights=secs, minlength=b * d * d)
-    return out.reshape(b, d, d)
+    np.maximum.at(t_bytes, t_of_edge, np.asarray(edge_bytes, dtype=np.float64))
+    order = np.argsort(t_of_edge, kind="stable")
+    c_ptr = np.searchsorted(t_of_edge[order], np.arange(n_t + 1))
+    t_ptr = np.searchsorted(tensors[0], np.arange(m + 1))  # tensors sorted by producer
+    return t_ptr, c_ptr, np.asarray(dst, dtype=np.int64)[order], t_bytes
+
+
+def _link_loads(p: np.ndarray, tensors, bw: np.ndarray) -> np.ndarray:
+    b, d = p.shape[0], bw.shape[0]
+    out = np.zeros((b, d, d))
+    if b:
+        _link_loads_kernel(p, *tensors, bw, out)
+    return out
+
+
+@njit(nogil=True)
+def _link_loads_kernel(p, t_ptr, c_ptr, consumers, t_bytes, bw, out):
+    """out[r] += each copy's bytes / bandwidth on its link, for placement p[r]: per
+    producer, each destination device once per tensor, one copy per destination."""
+    d = bw.shape[0]
+    mark = np.zeros(d, dtype=np.int64)
+    to = np.zeros(d)
+    stamp = 0
+    for r in range(p.shape[0]):
+        for j in range(t_ptr.shape[0] - 1):
+            pj = p[r, j]
+            to[:] = 0.0
+            for t in range(t_ptr[j], t_ptr[j + 1]):
+                stamp += 1
+                for e in range(c_ptr[t], c_ptr[t + 1]):
+                    dv = p[r, consumers[e]]
+                    if dv != pj and mark[dv] != stamp:
+                        mark[dv] = stamp
+                        to[dv] += t_bytes[t]
+            for dv in range(d):
+                if to[dv] > 0.0:
+                    out[r, pj, dv] += to[dv] / bw[pj, dv]
 
 
 def throughput_s(busy_s: np.ndarray, exclusive_group: np.ndarray, host_s,
@@ -172,7 +202,7 @@ class ObjectiveSimulator:
         self.num_ops, self.num_devices = inputs.num_ops, inputs.num_devices
         self.memory = getattr(inner, "memory", True)
         self.max_batch = getattr(inner, "max_batch", 256)
-        self._edges = _edge_arrays(graph)
+        self._tensors = _graph_tensors(graph)
 
     def __call__(self, placements):
         from simplace.placement import check_placements
@@ -182,16 +212,16 @@ class ObjectiveSimulator:
             return self.objective(p)
         res = self.inner(p)
         inp = self.inputs
-        links = link_loads_s(*self._edges, inp.bandwidth_bytes_per_s, p)
+        links = _link_loads(p.astype(np.int64), self._tensors, inp.bandwidth_bytes_per_s)
         return res._replace(step_time_s=throughput_s(res.busy_s, inp.exclusive_group,
                                                      res.host_s, links))
 
 
-def _edge_arrays(graph):
+def _graph_tensors(graph):
+    """``_tensors`` of a graph's edges (an edge without an output index reads output 0)."""
     src = np.asarray(graph.src, dtype=np.int64)
     out = graph.edge_output if graph.edge_output is not None else np.zeros_like(src)
-    return (src, np.asarray(graph.dst, dtype=np.int64), np.asarray(out, dtype=np.int64),
-            np.asarray(graph.edge_bytes, dtype=np.float64))
+    return _tensors(src, graph.dst, out, graph.edge_bytes, graph.num_ops)
 
 
 def objective_result(graph, inputs, placement, result):
@@ -212,6 +242,7 @@ def objective_result(graph, inputs, placement, result):
             bytes_moved=float(r.bytes_moved[0]), oom=bool(r.oom[0]),
             oom_devices=oom_devices or ((0,) if r.oom[0] else ()), num_segments=0,
             num_transfers=0, host_s=0.0, schedule=None)
-    links = link_loads_s(*_edge_arrays(graph), inputs.bandwidth_bytes_per_s, p)
+    links = _link_loads(p.astype(np.int64), _graph_tensors(graph),
+                        np.asarray(inputs.bandwidth_bytes_per_s, dtype=np.float64))
     t = throughput_s(result.busy_s[None], inputs.exclusive_group, [result.host_s], links)
     return dataclasses.replace(result, step_time_s=float(t[0]))
