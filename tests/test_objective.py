@@ -138,3 +138,13 @@ def test_pipeline_finds_the_contiguous_split_a_pipeline_needs():
     assert res.step_time_s == pytest.approx(4.0)
     assert sorted(np.bincount(res.placement, minlength=3)) == [4, 4, 4]
     assert (np.diff(res.placement) != 0).sum() == 2  # contiguous stages
+
+
+def test_pipeline_keeps_a_time_budget(mlp_graph):
+    # With its budget spent at once, pipeline returns the first split it scored (one
+    # stage on the fastest device) and says why it stopped.
+    cm = CostModel.load("haswell_k40x4")
+    res = optimize(mlp_graph, cm, "pipeline", budget_s=1e-9)
+    assert res.info["stop"] == "time budget"
+    assert len(set(res.placement.tolist())) == 1
+    assert optimize(mlp_graph, cm, "pipeline").info["stop"] == "done"

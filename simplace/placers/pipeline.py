@@ -10,27 +10,34 @@ scored in one call of the batched simulator (or the cost model's ruler, so trans
 and memory count as the objective counts them), for ``rounds`` rounds or until a round
 changes nothing. Beside it, the exact split of a stage-load model (each stage's work
 plus the copies into and out of it, as PipeDream and Tarnawski et al. count them) by a
-dynamic programme over ranges of the order, scored by the objective too. Two orders are
-tried: the graph's, and the graph's with every op
-moved as late as it can go (just before its first consumer: parameters and constants
-join the stage that uses them, not the first one); under a ruler with colocation
-classes, each class's ops are moved together to its first op's place, and stages cut
-only between classes. The best split of any order and
-``s`` is returned. It is a start for the searches
-as much as a method: pipelined steps balance best with splits of this shape, and moves
-of single ops find them slowly.
+dynamic programme over ranges of the order (graphs of at most ``RANGE_DP_MAX_OPS`` ops),
+scored by the objective too. Two orders are tried: the graph's, and the graph's with
+every op moved as late as it can go (just before its first consumer: parameters and
+constants join the stage that uses them, not the first one); under a ruler with
+colocation classes, each class's ops are moved together to its first op's place, and
+stages cut only between classes. The best split of any order and ``s`` is returned;
+with a time budget, the search stops at the next split once it is spent. It is a start
+for the searches as much as a method: pipelined steps balance best with splits of this
+shape, and moves of single ops find them slowly.
 """
 
 from __future__ import annotations
+
+import math
+import time
 
 import numpy as np
 
 from simplace._argtypes import check_int
 from simplace._numba import njit
 from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.search import stop_requested
 
 DEFAULT_ROUNDS = 3
 DEFAULT_POSITIONS = 128
+# The range DP's tables are (M + 1)^2 floats: 50 MB at this many ops, and the loop that
+# fills them grows as M^2. Larger graphs get the boundary moves only.
+RANGE_DP_MAX_OPS = 2500
 
 
 @register("pipeline", options={
@@ -45,25 +52,33 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         return PlacerOutput(np.zeros(0, dtype=np.int32), info={"stages": 0})
     t_all = np.asarray(ctx.op_times, dtype=np.float64)
     order = np.argsort(t_all.sum(axis=0), kind="stable")  # fastest devices first
-    best, best_s, best_stages, scored = None, np.inf, 0, 0
-    copy_s = _copy_s(ctx)
+    # A time budget (compare's share for the fast methods) stops the search at the next
+    # split once spent; the best split so far is returned (one stage at least).
+    deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
+    best, best_s, best_stages, scored, stop = None, np.inf, 0, 0, "done"
+    copy_s = _copy_s(ctx) if m <= RANGE_DP_MAX_OPS else None
     classes = _classes(ctx)
     for base in (np.arange(m), _as_late_as_possible(ctx.graph)):
         ops, cut_ok = _blocked(base, classes)
         t = t_all[ops]
+        copies = None if copy_s is None else _range_copies(ctx.graph, ops, copy_s, cut_ok)
         for s in range(1, min(d, m) + 1):
-            p, score, n = _stages(ctx, t, order[:s], ops, rounds, positions)
-            scored += n
-            if score < best_s:
-                best, best_s, best_stages = p, score, s
-            if s > 1:  # the exact split of the stage-load model, scored for real
-                p = _split(order[:s], _range_dp(ctx.graph, ops, t[:, order[:s]].min(axis=1),
-                                                copy_s, s, cut_ok), ops)
-                score = float(ctx.score(p[None])[0])
-                scored += 1
+            if best is not None and (time.perf_counter() > deadline or stop_requested()):
+                stop = "time budget" if not stop_requested() else "interrupted"
+                break
+            candidates = [_stages(ctx, t, order[:s], ops, rounds, positions, deadline)]
+            if s > 1 and copies is not None:  # the stage-load model's best split
+                cuts = _best_cuts(copies, t[:, order[:s]].min(axis=1), s)
+                p = _split(order[:s], cuts, ops)
+                candidates.append((p, float(ctx.score(p[None])[0]), 1))
+            for p, score, n in candidates:
+                scored += n
                 if score < best_s:
                     best, best_s, best_stages = p, score, s
-    return PlacerOutput(best, info={"stages": best_stages, "candidates_scored": scored})
+        if stop != "done":
+            break
+    return PlacerOutput(best, info={"stages": best_stages, "candidates_scored": scored,
+                                    "stop": stop})
 
 
 def _classes(ctx) -> np.ndarray | None:
@@ -113,15 +128,13 @@ def _copy_s(ctx) -> np.ndarray:
     return np.where(has, lat + out / bw, 0.0)
 
 
-def _range_dp(graph, ops: np.ndarray, work: np.ndarray, copy_s: np.ndarray, s: int,
-              cut_ok: np.ndarray | None = None):
-    """Cut positions of the best split of the order ``ops`` into at most ``s`` contiguous
-    stages under the stage-load model of PipeDream and Tarnawski et al.: a stage's load
-    is its ops' ``work`` plus ``copy_s`` of every op outside it that feeds it (once per
-    op) and of every op in it that feeds one outside (the order need not be topological:
-    a training step's classes hold forward and backward ops); the split minimises the
-    largest load (a dynamic programme over ranges of the order). ``cut_ok`` (bool[M + 1]): the
-    positions where a stage may begin or end (between colocation blocks)."""
+def _range_copies(graph, ops: np.ndarray, copy_s: np.ndarray, cut_ok: np.ndarray):
+    """float64[M + 1, M + 1]: what the ops at positions a..b-1 of the order ``ops`` pay
+    for copies as one stage under the stage-load model of PipeDream and Tarnawski et
+    al.: ``copy_s`` of every op outside it that feeds it (once per op) and of every op
+    in it that feeds one outside (the order need not be topological: a training step's
+    classes hold forward and backward ops); inf where b <= a or where ``cut_ok``
+    (bool[M + 1]) forbids a stage to begin or end (inside a colocation block)."""
     m = len(ops)
     pos = np.empty(m, dtype=np.int64)
     pos[ops] = np.arange(m)
@@ -129,13 +142,20 @@ def _range_dp(graph, ops: np.ndarray, work: np.ndarray, copy_s: np.ndarray, s: i
     by_src, by_dst = np.argsort(src, kind="stable"), np.argsort(dst, kind="stable")
     out_ptr = np.searchsorted(src[by_src], np.arange(m + 1))
     in_ptr = np.searchsorted(dst[by_dst], np.arange(m + 1))
+    copies = _range_loads(m, out_ptr, dst[by_src], in_ptr, src[by_dst],
+                          np.ascontiguousarray(copy_s[ops], dtype=np.float64))
+    copies[~cut_ok, :] = np.inf
+    copies[:, ~cut_ok] = np.inf
+    return copies
+
+
+def _best_cuts(copies: np.ndarray, work: np.ndarray, s: int) -> np.ndarray:
+    """Cut positions of the split into at most ``s`` contiguous stages that minimises the
+    largest stage load, the stage's ``work`` plus its ``copies`` (a dynamic programme
+    over ranges of the order)."""
+    m = len(work)
     cum_w = np.concatenate([[0.0], np.cumsum(work)])
-    load = _range_loads(m, out_ptr, dst[by_src], in_ptr, src[by_dst],
-                        np.ascontiguousarray(copy_s[ops], dtype=np.float64), cum_w)
-    if cut_ok is not None:  # stages begin and end only where allowed
-        load[~cut_ok[:m + 1], :] = np.inf
-        load[:, ~cut_ok[:m + 1]] = np.inf
-        load[:, m] = np.where(cut_ok[:m + 1], load[:, m], np.inf)
+    load = copies + (cum_w[None, :] - cum_w[:, None])  # inf stays inf
     best = np.full((s + 1, m + 1), np.inf)
     arg = np.zeros((s + 1, m + 1), dtype=np.int64)
     best[0, 0] = 0.0
@@ -154,10 +174,10 @@ def _range_dp(graph, ops: np.ndarray, work: np.ndarray, copy_s: np.ndarray, s: i
     return np.asarray(cuts + [m] * (s - 1 - len(cuts)), dtype=np.int64)
 
 
-def _stages(ctx, t, devs, ops, rounds: int, positions: int):
+def _stages(ctx, t, devs, ops, rounds: int, positions: int, deadline: float):
     """(placement, score, placements scored): ``len(devs)`` stages over the ops in the
     order ``ops`` (``t``: their op times in that order), boundaries moved as the module
-    says."""
+    says until ``deadline`` (``time.perf_counter()``)."""
     m, s = len(ops), len(devs)
     work = np.cumsum(t[:, devs].min(axis=1))
     if work[-1] <= 0:
@@ -169,6 +189,8 @@ def _stages(ctx, t, devs, ops, rounds: int, positions: int):
     for _ in range(rounds if s > 1 else 0):
         moved = False
         for i in range(s - 1):
+            if time.perf_counter() > deadline:
+                break
             lo = cuts[i - 1] + 1 if i > 0 else 1
             hi = cuts[i + 1] - 1 if i + 1 < s - 1 else m - 1
             if hi < lo:
@@ -213,9 +235,9 @@ def _as_late_as_possible(graph) -> np.ndarray:
 
 
 @njit()
-def _range_loads(m, out_ptr, out_dst, in_ptr, in_src, c, cum_w):
-    """float64[M + 1, M + 1]: ``load[a, b]`` of the ops at positions a..b-1 as one stage
-    (``_range_dp``), inf where b <= a. For each start, the stage grows one op at a time,
+def _range_loads(m, out_ptr, out_dst, in_ptr, in_src, c):
+    """float64[M + 1, M + 1]: the copies the ops at positions a..b-1 pay as one stage
+    (``_range_copies``), inf where b <= a. For each start, the stage grows one op at a time,
     counting for every op its consumers outside (an op inside with any pays its copy out)
     and its consumers inside (an op outside with any pays its copy in)."""
     load = np.full((m + 1, m + 1), np.inf)
@@ -252,5 +274,5 @@ def _range_loads(m, out_ptr, out_dst, in_ptr, in_src, c, cum_w):
                     n_in[w] += 1
                     if n_in[w] == 1:
                         cin += c[w]
-            load[a, b] = cum_w[b] - cum_w[a] + max(cin, 0.0) + max(cout, 0.0)
+            load[a, b] = max(cin, 0.0) + max(cout, 0.0)
     return load
