@@ -22,6 +22,8 @@ simulators (``simulate``, ``batched_simulator``) return the objective's time as
 from __future__ import annotations
 
 import abc
+import contextlib
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -218,10 +220,21 @@ class ObjectiveSimulator:
 
 
 def _graph_tensors(graph):
-    """``_tensors`` of a graph's edges (an edge without an output index reads output 0)."""
+    """``_tensors`` of a graph's edges (an edge without an output index reads output 0),
+    built once per graph: the reference simulator asks for them on every placement."""
+    try:
+        return _TENSORS[graph]
+    except (KeyError, TypeError):  # TypeError: a graph that takes no weak reference
+        pass
     src = np.asarray(graph.src, dtype=np.int64)
     out = graph.edge_output if graph.edge_output is not None else np.zeros_like(src)
-    return _tensors(src, graph.dst, out, graph.edge_bytes, graph.num_ops)
+    tensors = _tensors(src, graph.dst, out, graph.edge_bytes, graph.num_ops)
+    with contextlib.suppress(TypeError):
+        _TENSORS[graph] = tensors
+    return tensors
+
+
+_TENSORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def objective_result(graph, inputs, placement, result):
