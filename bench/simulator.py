@@ -3,6 +3,7 @@
     python bench/simulator.py [--models resnet50,nmt_4layer | --graph g.json |
                                --synthetic-ops N] [--cost-model cpu_h100x4_nvlink]
                               [--batches 1,64,256,1024] [--backend jax|numba|both]
+                              [--threads 1,2] [--scaling-batch 1024]
                               [--out results.json]
 
 For each graph: the reference simulator's placements/s, then per backend (the JAX scan,
@@ -14,7 +15,17 @@ machine code unless the cache was cold), steady call time, CPU time per placemen
 (all threads: steadier than wall time on a loaded machine),
 placements/s, ratio to the reference and memory use (peak resident set size during the
 row, above what the process held before it, and in all). Placements are uniformly
-random. Prints a table and writes JSON (``--out``, by default
+random (``--batches ''`` runs none of these rows).
+
+Scaling with cores (the numba backend, where installed): for one batch of
+``--scaling-batch`` placements and memory="oom" and memory=False, the native
+simulator's placements/s on each thread count of ``--threads`` (calls on the counts
+taken in turn, the best of ``--repeats`` rounds each), the speedup over the first count
+and the scaling efficiency ``speedup / (threads / first count)``, CPU time per
+placement, and whether every count gave the first count's results bit for bit and a few
+rows the reference's step times (``scaling`` in the JSON; ``--threads ''`` skips it).
+
+Prints a table and writes JSON (``--out``, by default
 ``bench/results/simulator_<date>_<host>.json``). Quote figures with the machine they
 ran on and the load average (printed and saved).
 """
@@ -192,7 +203,7 @@ def bench_graph(graph, args, rng):
           f"{'mem MB':>8} {'RSS MB':>8}", flush=True)
     modes = (True,) if args.no_memory else (True, "oom", False)
     for backend, memory in ((k, mem) for k in _backends(args) for mem in modes):
-        for b in (int(x) for x in args.batches.split(",")):
+        for b in (int(x) for x in args.batches.split(",") if x.strip()):
             p = rng.integers(0, d, (b, graph.num_ops)).astype(np.int32)
             with _PeakRss() as rss:
                 f = batched_simulator(graph, inp, memory=memory, backend=backend)
@@ -225,10 +236,72 @@ def bench_graph(graph, args, rng):
                   f"{row['memory_bytes'] / 2**20:>8.0f} "
                   f"{rss.peak / 2**20:>8.0f}", flush=True)
             del f
+    scaling = bench_scaling(graph, inp, args, rng)
     return dict(graph=graph.name, ops=graph.num_ops, edges=graph.num_edges,
                 machine=machine_name, devices=d, reference_placements_per_s=ref_rate,
                 reference_cpu_per_placement_s=ref_cpu,
-                rows=rows)
+                rows=rows, scaling=scaling)
+
+
+def _same_bits(a, b) -> bool:
+    """Two BatchResults equal field by field, NaN peaks included."""
+    return all(np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+               for x, y in zip(a, b, strict=True))
+
+
+def bench_scaling(graph, inp, args, rng) -> list[dict]:
+    """The native simulator's placements/s per thread count (see the module docstring)."""
+    counts = [int(x) for x in args.threads.split(",") if x.strip()]
+    if not counts or "numba" not in _backends(args):
+        return []
+    if inp.objective != "latency":
+        print(f"(no scaling rows: the machine's objective is {inp.objective!r}, not the "
+              f"native simulator's step time)")
+        return []
+    from simplace.sim import simulate
+    from simplace.sim.native import NativeSimulator
+
+    b, d = args.scaling_batch, inp.num_devices
+    p = rng.integers(0, d, (b, graph.num_ops)).astype(np.int32)
+    print(f"\nscaling: numba, {b} placements; load {_load()}")
+    print(f"{'memory':>7} {'threads':>7} {'call s':>9} {'placements/s':>13} {'speedup':>8} "
+          f"{'efficiency':>10} {'CPU us/pl':>10} {'same bits':>9}", flush=True)
+    # A few rows against the reference (its step time, bit for bit).
+    checked = list(range(0, b, max(1, b // 2)))[:2]
+    ref_steps = [simulate(graph, inp, p[r]).step_time_s for r in checked]
+    rows = []
+    for memory in ("oom", False):
+        sims = {t: NativeSimulator(graph, inp, memory=memory, threads=t) for t in counts}
+        first = {t: sims[t](p) for t in counts}  # compiles or loads the kernel
+        times = {t: [] for t in counts}
+        cpu = {t: [] for t in counts}
+        # Counts in turn, round after round: a burst of other work on the machine
+        # lands on every count rather than on one.
+        for _ in range(args.repeats):
+            for t in counts:
+                t0, c0 = time.perf_counter(), time.process_time()
+                sims[t](p)
+                times[t].append(time.perf_counter() - t0)
+                cpu[t].append(time.process_time() - c0)
+        base_t, base_rate = counts[0], b / min(times[counts[0]])
+        for t in counts:
+            rate = b / min(times[t])
+            speedup = rate / base_rate
+            same = _same_bits(first[t], first[base_t])
+            ref_ok = all(first[t].step_time_s[r] == s
+                         for r, s in zip(checked, ref_steps, strict=True))
+            row = dict(backend="numba", batch=b, memory=memory, threads=t,
+                       call_s=min(times[t]), placements_per_s=rate, speedup=speedup,
+                       scaling_efficiency=speedup / (t / base_t),
+                       cpu_per_placement_s=min(cpu[t]) / b,
+                       same_bits_as_first_count=same, reference_rows_equal=ref_ok,
+                       reference_rows=checked, load_average=_load())
+            rows.append(row)
+            print(f"{str(memory):>7} {t:>7} {row['call_s']:>9.4f} {rate:>13.1f} "
+                  f"{speedup:>8.2f} {row['scaling_efficiency']:>10.2f} "
+                  f"{row['cpu_per_placement_s'] * 1e6:>10.1f} "
+                  f"{str(same and ref_ok):>9}", flush=True)
+    return rows
 
 
 def main(argv=None):
@@ -248,6 +321,11 @@ def main(argv=None):
                          "both (default; numba only where installed)")
     ap.add_argument("--no-memory", action="store_true",
                     help="only the memory=True rows (skip the 'oom' and memory-off rows)")
+    ap.add_argument("--threads", default="1,2",
+                    help="thread counts of the numba scaling rows (default 1,2; '' for "
+                         "none); the first is the baseline")
+    ap.add_argument("--scaling-batch", type=int, default=1024,
+                    help="placements per call in the scaling rows (default 1024)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random placements")
     ap.add_argument("--out", help="JSON results path (default: bench/results/"
                                   "simulator_<date>_<host>.json)")

@@ -14,12 +14,12 @@ time, and exact peak memory.
 Why a loop and not a scan: each op's work is a few comparisons and additions. The JAX
 scan on XLA:CPU pays many kernel launches per op slice, which dwarf that work; a
 compiled loop over precomputed int/float arrays pays little more than the work itself.
-Blocks of placements run on a thread per core (the kernel releases the GIL; numba's
-``parallel=True`` compiled slower, and its OpenMP threads spun on a loaded machine),
-each block with its own scratch arrays. A placement numbers its copies from ids above
-every earlier placement's, so the table of copies sent (op x device -> id) is never
-cleared between placements, and the copies' own records (arrival, bytes, last reader)
-are short lists.
+Blocks of placements run on a thread per core, or on ``threads`` threads (the kernel
+releases the GIL; numba's ``parallel=True`` compiled slower, and its OpenMP threads
+spun on a loaded machine), each block with its own scratch arrays. A placement numbers
+its copies from ids above every earlier placement's, so the table of copies sent (op x
+device -> id) is never cleared between placements, and the copies' own records
+(arrival, bytes, last reader) are short lists.
 
 Precision: float64 in the reference's operation order (``launch + pool launch``, then
 ``work + (op time [+ unfused])`` op by op; ``max(host, producer's end, link free)``;
@@ -48,6 +48,7 @@ once per process.
 from __future__ import annotations
 
 import concurrent.futures
+import operator
 import os
 import threading
 
@@ -55,6 +56,7 @@ import numba
 import numpy as np
 
 from simplace._numba import njit as _njit
+from simplace.errors import SimplaceError
 from simplace.sim.inputs import (
     SimInputs,
     check_placements,
@@ -555,11 +557,16 @@ class NativeSimulator:
         flags; peaks only for placements whose memory bound exceeds a capacity).
       max_batch: placements per kernel call; a larger batch runs in chunks of this
         size, with the same results.
+      threads: the most threads a call runs blocks of placements on (the caller's
+        included), or None: numba's thread count (``NUMBA_NUM_THREADS``, by default
+        the cores this process may use), read at each call. Results do not depend on
+        it. A bad value raises ``SimplaceError``.
     """
 
     def __init__(self, graph, inputs: SimInputs, *, memory: bool | str = True,
-                 max_batch: int | None = None):
+                 max_batch: int | None = None, threads: int | None = None):
         check_simulator_options(memory, max_batch)
+        self.threads = _check_threads(threads)
         self.num_ops = m = graph.num_ops
         self.num_devices = inputs.num_devices
         self.memory = memory if memory == "oom" else bool(memory)
@@ -602,21 +609,11 @@ class NativeSimulator:
                 out.step_time_s, out.busy_s, out.peak_memory_bytes, out.bytes_moved,
                 out.num_segments, out.num_transfers, out.host_s, out.oom))
 
-            def block(rows, chunk=chunk, outs=outs):
-                _simulate_block(chunk, rows[0], rows[1], self._mode, self._g_int,
-                                self._g_float, self._m_int, self._m_float, self._sizes,
-                                *outs)
+            def block(r0, r1, chunk=chunk, outs=outs):
+                _simulate_block(chunk, r0, r1, self._mode, self._g_int, self._g_float,
+                                self._m_int, self._m_float, self._sizes, *outs)
 
-            n = c1 - c0
-            threads = min(_threads(), n // _MIN_BLOCK)
-            if threads <= 1:
-                block((0, n))
-            else:
-                # Blocks smaller than a thread's share even out uneven placements and
-                # threads that the machine's other work holds up.
-                k = min(n // _MIN_BLOCK, 4 * threads)
-                rows = [(i * n // k, (i + 1) * n // k) for i in range(k)]
-                list(_pool(threads).map(block, rows))
+            _run_blocks(block, c1 - c0, self.threads or _threads())
         if np.any(out.num_segments < 0):
             check_placements(p, self.num_ops, self.num_devices)  # raises PlacementError
             raise AssertionError("a placement was rejected but passes check_placements")
@@ -629,6 +626,54 @@ def _threads() -> int:
     """Threads to run blocks of placements on: numba's thread count (the cores this
     process may use, or NUMBA_NUM_THREADS)."""
     return max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
+def _check_threads(threads) -> int | None:
+    """``threads`` as a positive int (None stays None); else a SimplaceError."""
+    if threads is None:
+        return None
+    try:
+        n = operator.index(threads)
+    except TypeError:
+        n = None
+    if n is None or isinstance(threads, bool) or n < 1:
+        raise SimplaceError(
+            f"threads must be a positive whole number of threads, or None for numba's "
+            f"thread count ({_threads()} here), got {threads!r}")
+    return int(n)
+
+
+def _run_blocks(block, n: int, threads: int) -> None:
+    """``block(r0, r1)`` over rows 0..n-1 in blocks, on at most ``threads`` threads: the
+    caller's, and pool workers that take the next block as they finish one."""
+    threads = min(threads, n // _MIN_BLOCK)
+    if threads <= 1:
+        block(0, n)
+        return
+    # Blocks smaller than a thread's share even out uneven placements and threads that
+    # the machine's other work holds up; taken from a queue rather than dealt out, so
+    # that a thread held up takes fewer. The caller works too: it would only wait.
+    k = min(n // _MIN_BLOCK, 4 * threads)
+    rows = iter([(i * n // k, (i + 1) * n // k) for i in range(k)])
+    lock = threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                r = next(rows, None)
+            if r is None:
+                return
+            block(*r)
+
+    # (A pool shared with other callers may have more workers than ``threads``: only
+    # threads - 1 of them are handed work.)
+    helpers = [_pool(threads - 1).submit(work) for _ in range(threads - 1)]
+    try:
+        work()
+    finally:
+        for h in helpers:  # one not started yet (a busy shared pool) has nothing left
+            if not h.cancel():
+                h.result()
 
 
 _POOL: list = [None]
