@@ -38,6 +38,7 @@ import json
 import os
 import pathlib
 import platform
+import shlex
 import subprocess
 import sys
 import threading
@@ -348,7 +349,7 @@ def main(argv=None):
                jax=jax.__version__, numba=_numba_version(), platform=jax.default_backend(),
                load_average_start=load0, load_average_end=_load(),
                uptime_start=uptime0, uptime_end=_uptime(), git_commit=_git_commit(),
-               command=" ".join(sys.argv))
+               command=shlex.join(sys.argv))
     pathlib.Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=1)
