@@ -1,0 +1,531 @@
+"""What the list schedulers (``simplace.placers.list_schedulers``) share: the machine
+and graph as plain lists (``Problem``), Baechi's memory accounting, units (blocks,
+module runs), one run of a device rule over units on an ``IncrementalProgram``, the
+unit families and re-passes every method tries, and the last word of the reference
+simulator and of ``single`` (``Setup``). The module docstring of
+``simplace.placers.list_schedulers`` describes them."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from simplace.errors import SimplaceError
+from simplace.graph import split_name_path
+from simplace.placers import PlacerContext, PlacerOutput, penalised
+from simplace.sim.incremental import IncrementalProgram
+from simplace.sim.reference import segments_of
+
+MEMORY_MODELS = ("auto", "conservative", "liveness")
+# Runs the reference simulator checks for memory before it settles for the best that fits.
+_MAX_CHECKS = 4
+# Block counts tried besides op units: from a few big blocks (close to one device per
+# phase of the model) to many small ones.
+BLOCK_COUNTS = (8, 32, 128, 512, 1024, 2048)
+# Module-path depths whose runs of consecutive ops are tried as units (a layer, a cell
+# step, an attention block...: the pieces an expert would place).
+MODULE_DEPTHS = (1, 2, 3, 4)
+# Re-runs over the segments of the best placement so far (each one only while it helps).
+REPASSES = 3
+# The keyword options every list scheduler takes (``optimize`` refuses others).
+COMMON_OPTIONS = {
+    "memory": "memory model: 'auto' (default: conservative, then liveness if memory was "
+              "tight), 'conservative' (nothing freed) or 'liveness'",
+    "units": "block counts of the unit runs, 0 for op units (default [0, 8, 32, 128, 512, "
+             "1024, 2048], those below the number of ops)",
+    "module_depths": "module-path depths whose runs are tried as units (default [1, 2, 3, 4])",
+    "repasses": "re-runs over the best placement's segments (default 3)",
+    "lookahead": "also run each unit family (but op units) looking one unit ahead "
+                 "(default True)",
+    "fallback_single": "return the fastest single device that fits when it is faster "
+                       "(default True)",
+}
+
+
+# --------------------------------------------------------------------------- problem data
+class Problem:
+    """Graph structure and machine figures as plain Python lists (fast in loops)."""
+
+    def __init__(self, ctx: PlacerContext):
+        g = ctx.graph
+        inp = ctx.inputs  # the context's cached arrays (the program estimate uses them too)
+        m, d = inp.num_ops, inp.num_devices
+        self.m, self.d = m, d
+        self.t_np = inp.op_time_s
+        self.t = inp.op_time_s.tolist()
+        self.lat = inp.latency_s.tolist()
+        self.bw = inp.bandwidth_bytes_per_s.tolist()
+        self.mem = inp.memory_bytes.tolist()
+        self.group = inp.exclusive_group.tolist()
+        self.num_groups = inp.num_groups
+        self.out_bytes = g.out_bytes.tolist()
+        self.is_output = g.is_output.tolist()
+
+        # Connected op pairs: bytes summed over the tensors an edge pair carries.
+        src = g.src.astype(np.int64)
+        dst = g.dst.astype(np.int64)
+        if len(src):
+            key, inv = np.unique(src * max(m, 1) + dst, return_inverse=True)
+            pair_bytes = np.bincount(inv.reshape(-1), weights=g.edge_bytes,
+                                     minlength=len(key))
+            ps, pd = (key // max(m, 1)).astype(np.int64), (key % max(m, 1)).astype(np.int64)
+        else:
+            ps = pd = np.zeros(0, np.int64)
+            pair_bytes = np.zeros(0)
+        self.pair_src, self.pair_dst, self.pair_bytes = ps, pd, pair_bytes
+        self.preds: list[list[tuple[int, float]]] = [[] for _ in range(m)]
+        self.succs: list[list[tuple[int, float]]] = [[] for _ in range(m)]
+        for p, j, b in zip(ps.tolist(), pd.tolist(), pair_bytes.tolist(), strict=True):
+            self.preds[j].append((p, b))
+            self.succs[p].append((j, b))
+
+        params: list[list[int]] = [[] for _ in range(m)]
+        for op, k in sorted(set(zip(g.param_op.tolist(), g.param_index.tolist(),
+                                    strict=True))):
+            params[op].append(k)
+        self.params = params
+        self.param_sizes = g.param_sizes.tolist()
+
+        # Mean costs.
+        self.mean_t = inp.op_time_s.mean(axis=1) if d else np.zeros(m)
+        if d > 1:
+            off = ~np.eye(d, dtype=bool)
+            self.mean_lat = float(inp.latency_s[off].mean())
+            self.mean_bw = float(inp.bandwidth_bytes_per_s[off].mean())
+        else:
+            self.mean_lat, self.mean_bw = 0.0, math.inf
+
+    def mean_comm(self, nbytes: float) -> float:
+        """Time to move ``nbytes`` over a mean link (mean latency and bandwidth)."""
+        if self.d <= 1:
+            return 0.0
+        return self.mean_lat + nbytes / self.mean_bw
+
+    def upward_rank(self) -> list[float]:
+        """HEFT's upward rank of each op: its mean time plus the longest mean path
+        (communication and ops) from it to a sink."""
+        w = self.mean_t.tolist()
+        rank = [0.0] * self.m
+        for i in range(self.m - 1, -1, -1):
+            best = 0.0
+            for j, b in self.succs[i]:
+                v = self.mean_comm(b) + rank[j]
+                if v > best:
+                    best = v
+            rank[i] = w[i] + best
+        return rank
+
+    def comm(self, nbytes: float, a: int, d: int) -> float:
+        """Time to move ``nbytes`` from device a to device d (0 on one device)."""
+        return 0.0 if a == d else self.lat[a][d] + nbytes / self.bw[a][d]
+
+
+class _Memory:
+    """Baechi's memory accounting for placements built in graph order (module docstring).
+
+    ``used[d]``: bytes charged to device d; ``sent[j]``: device -> bytes of op j's put
+    there (received copies, charged to the receiver)."""
+
+    def __init__(self, graph, inp, prog: IncrementalProgram, *, liveness: bool):
+        m, d = inp.num_ops, inp.num_devices
+        self.prog = prog
+        self.cap = inp.memory_bytes.tolist()
+        self.used = [0.0] * d
+        self.resident: list[set[int]] = [set() for _ in range(d)]
+        self.out = graph.out_bytes.tolist()
+        self.is_output = graph.is_output.tolist()
+        params: list[list[int]] = [[] for _ in range(m)]
+        for op, k in sorted(set(zip(graph.param_op.tolist(), graph.param_index.tolist(),
+                                    strict=True))):
+            params[op].append(k)
+        self.params = params
+        self.param_sizes = graph.param_sizes.tolist()
+        self.sent: list[dict[int, float] | None] = [None] * m
+        self.liveness = liveness
+        readers = [0] * m
+        for ins in prog.ins:
+            for j, _ in ins:
+                readers[j] += 1
+        self.remaining = readers
+
+    def need(self, a: int, b: int, d: int) -> float:
+        """Bytes that ops a..b-1 (the next ops) would add to device d."""
+        p, sent, res = self.prog.p, self.sent, self.resident[d]
+        n = 0.0
+        new: set[int] = set()
+        got: set[int] = set()
+        for i in range(a, b):
+            n += self.out[i]
+            for j, nb in self.prog.ins[i]:
+                if j >= a or p[j] == d or j in got:
+                    continue
+                sj = sent[j]
+                if sj is None or d not in sj:
+                    n += nb
+                    got.add(j)
+            for k in self.params[i]:
+                if k not in res and k not in new:
+                    new.add(k)
+                    n += self.param_sizes[k]
+        return n
+
+    def fits(self, d: int, nbytes: float) -> bool:
+        return self.used[d] + nbytes <= self.cap[d]
+
+    def most_free(self) -> int:
+        return max(range(len(self.cap)), key=lambda d: (self.cap[d] - self.used[d], -d))
+
+    def commit(self, i: int, d: int) -> None:
+        """Charge op i on device d (call before ``IncrementalProgram.commit`` of the same op)."""
+        p, used = self.prog.p, self.used
+        used[d] += self.out[i]
+        for j, nb in self.prog.ins[i]:
+            if p[j] != d:
+                sj = self.sent[j]
+                if sj is None:
+                    sj = self.sent[j] = {}
+                if d not in sj:
+                    sj[d] = nb
+                    used[d] += nb
+        res = self.resident[d]
+        for k in self.params[i]:
+            if k not in res:
+                res.add(k)
+                used[d] += self.param_sizes[k]
+        if self.liveness:
+            for j, _ in self.prog.ins[i]:
+                self.remaining[j] -= 1
+                if self.remaining[j] == 0:
+                    self._free(j, p[j])
+            if self.remaining[i] == 0:
+                self._free(i, d)
+
+    def _free(self, j: int, dev: int) -> None:
+        if self.is_output[j]:
+            return
+        self.used[dev] -= self.out[j]
+        for to, nb in (self.sent[j] or {}).items():
+            self.used[to] -= nb
+        self.sent[j] = None
+
+
+# --------------------------------------------------------------------------- one run
+def blocks(work: np.ndarray, k: int) -> list[tuple[int, int]]:
+    """Ops 0..M-1 cut into at most k runs of about equal ``work`` (0: one op per run)."""
+    m = len(work)
+    if k <= 0 or k >= m:
+        return [(i, i + 1) for i in range(m)]
+    # A tiny floor so that runs of zero-work ops are still split by count.
+    c = np.cumsum(work + 1e-9 * (float(work.max()) + 1e-9))
+    cuts = np.searchsorted(c, c[-1] * np.arange(1, k) / k, side="right")
+    cuts = sorted({0, m, *(int(x) for x in cuts)})
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=False) if b > a]
+
+
+class _Run:
+    """One pass of a device rule over units in graph order: the placement it builds, the
+    simulated step time, the ops that fit nowhere."""
+
+    def __init__(self, graph, inp, prog: IncrementalProgram, *, liveness: bool):
+        prog.reset()
+        self.prog = prog
+        self.mem = _Memory(graph, inp, prog, liveness=liveness)
+        self.unplaceable: list[int] = []
+        self.constrained = False  # some unit could not go to every device for memory
+        self.next_unit: dict[int, tuple[int, int]] = {}  # lookahead: unit start -> next unit
+        self.plain: dict[int, float] = {}  # the last ``ends`` call's ends without lookahead
+
+    def _end(self, a: int, b: int, d: int) -> float:
+        prog = self.prog
+        if b == a + 1:
+            return prog.end_on(a, d)
+        prog.mark()
+        for i in range(a, b):
+            prog.commit(i, d)
+        end = prog.open_end()
+        prog.undo()
+        return end
+
+    def ends(self, a: int, b: int, devices) -> dict[int, float]:
+        """Per device: the end of the segment that ops a..b-1 (the next ops) would end in,
+        all placed there. With lookahead (a unit followed by the next one in the run), the
+        later of that end and the earliest end of the next unit on any device after it:
+        a unit that ends a little later but leaves its device free for what follows can
+        win (pipelines of cell steps across devices)."""
+        nxt = self.next_unit.get(a)
+        if nxt is None or nxt[0] != b:
+            self.plain = out = {d: self._end(a, b, d) for d in devices}
+            return out
+        prog = self.prog
+        out, self.plain = {}, {}
+        for d in devices:
+            prog.mark()
+            for i in range(a, b):
+                prog.commit(i, d)
+            end = self.plain[d] = prog.open_end()
+            after = min(self._end(nxt[0], nxt[1], e) for e in range(prog.d))
+            prog.undo()
+            out[d] = max(end, after)
+        return out
+
+    def place(self, a: int, b: int, d: int) -> None:
+        for i in range(a, b):
+            self.mem.commit(i, d)
+            self.prog.commit(i, d)
+
+    def run(self, units, choose, *, lookahead: bool = False) -> None:
+        """``choose(a, b, eligible) -> device`` for each unit that fits somewhere; units
+        that fit nowhere as a whole go op by op (an op that fits nowhere: the device with
+        the most free memory). ``lookahead``: ``ends`` looks one unit ahead."""
+        if lookahead:
+            self.next_unit = {a: nxt for (a, _), nxt in zip(units, units[1:], strict=False)}
+        mem = self.mem
+        alldev = range(self.prog.d)
+        for a, b in units:
+            eligible = [d for d in alldev if mem.fits(d, mem.need(a, b, d))]
+            if len(eligible) < len(alldev):
+                self.constrained = True
+            if eligible:
+                self.place(a, b, choose(a, b, eligible))
+                continue
+            for i in range(a, b):
+                eligible = [d for d in alldev if mem.fits(d, mem.need(i, i + 1, d))]
+                if eligible:
+                    d = choose(i, i + 1, eligible)
+                else:
+                    self.unplaceable.append(i)
+                    d = mem.most_free()
+                self.place(i, i + 1, d)
+
+
+def earliest(run: _Run, a: int, b: int, eligible) -> tuple[int, dict[int, float]]:
+    """The eligible device where the unit ends first (ties: the open segment's device,
+    then the lower index), and every eligible device's end."""
+    ends = run.ends(a, b, eligible)
+    cur, plain = run.prog.cur, run.plain
+    return min(eligible, key=lambda d: (ends[d], plain[d], d != cur, d)), ends
+
+
+# --------------------------------------------------------------------------- runs and result
+def _memory_option(ctx: PlacerContext) -> str:
+    memory = ctx.options.get("memory", "auto")
+    if memory not in MEMORY_MODELS:
+        raise SimplaceError(f"memory={memory!r} is not a memory model; use one of "
+                            f"{', '.join(MEMORY_MODELS)}.")
+    return memory
+
+
+def _unit_counts(ctx: PlacerContext, m: int) -> list[int]:
+    units = ctx.options.get("units")
+    if units is None:
+        return [0] + [k for k in BLOCK_COUNTS if k < m]
+    try:
+        counts = sorted({int(k) for k in units})
+    except (TypeError, ValueError):
+        raise SimplaceError(f"units={units!r}: give a list of block counts (0 for op "
+                            "units), e.g. units=[0, 32].") from None
+    if not counts or counts[0] < 0:
+        raise SimplaceError(f"units={units!r}: give a non-empty list of block counts >= 0 "
+                            "(0 for op units).")
+    return counts
+
+
+def _module_depths(ctx: PlacerContext) -> list[int]:
+    depths = ctx.options.get("module_depths", MODULE_DEPTHS)
+    try:
+        depths = sorted({int(k) for k in depths})
+    except (TypeError, ValueError):
+        raise SimplaceError(f"module_depths={depths!r}: give a list of depths >= 1, "
+                            "e.g. module_depths=[2, 3].") from None
+    if depths and depths[0] < 1:
+        raise SimplaceError(f"module_depths={depths!r}: depths start at 1 (the top "
+                            "module); give [] for none.")
+    return depths
+
+
+def _module_runs(graph, depth: int) -> list[tuple[int, int]]:
+    """Ops 0..M-1 cut where the module path, cut to ``depth`` parts, or the forward /
+    backward flag changes: one unit per run of consecutive ops of one module."""
+    keys = [(bw, parts[:depth]) for bw, parts in map(split_name_path,
+                                                     graph.name_path.tolist())]
+    cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def _unit_label(k: int, m: int) -> str:
+    return "ops" if k <= 0 or k >= m else f"{k} blocks"
+
+
+class Setup:
+    """What every method shares: inputs, the program simulator, memory model."""
+
+    def __init__(self, ctx: PlacerContext):
+        self.ctx = ctx
+        self.memory = _memory_option(ctx)
+        self.inp = ctx.inputs
+        self.graph = ctx.graph
+        self.m, self.d = self.inp.num_ops, self.inp.num_devices
+        self.prog = IncrementalProgram(ctx.graph, self.inp)
+        self.work = self.inp.op_time_s.min(axis=1) if self.m else np.zeros(0)
+        # A time budget (``budget_s``, e.g. when ``local`` runs this as a start) stops new
+        # runs once spent; without one the method is deterministic. A whole call took 1-10 s
+        # on graphs of a few thousand ops, 20-60 s on nmt_2layer and nmt_4layer (13k, 22k
+        # ops) on a 2-core VM at load 10
+        # (bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt).
+        self.deadline = (time.perf_counter() + float(ctx.budget_s)
+                         if ctx.budget_s is not None else None)
+        self.skipped = 0
+
+    def late(self) -> bool:
+        """True once the time budget is spent (never without one)."""
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def run(self, units, choose, *, lookahead: bool = False,
+            memory: str = "conservative") -> dict:
+        """One run of ``choose(run, a, b, eligible) -> device`` over ``units``: its
+        placement, simulated step time, unplaceable ops, and how it was made."""
+        r = _Run(self.graph, self.inp, self.prog, liveness=memory == "liveness")
+        r.run(units, lambda a, b, eligible: choose(r, a, b, eligible), lookahead=lookahead)
+        return {"placement": np.asarray(self.prog.p, dtype=np.int32),
+                "estimated_s": self.prog.step_time(), "unplaceable": r.unplaceable,
+                "lookahead": lookahead, "memory": memory, "constrained": r.constrained}
+
+    def memory_runs(self, runs_under) -> list[dict]:
+        """``runs_under(memory model)`` under the model asked for; with ``"auto"``,
+        under the conservative model, then under liveness as well if memory kept some
+        unit off a device."""
+        if self.memory != "auto":
+            return runs_under(self.memory)
+        runs = runs_under("conservative")
+        if any(r["constrained"] for r in runs):
+            if self.late():
+                self.skipped += 1
+            else:
+                runs += runs_under("liveness")
+        return runs
+
+    def unit_runs(self, choose) -> list[dict]:
+        """One run per unit family (ops, blocks, module runs; identical unit lists run
+        once), each family but op units once more with lookahead (option ``lookahead``),
+        then re-runs over the segments of the best placement so far while that helps (at
+        most ``repasses`` times); per memory model (``memory_runs``)."""
+        ctx, m = self.ctx, self.m
+        families = [(_unit_label(k, m), blocks(self.work, k))
+                    for k in _unit_counts(ctx, m)]
+        for depth in _module_depths(ctx):
+            families.append((f"module depth {depth}", _module_runs(self.graph, depth)))
+        looks = (False, True) if ctx.options.get("lookahead", True) else (False,)
+        repasses = int(ctx.options.get("repasses", REPASSES))
+
+        def runs_under(memory: str) -> list[dict]:
+            runs, seen = [], set()
+            for label, units in families:
+                key = tuple(a for a, _ in units)
+                if key in seen:
+                    continue
+                seen.add(key)
+                for look in looks if len(units) < m else (False,):
+                    if runs and self.late():
+                        self.skipped += 1
+                        continue
+                    r = self.run(units, choose, lookahead=look, memory=memory)
+                    r["unit"] = label + (" + lookahead" if look else "")
+                    runs.append(r)
+            for _ in range(repasses):
+                if self.late():
+                    break
+                best = min(runs, key=lambda r: r["estimated_s"])
+                units = segments_of(best["placement"])
+                key = tuple(a for a, _ in units)
+                if key in seen:
+                    break
+                seen.add(key)
+                r = self.run(units, choose, lookahead=best["lookahead"], memory=memory)
+                r["unit"] = f"segments of {best['unit']}"
+                runs.append(r)
+                if r["estimated_s"] >= best["estimated_s"]:
+                    break
+            return runs
+
+        return self.memory_runs(runs_under)
+
+    def finish(self, runs: list[dict], info: dict | None = None) -> PlacerOutput:
+        """The best run that fits, checked by the reference simulator, against
+        ``single``'s candidates (module docstring)."""
+        from simplace.placers.single import single_device_candidates, single_device_step_s
+
+        ctx, m = self.ctx, self.m
+        for r in runs:  # (the empty graph's placeholder run)
+            r.setdefault("memory", "liveness" if self.memory == "liveness" else "conservative")
+            r.setdefault("unit", None)
+        order = sorted(range(len(runs)), key=lambda k: (runs[k]["estimated_s"], k))
+        best, res, checked = runs[order[0]], None, []
+        if m:
+            # The memory models only estimate the program's peak: the reference simulator
+            # decides. Runs in order of simulated step time until one fits (a few at most;
+            # the conservative model's best is always among them).
+            cons = [k for k in order if runs[k]["memory"] == "conservative"][:1]
+            tries = list(dict.fromkeys(order[:_MAX_CHECKS] + cons))
+            tries.sort(key=lambda k: (runs[k]["estimated_s"], k))
+            scored = []
+            for k in tries:
+                r_ = ctx.simulate(runs[k]["placement"])
+                checked.append({"unit": runs[k]["unit"], "memory": runs[k]["memory"],
+                                "step_time_s": float(r_.step_time_s), "oom": bool(r_.oom)})
+                scored.append((float(penalised(r_.step_time_s, r_.oom)), k, r_))
+                if not r_.oom:
+                    break
+            _, k, res = min(scored, key=lambda x: (x[0], x[1]))
+            best = runs[k]
+        out = {"memory": self.memory, "memory_model": best["memory"],
+               "unit": best.get("unit"), "estimated_makespan_s": float(best["estimated_s"]),
+               "unplaceable_ops": len(best["unplaceable"]),
+               "runs": [{"unit": r.get("unit"), "memory": r["memory"],
+                         "estimated_step_s": float(r["estimated_s"])} for r in runs],
+               "checked": checked}
+        out.update(info or {})
+        out.update(best.get("info", {}))
+        if self.skipped:
+            out["runs_skipped"] = self.skipped
+            out["note_budget"] = (f"the time budget ({ctx.budget_s:g} s) was spent: "
+                                  f"{self.skipped} runs were not started")
+        if best["unplaceable"]:
+            i = best["unplaceable"][0]
+            more = len(best["unplaceable"]) - 1
+            out["note"] = (
+                f"no device can hold op {i} ({self.graph.out_bytes[i]:.0f} output bytes "
+                f"plus its parameters and inputs, under the {best['memory']} memory model)"
+                + (f" nor {more} more ops" if more else "")
+                + "; placed on the device with the most free memory")
+        placement = best["placement"]
+        if m == 0:
+            out["returned"] = "schedule"
+            return PlacerOutput(placement, info=out)
+        score = float(penalised(res.step_time_s, res.oom))
+        out["returned"] = "schedule"
+        out["schedule_step_time_s"] = float(res.step_time_s)
+        if not ctx.options.get("fallback_single", True):
+            return PlacerOutput(placement, info=out)
+        alone = single_device_step_s(ctx)
+        for d in single_device_candidates(ctx):
+            if alone[d] >= score:  # no single device left that could beat the schedule
+                break
+            one = np.full(m, d, dtype=np.int32)
+            r1 = ctx.simulate(one)
+            if r1.oom:
+                continue  # single skips it as well
+            if r1.step_time_s < score:
+                out.update(returned="single", single_device=int(d),
+                           single_step_time_s=float(r1.step_time_s),
+                           note_single=(
+                               f"the schedule ({res.step_time_s * 1e3:.3f} ms"
+                               f"{', out of memory' if res.oom else ''}) is slower than the "
+                               f"whole graph on device {d} ({r1.step_time_s * 1e3:.3f} ms): "
+                               "returned that"))
+                out.pop("note", None)
+                out["unplaceable_ops"] = 0
+                return PlacerOutput(one, info=out)
+            break  # the first device that fits is single's choice
+        return PlacerOutput(placement, info=out)

@@ -1,0 +1,227 @@
+"""The incremental simulator: the reference simulator's rules applied op by op, in graph
+order, to a placement being built, with trials that roll back.
+
+``IncrementalProgram(graph, inputs)`` holds a partial placement (ops ``0..i-1`` placed)
+and its schedule so far: closed segments' ends, copies' arrivals, group, link and host
+times, and the open segment. ``end_on(i, d)`` is the end of the segment op ``i`` would
+end in on device ``d``, without changing anything; ``commit(i, d)`` places it;
+``mark()``/``undo()`` bracket trials (they nest); ``step_time()`` is the step time once
+every op is placed. The list schedulers (``simplace.placers.list_schedulers``) build
+their placements with it: placing a unit is exact under the program's semantics, where
+simulating each candidate from scratch would cost O(M) per try.
+
+The rules are ``simplace.sim.reference``'s: segment start = the latest of its device
+group's free time, its inputs' arrivals and its dispatch; launch, pool launch, fused and
+unfused op costs; host time of each put and dispatch, and the host's wait for a copy
+between PjRt clients (``put_waits``); FIFO links whose latencies overlap; one put per
+producer and device. One thing a placement being built cannot know: which outputs of a
+producer later readers on a device will read. A put carries the outputs its first
+reader reads (the reference's put carries every output any reader there reads), so
+step times agree where each producer has one output, or each reader reads all its
+producer's outputs.
+"""
+
+from __future__ import annotations
+
+from simplace.sim.inputs import put_waits_of
+
+
+class IncrementalProgram:
+    """The program's schedule, built op by op in graph order (``reference._simulate``'s
+    rules, incrementally), with a journal to try a unit on a device and roll it back.
+
+    State: ``p`` (device per placed op, -1 not yet), ``seg``/``seg_end`` (closed
+    segments' ends), ``arr[j]`` (device -> arrival of op j's put), group and link free
+    times, ``host`` (host time, the open segment's puts included, its dispatch not), and
+    the open segment: device ``cur``, first op ``first``, ``ready`` (group free at its
+    opening and its inputs' arrivals), ``work`` (launch plus op costs) and ``pw`` (its
+    ops' pool work so far: the pool's launch is added when it reaches the minimum).
+    """
+
+    def __init__(self, graph, inp):
+        m, d = inp.num_ops, inp.num_devices
+        self.m, self.d = m, d
+        self.t = inp.op_time_s.tolist()
+        self.unf = inp.op_unfused_s.tolist()
+        self.pool_work = inp.op_pool_work.tolist()
+        self.pool_min = inp.pool_min_work.tolist()
+        self.pool_launch = inp.pool_launch_s.tolist()
+        self.lat = inp.latency_s.tolist()
+        self.bw = inp.bandwidth_bytes_per_s.tolist()
+        self.put = inp.put_s.tolist()
+        self.waits = put_waits_of(inp).tolist()
+        self.launch = inp.launch_s.tolist()
+        self.disp = inp.dispatch_s.tolist()
+        self.group = inp.exclusive_group.tolist()
+        self.num_groups = inp.num_groups
+        src = graph.src.tolist()
+        eout = graph.edge_output.tolist()
+        tensor_bytes: dict[tuple[int, int], float] = {}
+        for s_, k, nb in zip(src, eout, graph.edge_bytes.tolist(), strict=True):
+            tensor_bytes[s_, k] = max(tensor_bytes.get((s_, k), 0.0), nb)
+        in_ptr, in_order = (a.tolist() for a in graph.in_edges)
+        # ins[i]: (producer, bytes of its distinct outputs op i reads), producers in the
+        # order of op i's first in-edge from each (the order the program issues puts).
+        self.ins: list[list[tuple[int, float]]] = []
+        for i in range(m):
+            outs: dict[int, set[int]] = {}
+            for e in in_order[in_ptr[i]:in_ptr[i + 1]]:
+                outs.setdefault(src[e], set()).add(eout[e])
+            self.ins.append([(j, float(sum(tensor_bytes[j, k] for k in sorted(ks))))
+                             for j, ks in outs.items()])
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every placed op: the empty placement, no trial open."""
+        m, d = self.m, self.d
+        self.p = [-1] * m
+        self.seg = [0] * m
+        self.seg_end: list[float] = []
+        self.arr: list[dict[int, float] | None] = [None] * m
+        self.gfree = [0.0] * max(self.num_groups, 1)
+        self.lfree = [[0.0] * d for _ in range(d)]
+        self.host = 0.0
+        self.max_arrival = 0.0
+        self.cur, self.first = -1, 0
+        self.ready = self.work = self.pw = 0.0
+        self.journal: list | None = None  # the innermost trial's changes (None: no trial)
+        self._saved: list[tuple] = []
+
+    def open_end(self) -> float:
+        """End of the open segment if it were closed now (0 when there is none)."""
+        c = self.cur
+        if c < 0:
+            return 0.0
+        return max(self.ready, self.host + self.disp[c]) + self.work + self._pool(c, self.pw)
+
+    def _pool(self, d: int, pool_work: float) -> float:
+        """The pool's launch a segment on device d with this much pool work pays."""
+        return self.pool_launch[d] if pool_work >= self.pool_min[d] else 0.0
+
+    def end_on(self, i: int, d: int) -> float:
+        """End of op i's segment if op i (the next op) went to device d; no change."""
+        c, p, arr = self.cur, self.p, self.arr
+        if d == c:
+            h, ready, first, ce = self.host, self.ready, self.first, -1.0
+        else:
+            ce = self.open_end()
+            h = self.host + (self.disp[c] if c >= 0 else 0.0)
+            g = self.group[d]
+            ready = ce if c >= 0 and self.group[c] == g else self.gfree[g]
+            first = i
+        fused = False
+        links = None
+        for j, nb in self.ins[i]:
+            if j >= first:
+                fused = True
+                continue
+            a = p[j]
+            if a == d:
+                continue
+            aj = arr[j]
+            r = aj.get(d) if aj is not None else None
+            if r is None:
+                h += self.put[a][d]
+                se = ce if j >= self.first and c >= 0 and d != c else self.seg_end[self.seg[j]]
+                if links is None:
+                    links = {}
+                busy = nb / self.bw[a][d]
+                t0 = max(h, se, links.get(a, self.lfree[a][d]))
+                links[a] = t0 + busy
+                r = t0 + self.lat[a][d] + busy
+                if self.waits[a][d] and r > h:  # put_waits: the host waits for the copy
+                    h = r
+            if r > ready:
+                ready = r
+        if d == c:
+            work = self.work + self.t[i][d] + (0.0 if fused else self.unf[i][d])
+            pw = self.pw + self.pool_work[i][d]
+        else:
+            work = self.launch[d] + self.t[i][d] + self.unf[i][d]
+            pw = self.pool_work[i][d]
+        return max(ready, h + self.disp[d]) + work + self._pool(d, pw)
+
+    def mark(self) -> None:
+        """Start a trial: ``undo`` brings the state back to this point (trials nest)."""
+        self._saved.append((self.journal, self.host, self.cur, self.first, self.ready,
+                            self.work, self.pw, self.max_arrival, len(self.seg_end),
+                            list(self.gfree)))
+        self.journal = []
+
+    def undo(self) -> None:
+        """End the innermost trial: the state ``mark`` saved, every change since undone."""
+        for kind, a, b, v in reversed(self.journal):
+            if kind == 0:
+                self.p[a] = -1
+            elif kind == 1:
+                del self.arr[a][b]
+            else:
+                self.lfree[a][b] = v
+        (self.journal, self.host, self.cur, self.first, self.ready, self.work, self.pw,
+         self.max_arrival, n_seg, self.gfree) = self._saved.pop()
+        del self.seg_end[n_seg:]
+
+    def commit(self, i: int, d: int) -> None:
+        """Op i (the next op) runs on device d."""
+        p, arr, jr = self.p, self.arr, self.journal
+        if d != self.cur:
+            c = self.cur
+            if c >= 0:  # close the open segment: its dispatch, then its end is known
+                end = self.open_end()
+                self.host += self.disp[c]
+                self.seg_end.append(end)
+                self.gfree[self.group[c]] = end
+            self.cur, self.first = d, i
+            self.ready = self.gfree[self.group[d]]
+            self.work, self.pw = self.launch[d], 0.0
+        fused = False
+        ready = self.ready
+        for j, nb in self.ins[i]:
+            if j >= self.first:
+                fused = True
+                continue
+            a = p[j]
+            if a == d:
+                continue
+            aj = arr[j]
+            if aj is None:
+                aj = arr[j] = {}
+            r = aj.get(d)
+            if r is None:
+                self.host += self.put[a][d]
+                busy = nb / self.bw[a][d]
+                t0 = max(self.host, self.seg_end[self.seg[j]], self.lfree[a][d])
+                if jr is not None:
+                    jr.append((2, a, d, self.lfree[a][d]))
+                    jr.append((1, j, d, None))
+                self.lfree[a][d] = t0 + busy
+                r = aj[d] = t0 + self.lat[a][d] + busy
+                if r > self.max_arrival:
+                    self.max_arrival = r
+                if self.waits[a][d] and r > self.host:  # put_waits: the host waits
+                    self.host = r
+            if r > ready:
+                ready = r
+        self.ready = ready
+        self.work += self.t[i][d] + (0.0 if fused else self.unf[i][d])
+        self.pw += self.pool_work[i][d]
+        p[i] = d
+        self.seg[i] = len(self.seg_end)
+        if jr is not None:
+            jr.append((0, i, None, None))
+
+    def step_time(self) -> float:
+        """The step time once every op is placed (the reference simulator's, up to the
+        put sizes, see the module docstring)."""
+        c = self.cur
+        if c < 0:
+            return 0.0
+        return max(self.host + self.disp[c], self.open_end(), self.max_arrival,
+                   max(self.seg_end, default=0.0))
+
+    def replay(self, placement) -> float:
+        """Simulate a whole placement from scratch; its step time."""
+        self.reset()
+        for i, d in enumerate(placement):
+            self.commit(i, int(d))
+        return self.step_time()
