@@ -1,5 +1,7 @@
-"""The two simulators agree on real graphs from the zoo, on datasheet machines (whose
-devices have segment launch and dispatch costs and whose links have device_put costs)."""
+"""The simulators agree on real graphs from the zoo, on datasheet machines (whose
+devices have segment launch and dispatch costs and whose links have device_put costs):
+the batched simulator and the list schedulers' incremental program against the
+reference."""
 
 import dataclasses
 
@@ -9,7 +11,8 @@ import pytest
 import simplace
 from simplace import groups as G
 from simplace import zoo
-from simplace.sim import batched_simulator, lower_bound, simulate
+from simplace.sim import batched_simulator, lower_bound, sim_inputs, simulate
+from simplace.sim.incremental import IncrementalProgram
 
 
 def zoo_graph(name, training=True):
@@ -52,8 +55,11 @@ def test_batched_matches_reference_on_zoo_graphs(name, machine):
     for cm in (roomy, tight_memory(roomy, graph, batch)):
         got = batched_simulator(graph, cm)(batch)
         bound_s = lower_bound(graph, cm)
+        program = IncrementalProgram(graph, sim_inputs(graph, cm))
         for b, p in enumerate(batch):
             ref = simulate(graph, cm, p)
+            # The incremental program, op by op, sums in the reference's order: equal.
+            assert program.replay(p) == ref.step_time_s
             np.testing.assert_allclose(got.step_time_s[b], ref.step_time_s, rtol=1e-9)
             np.testing.assert_allclose(got.peak_memory_bytes[b], ref.peak_memory_bytes,
                                        rtol=1e-9)

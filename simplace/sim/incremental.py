@@ -18,7 +18,10 @@ producer and device. One thing a placement being built cannot know: which output
 producer later readers on a device will read. A put carries the outputs its first
 reader reads (the reference's put carries every output any reader there reads), so
 step times agree where each producer has one output, or each reader reads all its
-producer's outputs.
+producer's outputs. ``replay(placement)`` simulates a whole placement, knows every
+reader, and sends what the reference sends: its step time is the reference's. Sums are
+taken in the reference's order (a segment's ``launch + pool launch``, then its op costs
+one by one), so times are equal bit for bit, not only to rounding.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ class IncrementalProgram:
     segments' ends), ``arr[j]`` (device -> arrival of op j's put), group and link free
     times, ``host`` (host time, the open segment's puts included, its dispatch not), and
     the open segment: device ``cur``, first op ``first``, ``ready`` (group free at its
-    opening and its inputs' arrivals), ``work`` (launch plus op costs) and ``pw`` (its
-    ops' pool work so far: the pool's launch is added when it reaches the minimum).
+    opening and its inputs' arrivals), ``work`` (launch plus op costs), ``work_pool``
+    (launch and pool launch, plus op costs) and ``pw`` (its ops' pool work so far: the
+    segment lasts ``work_pool`` once that reaches the minimum). Sums are taken in the
+    reference's order, so that times equal its times bit for bit.
     """
 
     def __init__(self, graph, inp):
@@ -59,6 +64,10 @@ class IncrementalProgram:
         tensor_bytes: dict[tuple[int, int], float] = {}
         for s_, k, nb in zip(src, eout, graph.edge_bytes.tolist(), strict=True):
             tensor_bytes[s_, k] = max(tensor_bytes.get((s_, k), 0.0), nb)
+        # (What replay needs to size each put as the reference does.)
+        self._tensor_bytes = tensor_bytes
+        self._edges = (src, graph.dst.tolist(), eout)
+        self._put_bytes: dict[tuple[int, int], float] | None = None
         in_ptr, in_order = (a.tolist() for a in graph.in_edges)
         # ins[i]: (producer, bytes of its distinct outputs op i reads), producers in the
         # order of op i's first in-edge from each (the order the program issues puts).
@@ -83,7 +92,7 @@ class IncrementalProgram:
         self.host = 0.0
         self.max_arrival = 0.0
         self.cur, self.first = -1, 0
-        self.ready = self.work = self.pw = 0.0
+        self.ready = self.work = self.work_pool = self.pw = 0.0
         self.journal: list | None = None  # the innermost trial's changes (None: no trial)
         self._saved: list[tuple] = []
 
@@ -92,11 +101,8 @@ class IncrementalProgram:
         c = self.cur
         if c < 0:
             return 0.0
-        return max(self.ready, self.host + self.disp[c]) + self.work + self._pool(c, self.pw)
-
-    def _pool(self, d: int, pool_work: float) -> float:
-        """The pool's launch a segment on device d with this much pool work pays."""
-        return self.pool_launch[d] if pool_work >= self.pool_min[d] else 0.0
+        work = self.work_pool if self.pw >= self.pool_min[c] else self.work
+        return max(self.ready, self.host + self.disp[c]) + work
 
     def end_on(self, i: int, d: int) -> float:
         """End of op i's segment if op i (the next op) went to device d; no change."""
@@ -133,19 +139,22 @@ class IncrementalProgram:
                     h = r
             if r > ready:
                 ready = r
+        cost = self.t[i][d] + (0.0 if fused else self.unf[i][d])
         if d == c:
-            work = self.work + self.t[i][d] + (0.0 if fused else self.unf[i][d])
             pw = self.pw + self.pool_work[i][d]
+            work = self.work_pool if pw >= self.pool_min[d] else self.work
         else:
-            work = self.launch[d] + self.t[i][d] + self.unf[i][d]
             pw = self.pool_work[i][d]
-        return max(ready, h + self.disp[d]) + work + self._pool(d, pw)
+            work = self.launch[d]
+            if pw >= self.pool_min[d]:
+                work = work + self.pool_launch[d]
+        return max(ready, h + self.disp[d]) + (work + cost)
 
     def mark(self) -> None:
         """Start a trial: ``undo`` brings the state back to this point (trials nest)."""
         self._saved.append((self.journal, self.host, self.cur, self.first, self.ready,
-                            self.work, self.pw, self.max_arrival, len(self.seg_end),
-                            list(self.gfree)))
+                            self.work, self.work_pool, self.pw, self.max_arrival,
+                            len(self.seg_end), list(self.gfree)))
         self.journal = []
 
     def undo(self) -> None:
@@ -157,8 +166,8 @@ class IncrementalProgram:
                 del self.arr[a][b]
             else:
                 self.lfree[a][b] = v
-        (self.journal, self.host, self.cur, self.first, self.ready, self.work, self.pw,
-         self.max_arrival, n_seg, self.gfree) = self._saved.pop()
+        (self.journal, self.host, self.cur, self.first, self.ready, self.work,
+         self.work_pool, self.pw, self.max_arrival, n_seg, self.gfree) = self._saved.pop()
         del self.seg_end[n_seg:]
 
     def commit(self, i: int, d: int) -> None:
@@ -174,6 +183,7 @@ class IncrementalProgram:
             self.cur, self.first = d, i
             self.ready = self.gfree[self.group[d]]
             self.work, self.pw = self.launch[d], 0.0
+            self.work_pool = self.launch[d] + self.pool_launch[d]
         fused = False
         ready = self.ready
         for j, nb in self.ins[i]:
@@ -189,6 +199,8 @@ class IncrementalProgram:
             r = aj.get(d)
             if r is None:
                 self.host += self.put[a][d]
+                if self._put_bytes is not None:  # replay: every reader on d is known
+                    nb = self._put_bytes[j, d]
                 busy = nb / self.bw[a][d]
                 t0 = max(self.host, self.seg_end[self.seg[j]], self.lfree[a][d])
                 if jr is not None:
@@ -203,7 +215,9 @@ class IncrementalProgram:
             if r > ready:
                 ready = r
         self.ready = ready
-        self.work += self.t[i][d] + (0.0 if fused else self.unf[i][d])
+        cost = self.t[i][d] + (0.0 if fused else self.unf[i][d])
+        self.work += cost
+        self.work_pool += cost
         self.pw += self.pool_work[i][d]
         p[i] = d
         self.seg[i] = len(self.seg_end)
@@ -211,8 +225,8 @@ class IncrementalProgram:
             jr.append((0, i, None, None))
 
     def step_time(self) -> float:
-        """The step time once every op is placed (the reference simulator's, up to the
-        put sizes, see the module docstring)."""
+        """The step time once every op is placed: the reference simulator's where each
+        put carried what the reference's carries (see the module docstring)."""
         c = self.cur
         if c < 0:
             return 0.0
@@ -220,8 +234,20 @@ class IncrementalProgram:
                    max(self.seg_end, default=0.0))
 
     def replay(self, placement) -> float:
-        """Simulate a whole placement from scratch; its step time."""
-        self.reset()
-        for i, d in enumerate(placement):
-            self.commit(i, int(d))
-        return self.step_time()
+        """Simulate a whole placement (int[M]) from scratch; its step time, the reference
+        simulator's bit for bit (each put carries every output of its producer read on
+        its device, as there)."""
+        p = [int(d) for d in placement]
+        outs_on: dict[tuple[int, int], set[int]] = {}
+        for s_, c, k in zip(*self._edges, strict=True):
+            outs_on.setdefault((s_, p[c]), set()).add(k)
+        tb = self._tensor_bytes
+        self._put_bytes = {(j, d): float(sum(tb[j, k] for k in sorted(ks)))
+                           for (j, d), ks in outs_on.items()}
+        try:
+            self.reset()
+            for i, d in enumerate(p):
+                self.commit(i, d)
+            return self.step_time()
+        finally:
+            self._put_bytes = None
