@@ -704,10 +704,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Subcommands that live with their stage of the loop; each module adds its own parser.
     from simplace.calibrate import cli as calibrate_cli
     from simplace.parallel import cli as parallel_cli
+    from simplace.rl import cli_train as train_cli
 
-    calibrate_cli.add_parser(sub)
-    validate_cli.add_parser(sub)
-    parallel_cli.add_parser(sub)
+    for stage in (calibrate_cli, validate_cli, parallel_cli, train_cli):
+        stage.add_parser(sub)
     return p
 
 
@@ -780,7 +780,7 @@ def _check_image_format(path: str, option: str) -> None:
 # Commands that compile XLA programs (simulators, policies, the executor): they use the
 # persistent compilation cache (``simplace.compile_cache``; $SIMPLACE_COMPILE_CACHE=off).
 _COMPILING_COMMANDS = ("simulate", "optimize", "calibrate", "validate", "parallelize",
-                      "profile")
+                      "profile", "train-policy")
 
 
 def console_main() -> int:

@@ -6,7 +6,8 @@ Options (``optimize(..., **options)``):
     stops at ``budget_s``; with neither, 2,048 episodes (deterministic).
   samples: placements per update (K, default 64); any ``RLConfig`` field (reward,
     baseline, lr, entropy, oom...).
-  warm_start: a method name, comma-separated names, ``"best"`` (every fast heuristic),
+  warm_start: a method name, comma-separated names, ``"pretrained"`` (``rl-pretrained``'s
+    zero-shot placement), ``"best"`` (every fast heuristic),
     an int[M] placement or several (int[K, M]): the best of them seeds the best-so-far
     (so the result is never worse) and the policy first imitates it; once training
     stalls it restarts from the next of the ``portfolio`` (default 3) best distinct
@@ -103,13 +104,15 @@ def _warm_starts(ctx: PlacerContext):
         return [], []
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if isinstance(ws, str):
-        names = fast_heuristics() if ws == "best" else [w.strip() for w in ws.split(",")]
+        names = fast_heuristics() if ws == "best" else [
+            "rl-pretrained" if w.strip() == "pretrained" else w.strip() for w in ws.split(",")]
         known = fast_heuristics()
         for n in names:
             if n not in known:
                 raise SimplaceError(
                     f"Unknown warm-start method {n!r}: use one of "
-                    f"{', '.join(fast_heuristics())}, 'best', 'none' or a placement.")
+                    f"{', '.join(fast_heuristics())}, 'pretrained', 'best', 'none' or a "
+                    f"placement.")
         # Raw placements (no reference simulation): they are scored below in one batch.
         until = (math.inf if ctx.budget_s is None
                  else ctx.t_begin + WARM_SHARE * float(ctx.budget_s))

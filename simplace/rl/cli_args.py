@@ -18,7 +18,8 @@ MAX_SAMPLES = 8192
 
 def add_rl_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--episodes --samples --warm-start --history --checkpoint`` (rl-* only)."""
-    g = parser.add_argument_group("REINFORCE methods (rl-seq2seq, rl-hierarchical, rl-gnn)")
+    g = parser.add_argument_group("REINFORCE methods (rl-seq2seq, rl-hierarchical, rl-gnn, "
+                                  "rl-universal)")
     g.add_argument("--episodes", type=positive_int, default=None,
                    help="sampled placements in all (deterministic for a seed), rounded up "
                         "to whole updates of --samples; default: until --budget-s, or 2048 "
@@ -28,8 +29,9 @@ def add_rl_args(parser: argparse.ArgumentParser) -> None:
                         "(default 64)")
     g.add_argument("--warm-start", default=None, metavar="METHOD",
                    help="start from a heuristic's placement: a method, comma-separated "
-                        "methods, or 'best' (every fast heuristic); the result is never "
-                        "worse than it")
+                        "methods, 'pretrained' (the pretrained policy's zero-shot "
+                        "placement; rl-universal also starts from its weights) or 'best' "
+                        "(every fast heuristic); the result is never worse than it")
     g.add_argument("--history", default=None, metavar="H.JSON",
                    help="write the reward curve (one row per update) and H.png, its plot")
     g.add_argument("--checkpoint", default=None, metavar="CK.NPZ",

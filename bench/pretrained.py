@@ -1,0 +1,149 @@
+"""The pretrained policy on graphs and machines it never saw (issue 36's held-out table).
+
+    python bench/pretrained.py [--rows all|zoo|imported] [--local-budget-s 60]
+                               [--finetune-budget-s 20] [--weights W.NPZ] [--seed 0]
+                               [--out bench/results/pretrained_<date>_<host>.json]
+
+Rows: the held-out zoo models (``simplace.rl.distribution.HELD_OUT_MODELS``) on the
+held-out machines and on two training machines, and the held-out imported graphs on the
+machines their files imply. Per row, all under one cost model:
+
+* ``single`` and the lower bound;
+* the best fast heuristic (every registered heuristic but ``rl-pretrained``) and its name;
+* ``local`` with ``--local-budget-s`` (it starts from the heuristics, ``rl-pretrained``
+  left out, so it is the search a user had before);
+* ``rl-pretrained`` zero-shot: its step time and wall time (the process has placed one
+  warm-up graph first, so the policy's programs for the common bucket are compiled; a
+  row in a new bucket pays its compile);
+* ``rl-universal --warm-start pretrained`` fine-tuned for ``--finetune-budget-s``.
+
+The targets it checks (printed at the end): zero-shot within 10% of ``local`` on at least
+80% of rows in at most 2 s, never more than 5% worse than the best heuristic; fine-tuned
+no slower than ``local`` on every row. Wall times are this machine's: quote its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+
+def _rows(which: str):
+    from simplace.rl import distribution as dist
+
+    rows = []
+    if which in ("all", "zoo"):
+        for model in dist.HELD_OUT_MODELS:
+            for mach in (*dist.HELD_OUT_MACHINES, "haswell_k40x4", "cpu_h100x4_nvlink"):
+                rows.append((f"{model}@{mach}", model, mach))
+    if which in ("all", "imported"):
+        rows += [(path, path, None) for path in dist.HELD_OUT_IMPORTED]
+    return rows
+
+
+def _problem(model, mach):
+    from simplace.cost_model import CostModel
+    from simplace.rl import distribution as dist
+
+    if mach is None:
+        return dist.imported(model)
+    g = dist.zoo_graph(model, {})
+    return g, CostModel.load(mach).price(g)
+
+
+def _best_heuristic(g, inp, seed):
+    from simplace.placers import methods_of_kind, optimize
+
+    best = None
+    for name in methods_of_kind("heuristic"):
+        if name == "rl-pretrained":
+            continue
+        try:
+            r = optimize(g, inp, name, seed=seed)
+        except Exception as err:  # noqa: BLE001 - a failing heuristic is reported, not fatal
+            print(f"  {name} failed: {err}")
+            continue
+        t = float(np.inf) if r.oom else r.step_time_s
+        if best is None or t < best[1]:
+            best = (name, t)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", default="all", choices=("all", "zoo", "imported"))
+    ap.add_argument("--local-budget-s", type=float, default=60.0)
+    ap.add_argument("--finetune-budget-s", type=float, default=20.0)
+    ap.add_argument("--weights", default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    from simplace.compile_cache import enable as enable_cache
+    from simplace.cost_model import CostModel
+    from simplace.placers import methods_of_kind, optimize
+    from simplace.rl import distribution as dist
+    from simplace.sim import lower_bound
+
+    enable_cache()
+    host = platform.node()
+    out = args.out or (f"bench/results/pretrained_{datetime.date.today()}_"
+                       f"{host.split('.')[0]}.json")
+    wopt = {} if args.weights is None else {"weights": args.weights}
+    # Warm-up: one small graph, so the first row does not pay the process's first compile.
+    g0 = dist.random_dag(200, 0)
+
+    optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained", **wopt)
+    starts = ",".join(m for m in methods_of_kind("heuristic") if m != "rl-pretrained")
+    results = []
+    for label, model, mach in _rows(args.rows):
+        g, inp = _problem(model, mach)
+        row = {"row": label, "ops": g.num_ops, "devices": inp.num_devices}
+        row["lower_bound_s"] = float(lower_bound(g, inp))
+        row["single_s"] = optimize(g, inp, "single").step_time_s
+        name, t = _best_heuristic(g, inp, args.seed)
+        row["heuristic"], row["heuristic_s"] = name, t
+        t0 = time.perf_counter()
+        zs = optimize(g, inp, "rl-pretrained", seed=args.seed, **wopt)
+        row["zero_shot_wall_s"] = time.perf_counter() - t0
+        row["zero_shot_s"] = float(np.inf) if zs.oom else zs.step_time_s
+        loc = optimize(g, inp, "local", seed=args.seed, budget_s=args.local_budget_s,
+                       starts=starts)
+        row["local_s"] = float(np.inf) if loc.oom else loc.step_time_s
+        t0 = time.perf_counter()
+        ft = optimize(g, inp, "rl-universal", seed=args.seed,
+                      budget_s=args.finetune_budget_s, warm_start="pretrained", **wopt)
+        row["finetune_wall_s"] = time.perf_counter() - t0
+        row["finetune_s"] = float(np.inf) if ft.oom else ft.step_time_s
+        row["zero_vs_local"] = row["zero_shot_s"] / row["local_s"]
+        row["zero_vs_heuristic"] = row["zero_shot_s"] / row["heuristic_s"]
+        row["finetune_vs_local"] = row["finetune_s"] / row["local_s"]
+        results.append(row)
+        print(f"{label:58s} {g.num_ops:5d} ops  single {row['single_s']:.4g}  "
+              f"{name} {t:.4g}  local {row['local_s']:.4g}  zero-shot {row['zero_shot_s']:.4g}"
+              f" ({row['zero_vs_local']:.3f}x local, {row['zero_shot_wall_s']:.2f} s)  "
+              f"fine-tuned {row['finetune_s']:.4g} ({row['finetune_vs_local']:.3f}x)",
+              flush=True)
+    n = len(results)
+    within = sum(r["zero_vs_local"] <= 1.10 and r["zero_shot_wall_s"] <= 2.0 for r in results)
+    summary = {
+        "zero_shot_within_10pct_of_local_in_2s": f"{within}/{n}",
+        "zero_shot_worst_vs_heuristic": max(r["zero_vs_heuristic"] for r in results),
+        "finetune_worst_vs_local": max(r["finetune_vs_local"] for r in results),
+        "zero_shot_max_wall_s": max(r["zero_shot_wall_s"] for r in results)}
+    print(json.dumps(summary, indent=1))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    with open(out, "w") as f:
+        json.dump({"host": host, "cpus": os.cpu_count(), "load_end": load,
+                   "args": vars(args), "summary": summary, "rows": results}, f, indent=1)
+    print(f"wrote {out} (load {load})")
+
+
+if __name__ == "__main__":
+    main()

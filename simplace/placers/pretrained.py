@@ -1,0 +1,134 @@
+"""``rl-pretrained``: the shipped universal policy places the graph zero-shot, no training;
+``rl-universal``: the same policy fine-tuned on the graph within the time budget.
+
+The policy (``simplace.rl.policies.universal``) was trained once over many graphs and
+machines (``simplace train-policy``; its card is in the weights file). It places units
+(coarsened ops) by its most probable placement and ``samples`` (default 64) sampled
+ones, scored in one batch by the batched simulator; the best is returned. It is a fast
+method (kind heuristic), so ``local`` and ``--method all`` take it as one of their
+starts.
+
+Options: ``samples``; ``weights``: a weights file from ``simplace train-policy`` (default:
+the shipped one). When the shipped weights cannot be read (a damaged install) the method
+says so and falls back to ``heft`` (``info["fallback"]``); weights named with ``weights``
+that cannot be read are an error. A machine with more devices than the policy takes
+(``simplace.rl.problem.MAX_DEVICES``) is refused with the limit stated.
+
+``rl-universal`` (kind policy; ``--warm-start pretrained`` is its only start) places
+zero-shot as above, then trains the weights on this graph alone by the same REINFORCE
+and imitation updates as pretraining (``simplace.rl.pretrain.train_universal``, the
+imitation target being the best placement found so far) for ``1 - polish_share`` of the
+time left, and polishes the best placement by op-level moves (``simplace.rl.refine``) for
+the rest. The result is never worse than the zero-shot placement. Options: ``samples``,
+``weights`` (``"none"``: fresh weights, training from scratch), ``polish_share``
+(default 0.3). Without a budget it trains for ``DEFAULT_UPDATES`` updates. Unlike the
+other ``rl-*`` methods it keeps no checkpoint or history: a fine-tune is seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simplace.errors import SimplaceError
+from simplace.placers import PlacerContext, PlacerOutput, register
+
+FALLBACK = "heft"
+DEFAULT_UPDATES = 200
+
+
+@register("rl-pretrained", options={
+    "samples": "sampled placements scored besides the most probable one (default 64)",
+    "weights": "policy weights file (simplace train-policy; default: the shipped ones)"})
+def place(ctx: PlacerContext) -> PlacerOutput:
+    """``rl-pretrained``: the pretrained universal policy, zero-shot (no training)."""
+    from simplace._argtypes import check_int
+    from simplace.rl.pretrained import zero_shot
+
+    samples = check_int(ctx.options.get("samples", 64), "samples", 0, 8192)
+    weights = ctx.options.get("weights")
+    m, d = ctx.graph.num_ops, ctx.inputs.num_devices
+    if m == 0 or d == 1:
+        return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
+    try:
+        placement, info = zero_shot(ctx.graph, ctx.inputs, samples=samples, seed=ctx.seed,
+                                    weights=weights, simulator=ctx.batched)
+    except SimplaceError as err:
+        if weights is not None or "weights" not in str(err):
+            raise
+        from simplace.placers import run_method
+
+        ctx.progress(f"rl-pretrained: {err} Placing with {FALLBACK} instead.")
+        out, _ = run_method(ctx.graph, ctx.cost_model, FALLBACK, seed=ctx.seed)
+        return PlacerOutput(out.placement, info={"fallback": FALLBACK, "why": str(err)})
+    return PlacerOutput(placement, info=info)
+
+
+@register("rl-universal", kind="policy", options={
+    "samples": "placements per update (default 64)",
+    "weights": "weights to start from: a weights file, or 'none' (default: the shipped)",
+    "warm_start": "'pretrained' (the only start it takes; the default)",
+    "polish_share": "share of the time left for the op-level polish (default 0.3)"})
+def place_universal(ctx: PlacerContext) -> PlacerOutput:
+    """``rl-universal``: the pretrained universal policy fine-tuned on this graph."""
+    import math
+    import time
+
+    from simplace._argtypes import check_float, check_int
+    from simplace.rl.pretrain import PretrainConfig, make_training_problem, train_universal
+    from simplace.rl.pretrained import load_weights
+    from simplace.rl.refine import polish
+
+    opts = ctx.options
+    samples = check_int(opts.get("samples", 64), "samples", 2, 8192)
+    share = check_float(opts.get("polish_share", 0.3), "polish_share", 0.0, 1.0,
+                        hi_open=True)
+    if opts.get("warm_start", "pretrained") not in ("pretrained", "rl-pretrained"):
+        raise SimplaceError(f"rl-universal starts from the pretrained policy only "
+                            f"(warm_start='pretrained'), got {opts['warm_start']!r}; "
+                            f"rl-gnn takes heuristics' placements as warm starts.")
+    weights = opts.get("weights")
+    m, d = ctx.graph.num_ops, ctx.inputs.num_devices
+    if m == 0 or d == 1:
+        return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
+    start = place(_with_options(ctx, {} if weights in (None, "none")
+                                else {"weights": weights}))
+    best = np.asarray(start.placement, np.int32)
+    best_s = float(ctx.score(best[None])[0])
+    info = {"zero_shot_s": best_s, "zero_shot": start.info}
+    params = None
+    if weights != "none":
+        params = load_weights(weights)[0] if start.info.get("fallback") is None else None
+    deadline = (math.inf if ctx.budget_s is None
+                else ctx.t_begin + float(ctx.budget_s))
+    left = deadline - time.perf_counter()
+    tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best)
+    tp.simulator = ctx.batched
+    budget = None if not math.isfinite(left) else max(left * (1 - share), 0.0)
+    updates = DEFAULT_UPDATES if budget is None else None
+    trained = {"updates": 0}
+    if budget is None or budget > 0:
+        _, trained = train_universal([tp], updates=updates, budget_s=budget or None,
+                                     seed=ctx.seed, params=params,
+                                     config=PretrainConfig(samples=samples),
+                                     progress=ctx.progress, progress_every_s=5.0)
+    tuned = tp.problem.expand(tp.best_units)
+    tuned_s = float(ctx.score(tuned[None])[0])
+    if tuned_s < best_s:
+        best, best_s = tuned, tuned_s
+    info.update(updates=trained["updates"], fine_tuned_s=tuned_s)
+    edges = (np.asarray(ctx.graph.src), np.asarray(ctx.graph.dst))
+    best, best_s, batches = polish(ctx.score, best, best_s, d, samples,
+                                   10_000 if math.isfinite(deadline) else 200,
+                                   deadline=deadline, edges=edges)
+    info.update(polish_batches=batches, score=best_s,
+                stop="time budget" if math.isfinite(deadline) else "updates")
+    return PlacerOutput(best, info=info)
+
+
+def _with_options(ctx: PlacerContext, options: dict) -> PlacerContext:
+    """``ctx`` with other method options (the zero-shot start's)."""
+    import copy
+
+    new = copy.copy(ctx)
+    new.options = dict(options)
+    return new

@@ -1,0 +1,174 @@
+"""The shipped weights of the universal policy: reading, writing and zero-shot placement.
+
+The weights are one ``.npz`` file (no pickle): the parameter tree flattened as
+``simplace.rl.checkpoint`` does, and a JSON ``meta`` entry naming the format version,
+the feature widths and op-class vocabulary they were trained with, and the card (what
+they were trained on, how long, with which seed, how they score). A file of another
+version, of other feature widths, or one that numpy cannot read is refused with a
+message that says how to mend it (``load_weights``).
+
+``zero_shot(graph, inputs)`` places a graph with no training: the most probable unit
+placement of the policy (a Viterbi pass over its chain) and ``samples`` sampled ones,
+scored in one batch by the native simulator, the best kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from simplace.errors import SimplaceError
+
+FORMAT = "simplace.rl.universal-weights"
+FORMAT_VERSION = 1
+SHIPPED = Path(__file__).parent / "weights" / "universal.npz"
+
+
+def _spec() -> dict:
+    from simplace.rl.problem import (
+        CLASS_NAMES,
+        DEVICE_FEATURES,
+        PAIR_FEATURES,
+        UNIT_FEATURES,
+    )
+
+    return {"unit_features": UNIT_FEATURES, "device_features": DEVICE_FEATURES,
+            "pair_features": PAIR_FEATURES, "op_classes": list(CLASS_NAMES)}
+
+
+def save_weights(path, params: dict, card: dict) -> None:
+    """Write ``params`` and ``card`` (JSON-able: training set, seed, time, scores) to
+    ``path`` (``.npz``) atomically."""
+    from simplace.rl.checkpoint import _flatten
+
+    flat: dict = {}
+    _flatten({k: {kk: np.asarray(vv) for kk, vv in v.items()} for k, v in params.items()},
+             "params", flat)
+    flat["meta"] = np.array(json.dumps({"format": FORMAT, "version": FORMAT_VERSION,
+                                        **_spec(), "card": card}))
+    path = os.fspath(path)
+    tmp = path + ".tmp.npz"
+    np.savez_compressed(tmp, **flat)
+    os.replace(tmp, path)
+
+
+def load_weights(path=None) -> tuple[dict, dict]:
+    """``(params, meta)`` of a weights file (default: the shipped one); SimplaceError
+    saying what is wrong and how to mend it for a missing, corrupted or incompatible
+    file."""
+    from simplace.rl.checkpoint import _unflatten
+
+    path = SHIPPED if path is None else Path(path)
+    mend = ("Reinstall simplace for the shipped weights, or train new ones with "
+            "`simplace train-policy --out FILE` and pass them with weights=FILE.")
+    if not path.is_file():
+        raise SimplaceError(f"No policy weights at {path}. {mend}")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            flat = {k: f[k] for k in f.files}
+        meta = json.loads(str(flat.pop("meta")))
+    except Exception as err:  # noqa: BLE001 - zipfile, numpy and JSON errors alike
+        raise SimplaceError(f"Cannot read the policy weights {path} "
+                            f"({type(err).__name__}): the file is damaged or not a weights "
+                            f"file. {mend}") from None
+    if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+        raise SimplaceError(f"{path} holds weights of format {meta.get('format')!r} "
+                            f"version {meta.get('version')!r}; this simplace reads "
+                            f"{FORMAT!r} version {FORMAT_VERSION}. {mend}")
+    spec = _spec()
+    wrong = [k for k, v in spec.items() if meta.get(k) != v]
+    if wrong:
+        raise SimplaceError(f"{path} was trained on other policy inputs ({', '.join(wrong)} "
+                            f"differ from this simplace's). {mend}")
+    params = _unflatten(flat, "params")
+    try:
+        _check_params(params)
+    except (KeyError, ValueError, TypeError) as err:
+        raise SimplaceError(f"{path} does not hold a complete set of policy weights "
+                            f"({err}). {mend}") from None
+    return params, meta
+
+
+def _check_params(params: dict) -> None:
+    from simplace.rl.policies import universal as net
+
+    fresh = net.init_params(0, hidden=params["unit_in"]["kernel"].shape[1],
+                            layers=net.num_layers(params))
+    for k, v in fresh.items():
+        for kk, arr in v.items():
+            got = params[k][kk]
+            if got.shape != arr.shape or not np.all(np.isfinite(got)):
+                raise ValueError(f"{k}/{kk} has shape {got.shape} or non-finite values")
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_weights(path: str):
+    import jax
+
+    params, meta = load_weights(path)
+    return jax.tree.map(jax.numpy.asarray, params), meta
+
+
+@functools.lru_cache(maxsize=8)
+def sample_program(num_samples: int):
+    """The jitted ``universal.sample`` of ``num_samples`` placements (kept per process)."""
+    import jax
+
+    from simplace.rl.policies import universal as net
+
+    return jax.jit(lambda params, a, key: net.sample(params, a, key, num_samples))
+
+
+@functools.lru_cache(maxsize=1)
+def _logits_program():
+    import jax
+
+    from simplace.rl.policies import universal as net
+
+    return jax.jit(net.logits)
+
+
+def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
+              simulator=None) -> tuple[np.ndarray, dict]:
+    """``(placement int32[M], info)``: the best of the policy's most probable placement
+    and ``samples`` sampled ones, no training. ``weights``: a weights file (default:
+    the shipped ones); ``simulator``: a batched simulator of ``graph`` on ``inputs`` to
+    score with (default: a native one with exact OOM flags). ``info``: the step time,
+    units, how many placements were scored and the seconds spent."""
+    import jax
+
+    from simplace.rl.policies import universal as net
+    from simplace.rl.problem import policy_problem
+
+    t0 = time.perf_counter()
+    path = os.fspath(SHIPPED if weights is None else weights)
+    params, meta = _cached_weights(path)
+    prob = policy_problem(graph, inputs)
+    a = {k: jax.numpy.asarray(v) for k, v in prob.padded().items()}
+    lg, f = _logits_program()(params, a)
+    mode = net.chain_mode(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), prob.num_units)
+    cands = [mode[None]]
+    if samples > 0:
+        drawn = np.asarray(sample_program(int(samples))(params, a, jax.random.key(seed))
+                           )[:, :prob.num_units]
+        cands.append(drawn)
+    units = np.concatenate(cands, 0)
+    if simulator is None:
+        from simplace.sim.native import NativeSimulator
+
+        simulator = NativeSimulator(graph, inputs, memory="oom")
+    res = simulator(prob.expand(units))
+    t = np.asarray(res.step_time_s, np.float64)
+    # A placement that does not fit ranks behind every one that does.
+    score = np.where(np.asarray(res.oom), np.inf, t)
+    j = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(t))
+    info = {"units": prob.num_units, "scored": len(units), "mode_s": float(t[0]),
+            "step_time_s": float(t[j]), "oom": bool(np.asarray(res.oom)[j]),
+            "picked": "mode" if j == 0 else "sample", "wall_s": time.perf_counter() - t0,
+            "weights": path, "trained": meta.get("card", {}).get("summary", "")}
+    return prob.expand(units[j]), info

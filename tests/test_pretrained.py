@@ -1,0 +1,255 @@
+"""The universal policy: size- and device-independent inputs, its chain distribution,
+training over many problems, the weights file, and the rl-pretrained / rl-universal
+methods."""
+
+import itertools
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from simplace.cost_model import CostModel
+from simplace.errors import SimplaceError
+from simplace.rl import distribution as dist
+from simplace.rl.policies import universal as net
+from simplace.rl.pretrain import PretrainConfig, make_training_problem, train_universal
+from simplace.rl.pretrained import SHIPPED, load_weights, save_weights, zero_shot
+from simplace.rl.problem import (
+    CLASS_NAMES,
+    DEVICE_FEATURES,
+    MAX_DEVICES,
+    PAIR_FEATURES,
+    UNIT_FEATURES,
+    op_classes,
+    policy_problem,
+)
+from simplace.sim.inputs import make_sim_inputs
+
+
+def _machine(graph, speeds, mem=1e12, bw=1e10):
+    """SimInputs: op time = flops / speed per device, uniform links."""
+    d = len(speeds)
+    t = np.asarray(graph.flops, np.float64)[:, None] / np.asarray(speeds)[None] + 1e-6
+    return make_sim_inputs(t, np.full((d, d), 1e-5), np.full((d, d), bw), np.full(d, mem))
+
+
+@pytest.fixture(scope="module")
+def dag():
+    return dist.random_dag(120, seed=3)
+
+
+def test_features_have_fixed_widths_whatever_the_graph_and_machine(dag, mlp_graph):
+    for g, d in ((dag, 3), (mlp_graph, 6)):
+        p = policy_problem(g, _machine(g, np.linspace(1e9, 4e9, d)))
+        assert p.unit_feat.shape == (p.num_units, UNIT_FEATURES)
+        assert p.device_feat.shape == (d, DEVICE_FEATURES)
+        assert p.pair_feat.shape == (p.num_units, d, PAIR_FEATURES)
+        assert np.isfinite(p.unit_feat).all() and np.isfinite(p.pair_feat).all()
+        # units are in a topological order of the quotient graph
+        assert (p.src < p.dst).all()
+        pad = p.padded()
+        u_pad, e_pad, d_pad = p.shape_key()
+        assert pad["pair_feat"].shape == (u_pad, d_pad, PAIR_FEATURES)
+        assert pad["unit_mask"].sum() == p.num_units and pad["device_mask"].sum() == d
+        assert pad["edge_w"].sum() == len(p.src) and len(pad["src"]) == e_pad
+
+
+def test_device_features_follow_a_permutation_of_the_devices(dag):
+    speeds = np.array([1e9, 3e9, 2e9, 5e9])
+    perm = np.array([2, 0, 3, 1])
+    a = policy_problem(dag, _machine(dag, speeds))
+    b = policy_problem(dag, _machine(dag, speeds[perm]))
+    np.testing.assert_allclose(b.device_feat, a.device_feat[perm], atol=1e-6)
+    np.testing.assert_allclose(b.pair_feat, a.pair_feat[:, perm], atol=1e-6)
+    np.testing.assert_allclose(b.unit_feat, a.unit_feat, atol=1e-6)
+
+
+def test_unknown_op_kinds_count_as_other():
+    cls = op_classes(["dot_general", "my_custom_call", "conv_general_dilated", "add"])
+    assert [CLASS_NAMES[c] for c in cls] == ["matmul", "other", "conv", "arith"]
+
+
+def test_too_many_devices_are_refused_with_the_limit(dag):
+    with pytest.raises(SimplaceError, match=f"at most {MAX_DEVICES} devices"):
+        policy_problem(dag, _machine(dag, np.full(MAX_DEVICES + 1, 1e9)))
+
+
+def _tiny_arrays(num_units, num_devices, seed=0):
+    rng = np.random.default_rng(seed)
+    u_pad, d_pad = num_units + 2, num_devices + 3  # padded units and devices present
+    a = {"unit_feat": rng.normal(size=(u_pad, UNIT_FEATURES)).astype(np.float32),
+         "device_feat": rng.normal(size=(d_pad, DEVICE_FEATURES)).astype(np.float32),
+         "pair_feat": rng.normal(size=(u_pad, d_pad, PAIR_FEATURES)).astype(np.float32),
+         "src": np.array([0, 1, u_pad - 1], np.int32), "dst": np.array([1, 2, u_pad - 1],
+                                                                       np.int32),
+         "edge_w": np.array([1, 1, 0], np.float32), "edge_feat": np.zeros(3, np.float32),
+         "unit_mask": (np.arange(u_pad) < num_units).astype(np.float32),
+         "device_mask": (np.arange(d_pad) < num_devices).astype(np.float32)}
+    return {k: jnp.asarray(v) for k, v in a.items()}
+
+
+def test_chain_probabilities_sum_to_one_and_the_mode_is_the_most_probable():
+    u, d = 3, 3
+    a = _tiny_arrays(u, d)
+    params = jax.tree.map(jnp.asarray, net.init_params(1, hidden=8, layers=2))
+    every = np.array(list(itertools.product(range(d), repeat=u)), np.int32)
+    full = np.zeros((len(every), u + 2), np.int32)
+    full[:, :u] = every
+    lp, _ = net.chain_logp(params, a, jnp.asarray(full))
+    assert float(jnp.exp(lp).sum()) == pytest.approx(1.0, abs=1e-5)
+    lg, f = net.logits(params, a)
+    mode = net.chain_mode(np.asarray(lg)[:, :d], np.asarray(f), u)
+    assert tuple(mode) == tuple(every[int(np.argmax(np.asarray(lp)))])
+
+
+def test_samples_follow_the_chain_and_never_draw_padded_devices():
+    u, d = 3, 2
+    a = _tiny_arrays(u, d, seed=1)
+    params = jax.tree.map(jnp.asarray, net.init_params(2, hidden=8, layers=1))
+    dev = np.asarray(net.sample(params, a, jax.random.key(0), 20000))
+    assert dev[:, :u].max() < d and (dev[:, u:] == 0).all()
+    every = np.array(list(itertools.product(range(d), repeat=u)), np.int32)
+    full = np.zeros((len(every), u + 2), np.int32)
+    full[:, :u] = every
+    prob = np.exp(np.asarray(net.chain_logp(params, a, jnp.asarray(full))[0]))
+    freq = np.array([np.mean((dev[:, :u] == e).all(1)) for e in every])
+    np.testing.assert_allclose(freq, prob, atol=0.015)
+
+
+def _problems(dag, mlp_graph):
+    fast_gpu = [1e9, 8e9, 8e9]
+    return [make_training_problem("dag", dag, _machine(dag, fast_gpu)),
+            make_training_problem("mlp", mlp_graph, _machine(mlp_graph, fast_gpu)),
+            make_training_problem("dag2", dag, _machine(dag, [6e9, 1e9]))]
+
+
+def test_training_is_seeded_resumable_and_learns(dag, mlp_graph, tmp_path):
+    cfg = PretrainConfig(samples=16, lr=3e-3)
+    p_a, info_a = train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg)
+    p_b, _ = train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg)
+    for k in p_a:
+        np.testing.assert_array_equal(p_a[k]["kernel"], p_b[k]["kernel"])
+    ck = str(tmp_path / "ck.npz")
+    train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg, checkpoint=ck,
+                    stop_after=30)
+    p_c, info_c = train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg,
+                                  checkpoint=ck)
+    assert info_c["updates"] == 60
+    for k in p_a:
+        np.testing.assert_allclose(p_a[k]["kernel"], p_c[k]["kernel"], rtol=1e-4, atol=1e-5)
+    # Samples get closer to the best known placements as training goes on.
+    curve = train_universal(_problems(dag, mlp_graph), updates=300, seed=5,
+                            config=cfg)[1]["curve"]
+    assert curve[-1] < curve[0]
+    with pytest.raises(SimplaceError, match="other problems"):
+        train_universal(_problems(dag, mlp_graph)[:2], updates=70, seed=5, config=cfg,
+                        checkpoint=ck)
+
+
+def test_weights_round_trip_and_bad_files_say_how_to_mend(tmp_path):
+    params = net.init_params(0)
+    path = tmp_path / "w.npz"
+    save_weights(path, params, {"summary": "test"})
+    back, meta = load_weights(path)
+    assert meta["card"]["summary"] == "test"
+    for k in params:
+        np.testing.assert_array_equal(back[k]["kernel"], params[k]["kernel"])
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip file")
+    with pytest.raises(SimplaceError, match="damaged.*train-policy"):
+        load_weights(bad)
+    with pytest.raises(SimplaceError, match="No policy weights"):
+        load_weights(tmp_path / "missing.npz")
+    flat = dict(np.load(path))
+    meta = json.loads(str(flat["meta"]))
+    for change, msg in (({"version": 99}, "version 99"), ({"unit_features": 3}, "other policy "
+                                                                                  "inputs")):
+        flat["meta"] = np.array(json.dumps({**meta, **change}))
+        np.savez(tmp_path / "other.npz", **flat)
+        with pytest.raises(SimplaceError, match=msg):
+            load_weights(tmp_path / "other.npz")
+    flat["meta"] = np.array(json.dumps(meta))
+    flat["params/unit_in/kernel"] = flat["params/unit_in/kernel"][:3]
+    np.savez(tmp_path / "cut.npz", **flat)
+    with pytest.raises(SimplaceError, match="complete set"):
+        load_weights(tmp_path / "cut.npz")
+
+
+def test_shipped_weights_load_are_small_and_carry_a_card():
+    assert SHIPPED.stat().st_size < 5 * 2**20
+    _, meta = load_weights()
+    card = meta["card"]
+    for key in ("summary", "command", "problems", "seed", "updates", "held_out_models"):
+        assert key in card
+    trained = " ".join(card["problems"])
+    for model in card["held_out_models"]:
+        assert model not in trained
+
+
+def test_rl_pretrained_places_validly_and_is_seeded(mlp_graph):
+    from simplace.placers import optimize
+
+    cm = CostModel.load("haswell_k40x4")
+    a = optimize(mlp_graph, cm, "rl-pretrained", seed=1)
+    b = optimize(mlp_graph, cm, "rl-pretrained", seed=1)
+    assert a.placement.shape == (mlp_graph.num_ops,)
+    assert a.placement.max() < cm.num_devices and not a.oom
+    np.testing.assert_array_equal(a.placement, b.placement)
+    # The reported time is the best scored, and the reference simulator agrees.
+    assert a.step_time_s == pytest.approx(a.info["step_time_s"], rel=1e-9)
+
+
+def test_rl_pretrained_falls_back_when_the_shipped_weights_are_damaged(mlp_graph, tmp_path,
+                                                                       monkeypatch):
+    from simplace.placers import optimize
+    from simplace.rl import pretrained
+
+    bad = tmp_path / "universal.npz"
+    bad.write_bytes(b"\0" * 10)
+    monkeypatch.setattr(pretrained, "SHIPPED", bad)
+    pretrained._cached_weights.cache_clear()
+    said = []
+    r = optimize(mlp_graph, CostModel.load("haswell_k40x2"), "rl-pretrained",
+                 progress=said.append)
+    assert r.info["fallback"] == "heft" and "damaged" in said[0]
+    with pytest.raises(SimplaceError, match="damaged"):
+        optimize(mlp_graph, CostModel.load("haswell_k40x2"), "rl-pretrained", weights=str(bad))
+    pretrained._cached_weights.cache_clear()
+
+
+def test_zero_shot_is_never_worse_than_its_most_probable_placement(dag):
+    inp = _machine(dag, [1e9, 4e9, 4e9])
+    placement, info = zero_shot(dag, inp, samples=32)
+    assert info["step_time_s"] <= info["mode_s"] + 1e-15
+    assert info["scored"] == 33 and placement.shape == (dag.num_ops,)
+
+
+def test_rl_universal_fine_tunes_from_the_pretrained_start(mlp_graph):
+    from simplace.placers import optimize
+
+    cm = CostModel.load("haswell_k40x4")
+    zs = optimize(mlp_graph, cm, "rl-pretrained")
+    r = optimize(mlp_graph, cm, "rl-universal", warm_start="pretrained", samples=16)
+    assert r.step_time_s <= zs.step_time_s * (1 + 1e-9)
+    assert r.info["updates"] == 200 and r.info["zero_shot_s"] >= r.step_time_s * (1 - 1e-9)
+    again = optimize(mlp_graph, cm, "rl-universal", samples=16)
+    np.testing.assert_array_equal(again.placement, r.placement)
+    with pytest.raises(SimplaceError, match="pretrained policy only"):
+        optimize(mlp_graph, cm, "rl-universal", warm_start="heft")
+
+
+def test_train_policy_command_writes_weights_and_refuses_no_budget(tmp_path):
+    out = tmp_path / "w.npz"
+    cmd = [sys.executable, "-m", "simplace", "train-policy", "--quick", "--updates", "5",
+           "--target-budget-s", "0", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    _, meta = load_weights(out)
+    assert meta["card"]["updates"] == 5 and "problem 1/" in done.stderr
+    bad = subprocess.run(cmd[:4] + ["--out", str(out)], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "--budget-s or --updates" in bad.stderr
