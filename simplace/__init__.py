@@ -11,7 +11,7 @@ import time as _time
 _IMPORTED_AT = _time.perf_counter()
 
 from simplace import validate  # the package; called, the function validate()
-from simplace.cost_model import Corrections, CostModel, Device, Provenance
+from simplace.cost_model import CostModel, Device, Provenance
 from simplace.errors import (
     CalibrationError,
     CostModelError,
@@ -28,6 +28,7 @@ from simplace.parallel import Strategy, parallelize
 from simplace.placement import Placement
 from simplace.placers import compare, optimize
 from simplace.profile import Profile, profile
+from simplace.scales import Scales
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
 from simplace.validate.executor import apply
@@ -39,7 +40,6 @@ __all__ = [
     "CalibrationError",
     "CostModel",
     "CostModelError",
-    "Corrections",
     "Device",
     "GraphError",
     "GroupingError",
@@ -49,6 +49,7 @@ __all__ = [
     "PlacementError",
     "Profile",
     "Provenance",
+    "Scales",
     "SimplaceError",
     "Strategy",
     "TraceError",

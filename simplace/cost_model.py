@@ -13,8 +13,10 @@ A cost model gives the simulators what a placed JAX program costs on one machine
   (``transfer_time_s``): ``latency_s[i, j] + n / bandwidth_bytes_per_s[i, j]``, and the
   host time of the ``jax.device_put`` call that moves it (``put_s[i, j]``).
 
-Op and transfer times are multiplied by the drift corrections fitted from hardware runs
-(``Corrections``; identity by default). Models are stored as schema-versioned JSON files
+Op, launch, transfer and host times are multiplied by the drift corrections fitted from
+hardware runs (a ``simplace.scales.Scales``; identity by default), applied where the
+model is priced (``price``, through ``simplace.scales.apply_scales``) and to the figures
+below. Models are stored as schema-versioned JSON files
 (see ``cost_models/README.md``) and loaded by name (``CostModel.load("haswell_k40x4")``);
 ``simplace.paths`` says where names are looked up.
 """
@@ -39,6 +41,10 @@ import numpy as np
 from simplace._jsonfile import read_json, write_json
 from simplace._primitive_costs import xla_flops
 from simplace.errors import CostModelError
+from simplace.scales import Scales
+
+# The name of the corrections' type before it became ``Scales`` (``Corrections.identity``).
+Corrections = Scales
 
 SCHEMA = "simplace.cost_model"
 SCHEMA_VERSION = 2
@@ -483,110 +489,6 @@ class Device:
         return cls(**_normalise_device(d, where))
 
 
-# --------------------------------------------------------------------------- Corrections
-@dataclasses.dataclass(frozen=True, eq=False)
-class Corrections:
-    """Drift corrections fitted from hardware runs; identity by default.
-
-    Attributes (D devices):
-      compute_scale: float64[D] > 0, multiplies every op time on the device.
-      extra_overhead_s: float64[D], seconds added to each segment's launch on the device
-        (may be negative; a launch never drops below 0).
-      link_scale: float64[D, D] > 0, multiplies the transfer time of each ordered link.
-      history: what was fitted when, on what (JSON-able dicts, oldest first).
-      host_scale: > 0, multiplies the host time of every call (segment dispatch,
-        ``device_put``, call arguments): the one host thread's drift (a busier or
-        quieter host), which op and link scales cannot express.
-    """
-
-    compute_scale: np.ndarray
-    extra_overhead_s: np.ndarray
-    link_scale: np.ndarray
-    history: tuple[dict, ...] = ()
-    host_scale: float = 1.0
-
-    def __post_init__(self):
-        w = "corrections"
-        cs = np.asarray(self.compute_scale, dtype=np.float64).reshape(-1)
-        d = cs.size
-        object.__setattr__(self, "compute_scale", _frozen(_vector(cs, f"{w}.compute_scale", d)))
-        object.__setattr__(self, "extra_overhead_s", _frozen(_vector(
-            np.asarray(self.extra_overhead_s, dtype=np.float64).reshape(-1),
-            f"{w}.extra_overhead_s", d)))
-        object.__setattr__(self, "link_scale", _frozen(_matrix(
-            np.asarray(self.link_scale, dtype=np.float64), f"{w}.link_scale", d)))
-        object.__setattr__(self, "history", tuple(dict(h) for h in self.history))
-        object.__setattr__(self, "host_scale", _number(self.host_scale, f"{w}.host_scale",
-                                                       min_value=0, strict=True))
-        self._validate(w)
-
-    def _validate(self, where: str):
-        for f, arr in (("compute_scale", self.compute_scale), ("link_scale", self.link_scale)):
-            bad = np.argwhere(~(arr > 0))
-            if bad.size:
-                idx = "".join(f"[{int(k)}]" for k in bad[0])
-                raise CostModelError(f"{where}.{f}{idx} must be > 0, got {arr[tuple(bad[0])]!r}.")
-        for k, h in enumerate(self.history):
-            try:
-                json.dumps(h, allow_nan=False)
-            except (TypeError, ValueError) as err:
-                raise CostModelError(f"{where}.history[{k}] must be JSON-able ({err}).") from None
-
-    @classmethod
-    def identity(cls, num_devices: int) -> Corrections:
-        """Corrections that change nothing, for ``num_devices`` devices."""
-        return cls(np.ones(num_devices), np.zeros(num_devices),
-                   np.ones((num_devices, num_devices)))
-
-    @property
-    def num_devices(self) -> int:
-        """Number of devices corrected (D)."""
-        return self.compute_scale.size
-
-    @property
-    def is_identity(self) -> bool:
-        """Whether these corrections change nothing (all scales 1, no extra overhead)."""
-        return bool(np.all(self.compute_scale == 1) and np.all(self.extra_overhead_s == 0)
-                    and np.all(self.link_scale == 1) and self.host_scale == 1)
-
-    def subset(self, idx: np.ndarray) -> Corrections:
-        """The corrections of the devices ``idx`` (int[D']), in that order."""
-        return Corrections(self.compute_scale[idx], self.extra_overhead_s[idx],
-                           self.link_scale[np.ix_(idx, idx)], self.history, self.host_scale)
-
-    def __eq__(self, other):
-        if not isinstance(other, Corrections):
-            return NotImplemented
-        return self.to_dict() == other.to_dict()
-
-    __hash__ = None
-
-    def to_dict(self) -> dict:
-        """The corrections as a JSON-able dict (``host_scale`` only where not 1)."""
-        return {
-            "compute_scale": self.compute_scale.tolist(),
-            "extra_overhead_s": self.extra_overhead_s.tolist(),
-            "link_scale": self.link_scale.tolist(),
-            "history": [dict(h) for h in self.history],
-        } | ({"host_scale": self.host_scale} if self.host_scale != 1 else {})
-
-    @classmethod
-    def from_dict(cls, d: Mapping, num_devices: int, *, where: str = "corrections"):
-        """Corrections of ``num_devices`` devices read from their dict (absent fields: no
-        correction); ``where`` names it in error messages."""
-        _check_keys(d, where, (), ("compute_scale", "extra_overhead_s", "link_scale",
-                                    "history", "host_scale"))
-        n = num_devices
-        cs = _vector(d.get("compute_scale", [1.0] * n), f"{where}.compute_scale", n)
-        eo = _vector(d.get("extra_overhead_s", [0.0] * n), f"{where}.extra_overhead_s", n)
-        ls = _matrix(d.get("link_scale", [[1.0] * n for _ in range(n)]),
-                     f"{where}.link_scale", n)
-        hist = d.get("history", [])
-        if not isinstance(hist, list) or not all(isinstance(h, Mapping) for h in hist):
-            raise CostModelError(f"{where}.history must be a list of objects.")
-        return cls(cs, eo, ls, tuple(hist), d.get("host_scale", 1.0))
-
-
 # --------------------------------------------------------------------------- Provenance
 @dataclasses.dataclass(frozen=True)
 class Provenance:
@@ -709,7 +611,9 @@ class CostModel:
         that makes it) and uploads it again. ``simplace calibrate`` measures it (a put
         of an array still being computed: does the call return before it is?). Written
         to the file only where it differs from that default.
-      corrections: ``Corrections`` applied by ``op_times`` and the transfer times.
+      corrections: the drift corrections, a ``Scales`` (``simplace.scales``) applied by
+        ``price`` and by the figures (``op_times``, ``launch_s``, ``dispatch_s``, the
+        corrected links and transfer times).
       provenance: ``Provenance`` (source, host, date, versions, notes).
       profile: a ``simplace.profile.Profile`` attached by ``with_profile`` (None: none):
         ``price`` uses its measured op times for the graph it was made for. Never
@@ -726,7 +630,7 @@ class CostModel:
     devices: tuple[Device, ...]
     latency_s: np.ndarray
     bandwidth_bytes_per_s: np.ndarray
-    corrections: Corrections | None = None
+    corrections: Scales | None = None
     provenance: Provenance | None = None
     put_s: np.ndarray | None = None
     put_waits: np.ndarray | None = None
@@ -785,9 +689,9 @@ class CostModel:
         set_("bandwidth_bytes_per_s", _frozen(bw))
         set_("put_s", _frozen(put))
         set_("put_waits", _put_waits(self.put_waits, devices))
-        corr = Corrections.identity(d) if self.corrections is None else self.corrections
-        if not isinstance(corr, Corrections):
-            raise CostModelError(f"corrections must be a Corrections, got {type(corr).__name__}.")
+        corr = Scales.identity(d) if self.corrections is None else self.corrections
+        if not isinstance(corr, Scales):
+            raise CostModelError(f"corrections must be a Scales, got {type(corr).__name__}.")
         if corr.num_devices != d:
             raise CostModelError(f"corrections are for {corr.num_devices} devices but the model "
                                  f"has {d}.")
@@ -823,35 +727,34 @@ class CostModel:
         return out
 
     @functools.cached_property
+    def _corrected(self) -> dict[str, np.ndarray]:
+        return {k: _frozen(v) for k, v in self.corrections.scaled(
+            latency_s=self.latency_s, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+            launch_s=[dev.launch_s for dev in self.devices],
+            dispatch_s=[dev.dispatch_s for dev in self.devices]).items()}
+
+    @property
     def corrected_latency_s(self) -> np.ndarray:
         """float64[D, D]: link latency with the link corrections applied (diagonal 0)."""
-        return _frozen(self.latency_s * self.corrections.link_scale)
+        return self._corrected["latency_s"]
 
-    @functools.cached_property
+    @property
     def corrected_bandwidth_bytes_per_s(self) -> np.ndarray:
         """float64[D, D]: link bandwidth with the link corrections applied (diagonal inf),
         so that ``transfer = corrected_latency_s + bytes / corrected_bandwidth``."""
-        return _frozen(self.bandwidth_bytes_per_s / self.corrections.link_scale)
+        return self._corrected["bandwidth_bytes_per_s"]
 
-    @functools.cached_property
+    @property
     def launch_s(self) -> np.ndarray:
         """float64[D]: device time of each segment besides its ops, drift correction
-        (``extra_overhead_s``) included, never below 0."""
-        base = np.array([dev.launch_s for dev in self.devices])
-        return _frozen(np.maximum(base + self.corrections.extra_overhead_s, 0.0))
+        (``launch_scale``) included."""
+        return self._corrected["launch_s"]
 
-    @functools.cached_property
+    @property
     def dispatch_s(self) -> np.ndarray:
         """float64[D]: host time of the call that dispatches one segment on each device,
         drift correction (``host_scale``) included."""
-        return _frozen(np.array([dev.dispatch_s for dev in self.devices])
-                       * self.corrections.host_scale)
-
-    @functools.cached_property
-    def corrected_put_s(self) -> np.ndarray:
-        """float64[D, D]: host time of one ``device_put`` call per link, drift correction
-        (``host_scale``) included."""
-        return _frozen(self.put_s * self.corrections.host_scale)
+        return self._corrected["dispatch_s"]
 
     def index(self, device_name: str) -> int:
         """Index of the device called ``device_name``."""
@@ -872,18 +775,22 @@ class CostModel:
         one; ``f`` is ``fused_bytes_fraction`` for the classes XLA fuses, elementwise and
         working ``free`` ops, else 1). Ops of class ``free`` with no flops and no bytes
         cost 0: XLA turns them into views. ``free`` ops that do touch bytes are charged
-        like data_movement. Then the drift correction ``compute_scale[d] * t``. Segment
-        launches and host dispatch are not in these times (``launch_s``,
-        ``dispatch_s``); a device's ``argument_s`` is, per parameter an op reads (shared
-        among the parameter's readers) and per output of the graph it returns (scaled by
-        the drift correction ``host_scale``, not ``compute_scale``).
+        like data_movement. Segment launches and host dispatch are not in these times
+        (``launch_s``, ``dispatch_s``); a device's ``argument_s`` is, per parameter an op
+        reads (shared among the parameter's readers) and per output of the graph it
+        returns. Then the drift corrections: ``compute_scale[d]`` on the op's own part,
+        ``argument_scale`` on the argument part (``simplace.scales``).
         """
+        arg = self._argument_times(graph)
+        return self.corrections.scaled(op_time_s=self._op_times(graph) + arg,
+                                       op_argument_s=arg)["op_time_s"]
+
+    def _op_times(self, graph) -> np.ndarray:
+        """float64[M, D]: ``op_times`` without the call arguments and corrections."""
         cls, sigs = _graph_arrays(graph)
         flops, nbytes = graph.flops, graph.bytes_accessed
         m, d = len(cls), self.num_devices
-        no_work = (cls == _FREE) & (flops == 0) & (nbytes == 0)
         out = np.empty((m, d), dtype=np.float64)
-        corr = self.corrections
         for k, dev in enumerate(self.devices):
             t = dev.roofline_s(cls, flops, nbytes)
             if dev.op_times_s:
@@ -892,15 +799,12 @@ class CostModel:
                                        count=m)
                 hit = ~np.isnan(measured)
                 t[hit] = measured[hit]
-                works = ~no_work | hit
-            else:
-                works = ~no_work
-            if corr.compute_scale[k] != 1:
-                t = np.where(works, corr.compute_scale[k] * t, t)
-            if dev.argument_s:
-                t = t + dev.argument_s * corr.host_scale * call_arguments(graph)
             out[:, k] = t
         return out
+
+    def _argument_times(self, graph) -> np.ndarray:
+        """float64[M, D]: the host time of call arguments in each op's time."""
+        return np.outer(call_arguments(graph), [dev.argument_s for dev in self.devices])
 
     def pool_rule(self, graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Which segments run on a worker thread, as the simulators take it:
@@ -951,8 +855,8 @@ class CostModel:
         ``(latency_s + nbytes / bandwidth_bytes_per_s) * link_scale``; 0 when ``i == j``."""
         if i == j:
             return 0.0
-        return float((self.latency_s[i, j] + nbytes / self.bandwidth_bytes_per_s[i, j])
-                     * self.corrections.link_scale[i, j])
+        return float(self.corrected_latency_s[i, j]
+                     + nbytes / self.corrected_bandwidth_bytes_per_s[i, j])
 
     def transfer_times_s(self, nbytes) -> np.ndarray:
         """float64[..., D, D]: transfer time of each size in ``nbytes`` over every ordered
@@ -992,7 +896,7 @@ class CostModel:
             objective=self.objective if isinstance(self.objective, str) else "latency",
         )
 
-    def with_corrections(self, corrections: Corrections) -> CostModel:
+    def with_corrections(self, corrections: Scales) -> CostModel:
         """The same machine with other drift corrections (and the same profile)."""
         return dataclasses.replace(self, corrections=corrections)
 
@@ -1044,12 +948,13 @@ class CostModel:
           hash must match: CostModelError otherwise); None: the profile attached by
           ``with_profile`` when it was made for ``graph``, else none.
 
-        Without a profile the op times are ``op_times(graph)``. With one, the column of
-        every device whose kind the profile measured is the profile's in-segment op
-        time times that device's drift correction ``compute_scale[d]``, and its launch
-        gains what a segment costs that graph there (``Profile.segment_s``, scaled
-        alike); devices of other kinds keep ``op_times``. Links, dispatch, pool and
-        fusion costs always come from the model.
+        Without a profile the op times are those of ``op_times``. With one, the column
+        of every device whose kind the profile measured is the profile's in-segment op
+        time, and its launch gains what a segment costs that graph there
+        (``Profile.segment_s``); devices of other kinds keep the model's. Links,
+        dispatch, pool and fusion costs always come from the model. The drift
+        corrections are applied last, to the whole problem
+        (``simplace.scales.apply_scales``).
         """
         if profile is None:
             with contextlib.suppress(KeyError, TypeError):  # TypeError: no weak reference
@@ -1061,7 +966,8 @@ class CostModel:
         return self._price(graph, profile)
 
     def _price(self, graph, profile):
-        from simplace.sim.inputs import assemble_inputs
+        from simplace.scales import apply_scales
+        from simplace.sim.inputs import make_sim_inputs
 
         if profile is None:
             attached = self.profile
@@ -1075,25 +981,32 @@ class CostModel:
                     f"this graph {graph.hash[:12]}... ({graph.name or 'unnamed'}, "
                     f"{graph.num_ops} ops): profile this model at these sizes.")
             self._check_profile(profile)
-        t = self.op_times(graph)
+        arg = self._argument_times(graph)
+        t = self._op_times(graph) + arg
+        launch = np.array([dev.launch_s for dev in self.devices])
         if profile is not None:
             if profile.num_ops != graph.num_ops:
                 raise CostModelError(f"The profile has {profile.num_ops} ops but the graph "
                                      f"has {graph.num_ops}.")
-            t = t.copy()
-            launch = np.array(self.launch_s, dtype=np.float64)
             for k, dev in enumerate(self.devices):
                 prof = profile.op_time_s.get(dev.kind)
                 if prof is not None:
-                    t[:, k] = self.corrections.compute_scale[k] * np.asarray(prof)
-                    launch[k] += self.corrections.compute_scale[k] * profile.segment_s(dev.kind)
-            return assemble_inputs(graph, self, op_time_s=t, launch_s=launch)
-        return assemble_inputs(graph, self, op_time_s=t)
+                    t[:, k] = prof
+                    launch[k] += profile.segment_s(dev.kind)
+            # A profiled time holds its ops' call arguments (simplace.profile), whose
+            # share a hand-made profile may not reach.
+            arg = np.minimum(arg, t)
+        raw = make_sim_inputs(t, self.latency_s, self.bandwidth_bytes_per_s, self.memory_bytes,
+                              self.exclusive_group_ids, launch,
+                              [dev.dispatch_s for dev in self.devices], self.put_s,
+                              *self.pool_rule(graph), self.op_unfused_times(graph),
+                              self.put_waits, self.objective, arg)
+        return apply_scales(raw, self.corrections)
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_devices(cls, name: str, devices: Sequence[Device], latency_s, bandwidth_bytes_per_s,
-                     *, corrections: Corrections | None = None,
+                     *, corrections: Scales | None = None,
                      provenance: Provenance | None = None, put_s=0.0) -> CostModel:
         """A model from devices and links given as a scalar (every link) or a DxD matrix
         (``put_s`` too). The diagonal is set for you (latency 0, bandwidth inf)."""
@@ -1241,7 +1154,8 @@ class CostModel:
                      inf_on_diagonal=True)
         put = _matrix(links["put_s"], "links.put_s", n)
         corr = d.get("corrections")
-        corr = None if corr is None else Corrections.from_dict(corr, n)
+        corr = None if corr is None else Scales.from_dict(
+            corr, n, launch_s=[dev.launch_s for dev in devices])
         return cls(name=name, devices=devices, latency_s=lat, bandwidth_bytes_per_s=bw,
                    corrections=corr, provenance=prov, put_s=put,
                    put_waits=links.get("put_waits"))

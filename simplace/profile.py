@@ -533,8 +533,8 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     """
     import jax
 
-    from simplace.cost_model import Corrections, call_arguments
     from simplace.progress import Progress
+    from simplace.scales import Scales
     from simplace.validate.executor import prepare, resolve_devices
 
     if program is None:
@@ -543,14 +543,14 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     if graph.num_ops == 0:
         raise ProfileError("The graph has no ops: there is nothing to profile.")
     # Op times and fixed costs without drift corrections: ``price`` applies those.
-    base = cost_model.with_corrections(Corrections.identity(cost_model.num_devices))
+    base = cost_model.with_corrections(Scales.identity(cost_model.num_devices))
     base = base.with_profile(None)
     inp = base.price(graph)
-    estimate = base.op_times(graph)
+    estimate = inp.op_time_s
     # The host time of parameters and graph outputs stays the model's (argument_s):
     # only the rest is scaled to what the chunks measure.
-    argument = np.outer(call_arguments(graph), [dev.argument_s for dev in base.devices])
-    work = np.maximum(estimate - argument, 0.0)
+    argument = inp.op_argument_s
+    work = inp.op_time_s - argument
     kinds: dict[str, int] = {}
     for k, dev in enumerate(cost_model.devices):
         kinds.setdefault(dev.kind, k)

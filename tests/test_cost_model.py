@@ -13,7 +13,6 @@ import pytest
 from simplace.cost_model import (
     DEFAULT_EFFICIENCY,
     OP_CLASSES,
-    Corrections,
     CostModel,
     Device,
     Provenance,
@@ -23,6 +22,7 @@ from simplace.cost_model import (
 )
 from simplace.errors import CostModelError
 from simplace.graph import OpGraph
+from simplace.scales import Scales
 
 REPO = Path(__file__).resolve().parents[1]
 # Measured models (written by `simplace calibrate`) have no generator to match.
@@ -150,32 +150,34 @@ def test_measured_table_overrides_roofline():
 def test_corrections_scale_op_times_of_working_ops_only():
     cm = two_devices(op_times_s={"add:sig1": 3.25e-4})
     base = cm.op_times(tiny_graph())
-    corr = Corrections(compute_scale=[2.0, 0.5], extra_overhead_s=[1e-6, -1.0],
-                       link_scale=np.ones((2, 2)), history=({"fitted_on": "test"},))
+    corr = Scales(compute_scale=[2.0, 0.5], launch_scale=[3.0, 0.5],
+                  link_scale=np.ones((2, 2)), history=({"fitted_on": "test"},))
     t = cm.with_corrections(corr).op_times(tiny_graph())
     works = np.array([not (f == 0 and b == 0) for _, f, b in TINY])
-    # Op times are only scaled: extra_overhead_s goes to segment launches (below).
+    # Op times are only scaled: launch_scale goes to segment launches (below).
     np.testing.assert_allclose(t[works, 0], 2.0 * base[works, 0])
     np.testing.assert_allclose(t[works, 1], 0.5 * base[works, 1])
     assert t[1, 1] == 0.5 * 3.25e-4  # a measured time is scaled too
     assert np.all(t[~works] == 0)
     assert corr.history[0]["fitted_on"] == "test"
-    assert not corr.is_identity and Corrections.identity(3).is_identity
+    assert not corr.is_identity and Scales.identity(3).is_identity
 
 
-def test_corrections_shift_segment_launches_never_below_zero():
-    cm = two_devices(launch_s=5e-6, dispatch_s=7e-6)  # the GPU; the CPU has none
+def test_corrections_scale_segment_launches_and_wake_ups():
+    cm = two_devices(launch_s=5e-6, dispatch_s=7e-6, parallel_launch_s=4e-5,
+                     parallel_min_segment_flops=1e3)  # the GPU; the CPU has none
     np.testing.assert_array_equal(cm.launch_s, [0.0, 5e-6])
     np.testing.assert_array_equal(cm.dispatch_s, [0.0, 7e-6])
-    corr = Corrections(compute_scale=[1.0, 1.0], extra_overhead_s=[1e-6, -2e-6],
-                       link_scale=np.ones((2, 2)))
+    corr = Scales(compute_scale=[1.0, 1.0], launch_scale=[2.0, 0.6],
+                  link_scale=np.ones((2, 2)))
     fixed = cm.with_corrections(corr)
-    # launch: max(0, launch_s + extra_overhead_s) = [0 + 1e-6, 5e-6 - 2e-6]
-    np.testing.assert_allclose(fixed.launch_s, [1e-6, 3e-6])
-    np.testing.assert_array_equal(fixed.dispatch_s, cm.dispatch_s)  # host time: not shifted
+    np.testing.assert_allclose(fixed.launch_s, [0.0, 3e-6])
+    np.testing.assert_array_equal(fixed.dispatch_s, cm.dispatch_s)  # host time: not scaled
     np.testing.assert_array_equal(fixed.op_times(tiny_graph()), cm.op_times(tiny_graph()))
-    clipped = cm.with_corrections(Corrections([1.0, 1.0], [-1.0, -1.0], np.ones((2, 2))))
-    np.testing.assert_array_equal(clipped.launch_s, [0.0, 0.0])
+    # the worker thread's wake-up is a per-segment cost of the runtime too
+    g = tiny_graph()
+    np.testing.assert_allclose(fixed.price(g).pool_launch_s, [0.0, 0.6 * 4e-5])
+    np.testing.assert_allclose(fixed.price(g).launch_s, [0.0, 3e-6])
 
 
 def test_fused_bytes_fraction_charges_part_of_the_bytes_of_fused_classes():
@@ -235,7 +237,7 @@ def test_put_s_matrix_defaults_to_zero_and_has_a_zero_diagonal():
         CostModel.from_devices("q", [cpu, gpu], 1e-5, 1e10, put_s=1e-5).put_s,
         [[0.0, 1e-5], [1e-5, 0.0]])
     # Corrections scale the link's copy, not the host's call.
-    scaled = cm.with_corrections(Corrections([1, 1], [0, 0], [[1, 3.0], [1, 1]]))
+    scaled = cm.with_corrections(Scales([1, 1], [1, 1], [[1, 3.0], [1, 1]]))
     np.testing.assert_array_equal(scaled.put_s, cm.put_s)
     np.testing.assert_array_equal(cm.subset([1, 0]).put_s, [[0.0, 4e-5], [2e-5, 0.0]])
     with pytest.raises(CostModelError, match="put_s"):
@@ -255,14 +257,14 @@ def test_transfer_time():
     assert cm.transfer_time_s(1e6, 1, 0) == pytest.approx(2e-5 + 1e6 / 5e9)
     assert cm.transfer_time_s(1e6, 1, 1) == 0.0
     assert cm.transfer_time_s(0, 0, 1) == pytest.approx(1e-5)
-    scaled = cm.with_corrections(Corrections([1, 1], [0, 0], [[1, 3.0], [1, 1]]))
+    scaled = cm.with_corrections(Scales([1, 1], [1, 1], [[1, 3.0], [1, 1]]))
     assert scaled.transfer_time_s(1e6, 0, 1) == pytest.approx(3 * (1e-5 + 1e6 / 1e10))
     assert scaled.transfer_time_s(1e6, 1, 0) == cm.transfer_time_s(1e6, 1, 0)
 
 
 def test_transfer_times_vectorised_match_scalar():
     cm = CostModel.synthetic(4, seed=3)
-    cm = cm.with_corrections(Corrections(np.ones(4), np.zeros(4),
+    cm = cm.with_corrections(Scales(np.ones(4), np.ones(4),
                                          np.linspace(0.5, 2.0, 16).reshape(4, 4)))
     sizes = np.array([[0.0, 1e3], [1e6, 3e8]])
     tt = cm.transfer_times_s(sizes)
@@ -279,7 +281,7 @@ def test_transfer_times_vectorised_match_scalar():
 # --------------------------------------------------------------------------- subset
 def test_subset_keeps_devices_links_and_op_time_columns():
     cm = CostModel.synthetic(5, seed=7)
-    corr = Corrections(np.arange(1, 6, dtype=float), np.zeros(5),
+    corr = Scales(np.arange(1, 6, dtype=float), np.arange(5, 10, dtype=float),
                        np.arange(25, dtype=float).reshape(5, 5) + 1)
     cm = cm.with_corrections(corr)
     sub = cm.subset([3, 0, 2])
@@ -327,8 +329,8 @@ def rich_model() -> CostModel:
     devs = list(cm.devices)
     devs[2] = dataclasses.replace(devs[2], op_times_s={"dot_general:f32[8,8]": 1.5e-5},
                                   fused_bytes_fraction=0.3)
-    corr = Corrections([1.1, 0.9, 1.0], [1e-7, 0.0, -1e-7], np.full((3, 3), 1.2),
-                       history=({"date": "2026-01-01", "runs": 3},))
+    corr = Scales([1.1, 0.9, 1.0], [1.2, 1.0, 0.8], np.full((3, 3), 1.2), host_scale=1.3,
+                  argument_scale=0.7, history=({"date": "2026-01-01", "runs": 3},))
     return CostModel.from_devices(
         "rich", devs, cm.latency_s, cm.bandwidth_bytes_per_s, put_s=cm.put_s,
         corrections=corr,
@@ -566,8 +568,10 @@ CORRUPTIONS = [
     (_set(["corrections", "compute_scale", 1], 0), "corrections.compute_scale[1] must be > 0"),
     (_set(["corrections", "compute_scale"], [1.0]),
      "corrections.compute_scale must have 3 entries for 3 devices, got 1"),
-    (_set(["corrections", "extra_overhead_s", 0], "x"),
-     "corrections.extra_overhead_s[0] must be a number"),
+    (_set(["corrections", "launch_scale", 0], "x"),
+     "corrections.launch_scale[0] must be a number"),
+    (_set(["corrections", "argument_scale"], -1.0),
+     "corrections.argument_scale must be > 0"),
     (_set(["corrections", "link_scale"], [[1.0]]), "corrections.link_scale must be 3x3"),
     (_set(["corrections", "link_scale", 0, 1], -2.0), "corrections.link_scale[0][1] must be > 0"),
     (_set(["corrections", "history"], {"a": 1}), "corrections.history must be a list"),
@@ -620,7 +624,7 @@ def test_constructors_validate():
     assert dict(dev.efficiency) == dict(DEFAULT_EFFICIENCY) | {
         "free": DEFAULT_EFFICIENCY["data_movement"]}
     with pytest.raises(CostModelError, match="corrections are for 2 devices"):
-        CostModel.from_devices("one", [dev], 0, 1, corrections=Corrections.identity(2))
+        CostModel.from_devices("one", [dev], 0, 1, corrections=Scales.identity(2))
     cm = CostModel.from_devices("one", [dev], 0, 1)
     assert cm.provenance.source == "synthetic"
     assert cm.index("x") == 0

@@ -1,16 +1,17 @@
 """Host-time costs of a cost model: ``Device.argument_s`` (a call's host time per
 parameter and graph output it passes, charged to the ops that read or return them) and
-the drift correction ``Corrections.host_scale`` (every host call, as the simulators see
-it)."""
+the drift corrections ``Scales.host_scale`` (every host call, as the simulators see it)
+and ``Scales.argument_scale`` (the argument part of the op times)."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from simplace.cost_model import Corrections, CostModel
+from simplace.cost_model import CostModel
 from simplace.errors import CostModelError
 from simplace.graph import OpGraph
+from simplace.scales import Scales
 from simplace.sim import simulate
 from simplace.sim.inputs import sim_inputs
 
@@ -34,7 +35,7 @@ def _model(argument_s=0.0, **corr):
                   bandwidth_bytes_per_s=base.bandwidth_bytes_per_s,
                   put_s=np.array([[0.0, 20e-6], [30e-6, 0.0]]))
     if corr:
-        m = m.with_corrections(dataclasses.replace(Corrections.identity(2), **corr))
+        m = m.with_corrections(dataclasses.replace(Scales.identity(2), **corr))
     return m
 
 
@@ -65,7 +66,7 @@ def test_argument_cost_round_trips_and_is_validated(tmp_path):
 def test_host_scale_scales_every_host_call_and_nothing_else():
     g = _graph()
     m = _model(argument_s=2e-6)
-    h = _model(argument_s=2e-6, host_scale=1.5)
+    h = _model(argument_s=2e-6, host_scale=1.5, argument_scale=1.5)
     assert not h.corrections.is_identity
     a, b = sim_inputs(g, m), sim_inputs(g, h)
     assert b.dispatch_s == pytest.approx(1.5 * a.dispatch_s)
@@ -81,8 +82,24 @@ def test_host_scale_scales_every_host_call_and_nothing_else():
     # saved and loaded with the model; an identity correction writes no host_scale
     d = h.corrections.to_dict()
     assert d["host_scale"] == 1.5
-    assert Corrections.from_dict(d, 2) == h.corrections
-    assert "host_scale" not in Corrections.identity(2).to_dict()
+    assert Scales.from_dict(d, 2) == h.corrections
+    assert "host_scale" not in Scales.identity(2).to_dict()
+    assert "argument_scale" not in d  # the same as host_scale: not written
     assert h.corrections.subset(np.array([1])).host_scale == 1.5
     with pytest.raises(CostModelError, match="host_scale"):
-        Corrections(np.ones(2), np.zeros(2), np.ones((2, 2)), (), 0.0)
+        Scales(np.ones(2), np.ones(2), np.ones((2, 2)), 0.0)
+
+
+def test_argument_scale_scales_the_argument_part_alone():
+    g = _graph()
+    m = _model(argument_s=2e-6)
+    a = _model(argument_s=2e-6, argument_scale=3.0)
+    plain = sim_inputs(g, _model()).op_time_s
+    got, base = sim_inputs(g, a), sim_inputs(g, m)
+    assert got.op_time_s - plain == pytest.approx(3.0 * (base.op_time_s - plain))
+    assert got.op_argument_s == pytest.approx(3.0 * base.op_argument_s)
+    np.testing.assert_array_equal(got.dispatch_s, base.dispatch_s)
+    np.testing.assert_array_equal(got.put_s, base.put_s)
+    d = a.corrections.to_dict()
+    assert d["argument_scale"] == 3.0 and "host_scale" not in d
+    assert Scales.from_dict(d, 2) == a.corrections

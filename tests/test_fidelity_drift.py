@@ -1,14 +1,16 @@
 """The drift correction of host time (issue 13): a host busier or quieter than at
 calibration moves host-bound steps, which compute, launch and link scales cannot
-express; ``fit_drift`` fits one ``host_scale`` for every host call (dispatch,
-``device_put``, call arguments) and recovers it from steps simulated under it."""
+express; ``fit_drift`` fits one host scale for every host call (dispatch,
+``device_put``, and call arguments: ``argument_scale`` is tied to it by default) and
+recovers it from steps simulated under it."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from simplace.cost_model import Corrections, CostModel
+from simplace.cost_model import CostModel
+from simplace.scales import Scales
 from simplace.sim import simulate
 from simplace.validate import fit_drift
 
@@ -50,8 +52,8 @@ def _records(graph, cm, truth, n, seed):
 
 def test_drift_fit_recovers_a_host_scale(graph):
     cm = _machine()
-    truth = dataclasses.replace(Corrections.identity(4), compute_scale=np.full(4, 0.8),
-                                host_scale=1.4)
+    truth = dataclasses.replace(Scales.identity(4), compute_scale=np.full(4, 0.8),
+                                host_scale=1.4, argument_scale=1.4)
     recs = _records(graph, cm, truth, 24, seed=0)
     held = _records(graph, cm, truth, 12, seed=1)
     res = fit_drift(recs, [graph], cm, held_out=held, regularization=1e-8, max_nfev=100)
@@ -59,7 +61,7 @@ def test_drift_fit_recovers_a_host_scale(graph):
     assert c.host_scale == pytest.approx(1.4, rel=0.03)
     np.testing.assert_allclose(c.compute_scale, 0.8, rtol=0.05)
     assert res.held_out["mape_raw"] > 0.15 and res.held_out["mape_corrected"] < 0.01
-    assert "host_scale" in res.entry["params"]
+    assert "host" in res.entry["params"]
     assert "host_scale (dispatch, device_put, call arguments) 1.4" in res.summary()
     # the corrected model charges every host call the scale
     assert res.cost_model.dispatch_s == pytest.approx(c.host_scale * cm.dispatch_s)
@@ -69,10 +71,10 @@ def test_drift_fit_without_host_scale_cannot_fix_host_bound_steps(graph):
     """The reason for the term: with compute, launch and link scales only, a host 1.4x
     slower leaves host-bound steps under-predicted."""
     cm = _machine()
-    truth = dataclasses.replace(Corrections.identity(4), host_scale=1.4)
+    truth = dataclasses.replace(Scales.identity(4), host_scale=1.4, argument_scale=1.4)
     recs = _records(graph, cm, truth, 24, seed=0)
-    old = fit_drift(recs, [graph], cm, params=("compute_scale", "extra_overhead_s",
-                                               "link_scale"), regularization=1e-8)
+    old = fit_drift(recs, [graph], cm, params=("compute", "launch", "link"),
+                    regularization=1e-8)
     new = fit_drift(recs, [graph], cm, regularization=1e-8)
     assert old.corrections.host_scale == 1.0
     assert old.fit["mape_corrected"] > 0.05 > 0.01 > new.fit["mape_corrected"]
@@ -84,7 +86,7 @@ def test_a_drift_fit_prices_each_graph_once(graph, monkeypatch):
     import simplace.sim.inputs as inputs
 
     cm = _machine()
-    truth = dataclasses.replace(Corrections.identity(4), compute_scale=np.full(4, 0.9))
+    truth = dataclasses.replace(Scales.identity(4), compute_scale=np.full(4, 0.9))
     recs = _records(graph, cm, truth, 8, seed=2)
     built = []
     real = inputs.make_sim_inputs

@@ -10,7 +10,7 @@ import pytest
 import simplace.calibrate.harness as harness
 from simplace import CostModel, Device, zoo
 from simplace.cli import main
-from simplace.cost_model import Corrections, call_arguments
+from simplace.cost_model import call_arguments
 from simplace.errors import CostModelError
 from simplace.profile import (
     Chunk,
@@ -25,6 +25,7 @@ from simplace.profile import (
     profile,
     segment_cost_s,
 )
+from simplace.scales import Scales
 from simplace.sim import simulate
 from simplace.sim.inputs import sim_inputs
 
@@ -61,7 +62,7 @@ def home(tmp_path, monkeypatch):
 
 
 def _plain_estimate(machine, graph, k=0):
-    base = machine.with_corrections(Corrections.identity(machine.num_devices))
+    base = machine.with_corrections(Scales.identity(machine.num_devices))
     est = base.op_times(graph)[:, k]
     arg = machine.devices[k].argument_s * call_arguments(graph)
     return np.maximum(est - arg, 0.0), arg
@@ -219,7 +220,7 @@ def _hand_profile(graph, machine="mixed", kind="cpu"):
 def test_price_changes_exactly_the_profiled_kinds_columns(mlp_graph):
     cm = _mixed_machine()
     scale = np.array([2.0, 3.0, 1.5])
-    cm = cm.with_corrections(Corrections(scale, np.zeros(3), np.ones((3, 3))))
+    cm = cm.with_corrections(Scales(scale, np.ones(3), np.ones((3, 3))))
     p = _hand_profile(mlp_graph)
     plain, priced = cm.price(mlp_graph), cm.price(mlp_graph, p)
     for k in (0, 1):  # the CPUs: the profile's times, drift-corrected
@@ -241,7 +242,7 @@ def test_an_attached_profile_survives_derived_models_and_is_never_saved(mlp_grap
     p = _hand_profile(mlp_graph)
     attached = cm.with_profile(p)
     assert attached.subset([0, 2]).profile is p
-    assert attached.with_corrections(Corrections.identity(3)).profile is p
+    assert attached.with_corrections(Scales.identity(3)).profile is p
     assert attached == cm  # equality ignores the profile
     assert attached.to_dict() == cm.to_dict()
     attached.save(tmp_path / "m.json")

@@ -150,18 +150,21 @@ def test_through_cost_model():
 
 
 def test_link_scale_is_folded_into_transfer_times():
+    from simplace.scales import Scales, apply_scales
+
     g = make_graph([0], [1], m=2, edge_bytes=[100.0])
     inp = simple_inputs(2, 2, op_time=1.0, latency=0.5, bandwidth=100.0)
-    scale = np.full((2, 2), 3.0)
-    duck = types.SimpleNamespace(
-        op_times=lambda graph: inp.op_time_s, latency_s=inp.latency_s,
-        bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s, memory_bytes=inp.memory_bytes,
-        exclusive_group_ids=inp.exclusive_group,
-        corrections=types.SimpleNamespace(link_scale=scale))
-    r = simulate(g, duck, [0, 1])
+    scaled = apply_scales(inp, Scales.uniform(2, link=3.0))
+    r = simulate(g, scaled, [0, 1])
     assert r.step_time_s == pytest.approx(1 + 3 * (0.5 + 1.0) + 1)
-    assert batched_simulator(g, duck)(np.array([[0, 1]])).step_time_s[0] == pytest.approx(
+    assert batched_simulator(g, scaled)(np.array([[0, 1]])).step_time_s[0] == pytest.approx(
         r.step_time_s)
+    # a duck-typed cost model's figures are taken as they are
+    duck = types.SimpleNamespace(
+        op_times=lambda graph: inp.op_time_s, latency_s=scaled.latency_s,
+        bandwidth_bytes_per_s=scaled.bandwidth_bytes_per_s, memory_bytes=inp.memory_bytes,
+        exclusive_group_ids=inp.exclusive_group)
+    assert simulate(g, duck, [0, 1]).step_time_s == r.step_time_s
 
 
 # ---------------------------------------------------------------- worked by hand

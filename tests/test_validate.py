@@ -8,10 +8,11 @@ import pytest
 
 import simplace
 from simplace import zoo
-from simplace.cost_model import Corrections, CostModel, Device
+from simplace.cost_model import CostModel, Device
 from simplace.errors import PlacementError, SimplaceError
 from simplace.hardware.executor import prepare
 from simplace.placement import Placement
+from simplace.scales import Scales
 from simplace.sim import simulate
 from simplace.validate import (
     append_records,
@@ -178,7 +179,7 @@ def test_validate_warms_every_candidate_before_timing_any(mlp, monkeypatch):
 def test_validate_reports_raw_and_corrected_predictions(mlp):
     fn, args, program, graph = mlp
     cm = cpu_model(2)
-    corr = Corrections([2.0, 0.5], [1e-5, -1e-5], [[1, 3.0], [3.0, 1]])
+    corr = Scales([2.0, 0.5], [1.5, 0.5], [[1, 3.0], [3.0, 1]])
     ccm = cm.with_corrections(corr)
     m = graph.num_ops
     half = np.zeros(m, np.int32)
@@ -228,13 +229,13 @@ def test_drift_fit_recovers_known_scales(mlp):
     cm = CostModel.synthetic(3, seed=5)
     truth_ls = np.ones((3, 3))
     truth_ls[0, 1], truth_ls[1, 2], truth_ls[2, 0] = 2.5, 0.6, 1.8
-    truth = Corrections([1.6, 0.7, 1.3], [0.0, 0.0, 0.0], truth_ls)
+    truth = Scales([1.6, 0.7, 1.3], [1.0, 1.0, 1.0], truth_ls)
     rng = np.random.default_rng(0)
     ps = _placements(rng, graph.num_ops, 3, 30)
     meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
     recs = _records(graph, cm, ps, meas)
     res = fit_drift(recs[:20], [graph], cm, held_out=recs[20:],
-                    params=("compute_scale", "link_scale"), tie=(), regularization=1e-8,
+                    params=("compute", "link"), tie=(), regularization=1e-8,
                     max_nfev=100)
     np.testing.assert_allclose(res.corrections.compute_scale, truth.compute_scale, rtol=0.02)
     for i, j in ((0, 1), (1, 2), (2, 0)):
@@ -249,10 +250,10 @@ def test_drift_fit_recovers_known_scales(mlp):
     assert res.cost_model.corrections == res.corrections
 
 
-def test_drift_fit_with_overheads_matches_held_out_and_keeps_history(mlp):
+def test_drift_fit_with_launch_scales_matches_held_out_and_keeps_history(mlp):
     *_, graph = mlp
     cm = CostModel.synthetic(2, seed=1)
-    truth = Corrections([1.4, 0.8], [3e-6, 1e-6], [[1, 2.0], [1.5, 1]])
+    truth = Scales([1.4, 0.8], [1.5, 1.2], [[1, 2.0], [1.5, 1]])
     rng = np.random.default_rng(3)
     ps = _placements(rng, graph.num_ops, 2, 16)
     meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
@@ -278,13 +279,13 @@ def test_drift_fit_with_overheads_matches_held_out_and_keeps_history(mlp):
 
 
 def test_drift_fit_recovers_compute_launch_and_link_corrections(mlp):
-    """Known corrections of every kind (compute scale, extra launch overhead per segment,
-    per-link scale) come back from 'measured' times simulated with them."""
+    """Known corrections of every device kind (compute scale, launch scale, per-link
+    scale) come back from 'measured' times simulated with them."""
     *_, graph = mlp
     cm = CostModel.synthetic(3, seed=5)
     ls = np.ones((3, 3))
     ls[0, 1], ls[1, 0], ls[1, 2], ls[2, 1], ls[0, 2], ls[2, 0] = 1.8, 1.6, 0.7, 0.8, 2.2, 1.3
-    truth = Corrections([1.5, 0.8, 1.2], [6e-6, -2e-6, 1e-5], ls)
+    truth = Scales([1.5, 0.8, 1.2], [1.6, 0.7, 1.4], ls)
     rng = np.random.default_rng(5)
     ps = _placements(rng, graph.num_ops, 3, 40)
     meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
@@ -293,112 +294,24 @@ def test_drift_fit_recovers_compute_launch_and_link_corrections(mlp):
                     max_nfev=100)
     c = res.corrections
     np.testing.assert_allclose(c.compute_scale, truth.compute_scale, rtol=0.03)
-    np.testing.assert_allclose(c.extra_overhead_s, truth.extra_overhead_s, atol=3e-7)
+    np.testing.assert_allclose(c.launch_scale, truth.launch_scale, rtol=0.05)
     off = ~np.eye(3, dtype=bool)
     np.testing.assert_allclose(c.link_scale[off], ls[off], rtol=0.03)
     assert res.held_out["mape_raw"] > 0.03 and res.held_out["mape_corrected"] < 0.002
     # the fitted launch correction is what CostModel applies to each segment
-    np.testing.assert_allclose(res.cost_model.launch_s, cm.launch_s + c.extra_overhead_s)
-
-
-def test_drift_jacobian_is_the_derivative_of_the_segment_schedule(mlp):
-    """The critical-path subgradient equals central finite differences of the simulated
-    step time (away from ties), for every kind of correction, and the problem's step
-    times are those of the corrected CostModel."""
-    from simplace.validate.drift import FIT_PARAMS, _DriftProblem
-
-    *_, graph = mlp
-    for seed, excl in ((0, False), (2, True)):
-        cm = CostModel.synthetic(3, seed=seed, exclusive_pair=excl)
-        rng = np.random.default_rng(seed)
-        ps = _placements(rng, graph.num_ops, 3, 9)
-        prob = _DriftProblem(cm, _records(graph, cm, ps, np.ones(len(ps))),
-                             {graph.hash: graph}, FIT_PARAMS)
-        z = rng.normal(0.0, 0.3, 2 * 3 + 6 + 1)  # compute, launch, links, host
-        steps, jac = prob.evaluate(z)
-        corrected = cm.with_corrections(prob.corrections(z))
-        np.testing.assert_allclose(steps, [simulate(graph, corrected, p).step_time_s
-                                           for p in ps], rtol=1e-12)
-        fd = np.zeros_like(jac)
-        for v in range(len(z)):
-            zp, zm = z.copy(), z.copy()
-            zp[v] += 1e-6
-            zm[v] -= 1e-6
-            fd[:, v] = (prob.evaluate(zp)[0] - prob.evaluate(zm)[0]) / 2e-6
-        np.testing.assert_allclose(jac, fd, atol=1e-6 * steps.max())
-        assert np.all(jac[:, :3].sum(axis=1) > 0)  # every step has compute on its path
-
-
-def test_drift_jacobian_counts_segment_launches_on_the_path():
-    """d step / d extra_overhead is one launch per segment on the critical path,
-    d step / d log compute_scale those segments' fused op times, d step / d log link_scale
-    the durations of the path's copies; a launch clipped at 0 moves nothing, and the path
-    stops at a host call."""
-    import jax.numpy as jnp
-
-    from simplace.sim.reference import segments_of
-    from simplace.validate.drift import _OVERHEAD_UNIT_S, FIT_PARAMS, _DriftProblem
-
-    def chain(x):
-        for _ in range(6):
-            x = jnp.tanh(x @ x)
-        return x
-
-    g = simplace.trace(chain, jnp.ones((64, 64)))
-    m = g.num_ops
-    work = np.flatnonzero(g.flops > 0)
-    # dev:0 and dev:1 share one exclusive group: their segments run one after another,
-    # each waiting for the copy of its input: every segment and copy is on the path
-    cm = tiny_machine(group=("x", "x"))
-    t = cm.op_times(g)
-    alt = np.zeros(m, np.int32)
-    alt[work[len(work) // 2]:] = 1
-    alt2 = alt.copy()
-    alt2[work[-1]:] = 0
-    for p, n_seg, links in ((np.zeros(m, np.int32), 1, ()), (alt, 2, ((0, 1),)),
-                            (alt2, 3, ((0, 1), (1, 0)))):
-        res = simulate(g, cm, p, schedule=True)
-        assert res.num_segments == n_seg
-        prob = _DriftProblem(cm, _records(g, cm, [p], [1.0]), {g.hash: g}, FIT_PARAMS)
-        steps, jac = prob.evaluate(np.zeros(2 * 2 + 2 + 1))
-        assert steps[0] == res.step_time_s
-        on_dev0 = sum(p[a] == 0 for a, _ in segments_of(p))
-        assert jac[0, 2:4] / _OVERHEAD_UNIT_S == pytest.approx([on_dev0, n_seg - on_dev0])
-        assert jac[0, :2] == pytest.approx([t[p == 0, 0].sum(), t[p == 1, 1].sum()])
-        sch = res.schedule
-        for k, (i, j) in enumerate(((0, 1), (1, 0))):
-            on = (sch.transfer_from == i) & (sch.transfer_to == j)
-            dur = float((sch.transfer_end_s - sch.transfer_start_s)[on].sum())
-            assert jac[0, 4 + k] == pytest.approx(dur)
-            assert (dur > 0) == ((i, j) in links)
-    # dev:0's launch pushed below 0 is clipped: only dev:1's launch still moves the step
-    z = np.zeros(7)
-    z[2] = -2e-5 / _OVERHEAD_UNIT_S  # 1e-5 - 2e-5 < 0
-    _, jac = prob.evaluate(z)
-    assert jac[0, 2] == 0 and jac[0, 3] == pytest.approx(_OVERHEAD_UNIT_S)
-    # a slow host: the last segment waits for its dispatch, and the path stops there:
-    # that segment's launch and ops are on it, and the host time before it (every host
-    # call scales with host_scale)
-    slow = tiny_machine(dispatch_s=(1e-2, 1e-2), group=("x", "x"))
-    prob = _DriftProblem(slow, _records(g, slow, [alt2], [1.0]), {g.hash: g}, FIT_PARAMS)
-    steps, jac = prob.evaluate(np.zeros(7))
-    res = simulate(g, slow, alt2, schedule=True)
-    assert res.schedule.segment_start_s[-1] == res.schedule.segment_dispatch_s[-1]
-    last = slice(int(res.schedule.segment_first[-1]), m)
-    assert jac[0] == pytest.approx([t[last, 0].sum(), 0, _OVERHEAD_UNIT_S, 0, 0, 0,
-                                    res.schedule.segment_dispatch_s[-1]])
+    np.testing.assert_allclose(res.cost_model.launch_s, cm.launch_s * c.launch_scale)
 
 
 def test_drift_fit_ties_devices_that_share_compute(mlp):
     *_, graph = mlp
     cm = CostModel.synthetic(3, seed=2, exclusive_pair=True)  # cpu:0, cpu:1 share compute
-    truth = Corrections([1.5, 1.5, 0.8], [0, 0, 0], np.full((3, 3), 1.7))
+    truth = Scales([1.5, 1.5, 0.8], [1, 1, 1], np.full((3, 3), 1.7))
     rng = np.random.default_rng(4)
     ps = _placements(rng, graph.num_ops, 3, 12)
     meas = [simulate(graph, cm.with_corrections(truth), p).step_time_s for p in ps]
     res = fit_drift(_records(graph, cm, ps, meas), [graph], cm, regularization=1e-8,
-                    params=("compute_scale", "link_scale"), max_nfev=60)
-    assert res.entry["tied"] == ["compute_scale", "extra_overhead_s", "link_scale"]
+                    params=("compute", "link"), max_nfev=60)
+    assert res.entry["tied"] == ["compute", "launch", "argument", "link"]
     cs = res.corrections.compute_scale
     assert cs[0] == cs[1] and cs[0] == pytest.approx(1.5, rel=0.03)
     assert cs[2] == pytest.approx(0.8, rel=0.03)
@@ -416,6 +329,8 @@ def test_drift_fit_refuses_records_it_cannot_simulate(mlp):
         fit_drift(rec, [graph], CostModel.synthetic(3))
     with pytest.raises(SimplaceError, match="unknown parameter"):
         fit_drift(rec, [graph], cm, params=("speed",))
+    with pytest.raises(SimplaceError, match="'compute_scale' is now called 'compute'"):
+        fit_drift(rec, [graph], cm, params=("compute_scale",))
     with pytest.raises(SimplaceError, match="at least one"):
         fit_drift([], [graph], cm)
 

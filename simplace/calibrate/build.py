@@ -437,10 +437,9 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                        seed=int(head["settings"].get("seed", 0)))
         scales = sf.scales
         report["steps"] = dict(sf.report, notes=graph_notes)
-        devices = list(scaled_model(unscaled, scales).devices)
-        put = put * scales["host"]
-        lat = lat * scales["link"]
-        bw = bw / scales["link"]
+        scaled = scaled_model(unscaled, scales)
+        devices, put = list(scaled.devices), scaled.put_s
+        lat, bw = scaled.latency_s, scaled.bandwidth_bytes_per_s
     report["load_average"] = head.get("load_average")
     report["cpu_count"] = head.get("cpu_count")
     phases = [r for r in records if r["kind"] == "phase"]

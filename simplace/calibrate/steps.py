@@ -5,33 +5,35 @@ host the devices' work competes with the host thread for the same cores, a call'
 time depends on what ran just before it, and XLA:CPU runs a whole-graph computation
 faster than the sum of its pieces. ``calibrate`` therefore also times whole steps of
 placements of its models (``host`` records: scattered windows of ops, random runs, the
-whole graph on one device), and ``fit_steps`` fits five scales of the model built from
-the pieces to them, with the simulator itself as the model of a step:
+whole graph on one device), and ``fit_steps`` fits one scale of each kind of
+``simplace.scales.KINDS`` (``SCALES``) to them, with the simulator itself as the model
+of a step:
 
-* ``host``: the host time of each segment call and ``jax.device_put`` call
-  (``Device.dispatch_s``, ``CostModel.put_s``; their ratio is what the calls timed in
-  context say: in steps they are nearly collinear, one call of each per scattered op),
-* ``argument``: the host time of each parameter and graph output a call passes
-  (``Device.argument_s``),
 * ``compute``: every in-segment op cost (rates, per-op and unfused costs),
 * ``launch``: each segment's launch (``launch_s`` and ``parallel_launch_s``),
 * ``link``: each copy's duration (latency and bytes over bandwidth): the links are
   timed blocking, one copy at a time, which on CPU devices includes waking the
-  receiving side; in a pipelined step copies overlap and cost less.
+  receiving side; in a pipelined step copies overlap and cost less,
+* ``host``: the host time of each segment call and ``jax.device_put`` call
+  (``Device.dispatch_s``, ``CostModel.put_s``; their ratio is what the calls timed in
+  context say: in steps they are nearly collinear, one call of each per scattered op),
+* ``argument``: the host time of each parameter and graph output a call passes
+  (``Device.argument_s``).
 
-Robust least squares (``scipy.optimize.least_squares``, soft-L1 on log step-time
-ratios), with a weak pull of each log scale towards 0 (the pieces' own figures) so that
-a scale the steps cannot see stays where the pieces put it. A scale no measured step
-is sensitive to is reported as not pinned (with the measurement that would pin it), and
-a fitted scale beyond ``MAX_SCALE`` either way is refused. Scales that predict the
-held-out steps no better than the pieces alone are rejected (every scale stays 1): the
-fit is kept only where it is seen to help.
+The fit is ``simplace.scales.fit_scales``, the one fitter that validation's drift fit
+calls too: robust least squares (soft-L1 on log step-time ratios) with a weak pull of
+each log scale towards 0 (the pieces' own figures) so that a scale the steps cannot see
+stays where the pieces put it. A scale no measured step is sensitive to is reported as
+not pinned (with the measurement that would pin it), and a fitted scale beyond
+``MAX_SCALE`` either way is refused. Scales that predict the held-out steps no better
+than the pieces alone are rejected (every scale stays 1): the fit is kept only where it
+is seen to help. The scales kept are baked into the model's figures
+(``scaled_model``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -40,7 +42,16 @@ import numpy as np
 
 from simplace.calibrate.fit import rel_errors
 from simplace.errors import CalibrationError
+from simplace.scales import (
+    Scales,
+    Step,
+    bake_scales,
+    fit_scales,
+    predict_steps,
+    scale_sensitivity,
+)
 
+# The kinds of simplace.scales, in the order the calibration report lists them.
 SCALES = ("host", "argument", "compute", "launch", "link")
 # A fitted scale beyond this factor either way means the pieces and the steps disagree
 # about the machine: the fit is refused rather than written.
@@ -70,33 +81,22 @@ _REMEDY = {
 }
 
 
-def scaled_model(model, scales: Mapping[str, float]):
-    """``model`` (a ``CostModel``) with its host (dispatch and put), argument, compute,
-    launch and link costs multiplied by ``scales`` (missing: 1). Compute scales every
-    in-segment op cost by dividing the roofline rates and multiplying the per-op
-    costs; link scales each copy's latency and divides its bandwidth."""
-    from simplace.cost_model import CostModel
+def scaled_model(model, scales: Scales | Mapping[str, float]):
+    """``model`` (a ``CostModel``) with ``scales`` baked into its figures
+    (``simplace.scales.bake_scales``): a ``Scales``, or one factor per kind of
+    ``SCALES`` for every device and link (missing: 1)."""
+    if not isinstance(scales, Scales):
+        scales = Scales.uniform(model.num_devices, **scales)
+    return bake_scales(model, scales)
 
-    s = {k: float(scales.get(k, 1.0)) for k in SCALES}
-    devs = []
-    for dev in model.devices:
-        c = s["compute"]
-        devs.append(dataclasses.replace(
-            dev, dispatch_s=dev.dispatch_s * s["host"],
-            argument_s=dev.argument_s * s["argument"],
-            launch_s=dev.launch_s * s["launch"],
-            parallel_launch_s=dev.parallel_launch_s * s["launch"],
-            peak_flops_per_s=dev.peak_flops_per_s / c,
-            memory_bandwidth_bytes_per_s=dev.memory_bandwidth_bytes_per_s / c,
-            overhead_s=dev.overhead_s * c,
-            class_overhead_s={k: v * c for k, v in dev.class_overhead_s.items()},
-            unfused_overhead_s=dev.unfused_overhead_s * c,
-            op_times_s={k: v * c for k, v in dev.op_times_s.items()}))
-    return CostModel(name=model.name, devices=tuple(devs),
-                     latency_s=model.latency_s * s["link"],
-                     bandwidth_bytes_per_s=model.bandwidth_bytes_per_s / s["link"],
-                     corrections=model.corrections, provenance=model.provenance,
-                     put_s=model.put_s * s["host"], put_waits=model.put_waits)
+
+def _per_kind(scales: Scales) -> dict[str, float]:
+    """The one value of each kind of a fit that shares every kind."""
+    off = scales.link_scale[~np.eye(scales.num_devices, dtype=bool)]
+    one = {"compute": float(scales.compute_scale[0]), "launch": float(scales.launch_scale[0]),
+           "link": float(off[0]) if off.size else 1.0, "host": scales.host_scale,
+           "argument": scales.argument_scale}
+    return {k: one[k] for k in SCALES}
 
 
 def step_graphs(records: Sequence[Mapping]) -> tuple[dict[str, Any], list[str]]:
@@ -136,7 +136,7 @@ class StepFit:
     """The result of ``fit_steps``.
 
     scales: ``{host, argument, compute, launch, link}``, each a factor on the
-      model's figure.
+      model's figures, for every device and link (``scaled_model`` bakes them in).
     pinned: the scales some measured step is sensitive to (the others stay at 1);
       empty when the fit was rejected.
     report: ``{"fitted", "held_out", "before", "held_out_before"}`` errors (``n``,
@@ -154,8 +154,8 @@ class StepFit:
 
 def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
               held_out_fraction: float = 0.25, seed: int = 0) -> StepFit:
-    """Fit the five scales of ``SCALES`` so that the simulator (``simplace.sim``) on
-    ``scaled_model(model, scales)`` predicts the measured whole steps.
+    """Fit one scale of each kind of ``SCALES`` so that the simulator (``simplace.sim``)
+    on ``scaled_model(model, scales)`` predicts the measured whole steps.
 
     Args:
       model: the ``CostModel`` built from the pieces (segments, calls, links).
@@ -167,101 +167,35 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
     Raises CalibrationError when fewer than 4 steps can be simulated, or when a fitted
     scale is beyond ``MAX_SCALE`` either way (the message names what to measure again).
     """
-    from scipy.optimize import least_squares
-
-    from simplace.cost_model import call_arguments
     from simplace.hardware.timing import Timing
-    from simplace.sim import simulate
-    from simplace.sim.inputs import frozen_inputs, sim_inputs
 
-    items = []
-    for r in steps:
-        g = graphs.get(r.get("graph_hash"))
-        if g is None or "assignment" not in r:
-            continue
-        a = np.asarray(r["assignment"], dtype=np.int32)
-        if a.shape != (g.num_ops,) or a.min(initial=0) < 0 or \
-                a.max(initial=0) >= model.num_devices:
-            continue
-        items.append((g.hash, a, Timing.from_dict(r["timing"]).median_s))
+    items = _measured_steps(model, steps, graphs, Timing)
     if len(items) < 4:
         raise CalibrationError(
             f"Only {len(items)} whole steps can be simulated (4 needed) to fit host and "
             "compute costs in context: calibrate again (without a tight --budget-s) so "
             "that each model's host steps are measured.")
-    meas = np.array([t for _, _, t in items])
+    meas = np.array([st.measured_s for st in items])
     rng = np.random.default_rng(seed)
     held = rng.random(len(items)) < held_out_fraction
     if held.all() or (~held).sum() < 4:
         held[:] = False
-    base = {h: sim_inputs(graphs[h], model) for h in {h for h, _, _ in items}}
-    # The op times hold the call-argument costs (host time) besides the ops' own
-    # (compute): they are scaled apart.
-    arg_s = np.array([dev.argument_s for dev in model.devices])
-    arg_part = {h: np.outer(call_arguments(graphs[h]), arg_s) for h in base}
-
-    def predict(x: np.ndarray, which: np.ndarray) -> np.ndarray:
-        s = dict(zip(SCALES, np.exp(x), strict=True))
-        out = np.empty(int(which.sum()))
-        ins = {h: frozen_inputs(inp, dispatch_s=inp.dispatch_s * s["host"],
-                                put_s=inp.put_s * s["host"],
-                                op_time_s=(inp.op_time_s - arg_part[h]) * s["compute"]
-                                + arg_part[h] * s["argument"],
-                                op_unfused_s=inp.op_unfused_s * s["compute"],
-                                launch_s=inp.launch_s * s["launch"],
-                                pool_launch_s=inp.pool_launch_s * s["launch"],
-                                latency_s=inp.latency_s * s["link"],
-                                bandwidth_bytes_per_s=inp.bandwidth_bytes_per_s / s["link"])
-               for h, inp in base.items()}
-        for n, k in enumerate(np.flatnonzero(which)):
-            h, a, _ = items[k]
-            out[n] = simulate(graphs[h], ins[h], a).step_time_s
-        return out
-
-    fit_rows = ~held
-    log_meas = np.log(meas[fit_rows])
-    lam = math.sqrt(PRIOR_WEIGHT)
-
-    def residuals(x):
-        pred = np.maximum(predict(x, fit_rows), 1e-15)
-        return np.concatenate([np.log(pred) - log_meas, lam * x])
-
-    # Sensitivity of each step to each scale at the pieces' own figures (and at the
-    # fit, below): which scales the steps can pin at all.
-    def sensitivity(x):
-        p0 = predict(x, np.ones(len(items), bool))
-        sens = np.zeros(len(SCALES))
-        for k in range(len(SCALES)):
-            dx = np.zeros(len(SCALES))
-            dx[k] = 0.05
-            p1 = predict(x + dx, np.ones(len(items), bool))
-            sens[k] = float(np.max(np.abs(np.log(p1 / p0)) / 0.05))
-        return sens
-
-    bound = math.log(MAX_SCALE) * 1.5
-    x0 = np.zeros(len(SCALES))
-    sol = least_squares(residuals, x0, bounds=(-bound, bound), loss="soft_l1",
-                        f_scale=F_SCALE, method="trf", diff_step=0.02, max_nfev=60)
-    x = sol.x.copy()
-    sens = sensitivity(x)
-    loose = [k for k in range(len(SCALES)) if sens[k] < MIN_SENSITIVITY]
+    fitted_on = [st for st, h in zip(items, held, strict=True) if not h]
+    # One value per kind: the steps of a few small models cannot tell devices apart.
+    opts = dict(share={k: "all" for k in ("compute", "launch", "link")}, loss="soft_l1",
+                f_scale=F_SCALE, prior_weight=PRIOR_WEIGHT, limit=MAX_SCALE ** 1.5,
+                max_nfev=60)
+    fit = fit_scales(fitted_on, **opts)
+    # Which scales the steps can pin at all, at the fit: a scale no step sees is not the
+    # steps' to set: back to the pieces' figure, and the others fitted again without it.
+    sens = scale_sensitivity(items, fit.scales)
+    loose = [k for k in SCALES if sens[k] < MIN_SENSITIVITY]
     if loose:
-        # A scale no step sees is not the steps' to set: back to the pieces' figure,
-        # and the others fitted again without it.
-        fixed = np.zeros(len(SCALES), bool)
-        fixed[loose] = True
-
-        def residuals_fixed(y):
-            z = np.zeros(len(SCALES))
-            z[~fixed] = y
-            return residuals(z)
-
-        sol = least_squares(residuals_fixed, x[~fixed], bounds=(-bound, bound),
-                            loss="soft_l1", f_scale=F_SCALE, method="trf", diff_step=0.02,
-                            max_nfev=60)
-        x = np.zeros(len(SCALES))
-        x[~fixed] = sol.x
-    scales = {k: float(math.exp(v)) for k, v in zip(SCALES, x, strict=True)}
+        start = Scales.uniform(model.num_devices, **{
+            k: v for k, v in _per_kind(fit.scales).items() if k not in loose})
+        fit = fit_scales(fitted_on, kinds=[k for k in SCALES if k not in loose],
+                         start=start, **opts)
+    scales = _per_kind(fit.scales)
     bad = {k: v for k, v in scales.items() if not 1 / MAX_SCALE <= v <= MAX_SCALE}
     if bad:
         k, v = next(iter(bad.items()))
@@ -271,10 +205,9 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
             "one) and the steps disagree about this machine. Calibrate again on an idle "
             "machine (--overwrite); if it persists, the simulator misses what these steps "
             "do.")
-    every = np.ones(len(items), bool)
-    pred_before = predict(np.zeros(len(SCALES)), every)
-    pred_after = predict(x, every)
-    pinned = tuple(SCALES[k] for k in range(len(SCALES)) if k not in loose)
+    pred_before = predict_steps(items, Scales.identity(model.num_devices))
+    pred_after = predict_steps(items, fit.scales)
+    pinned = tuple(k for k in SCALES if k not in loose)
     # The scales must predict steps they were not fitted to better than the pieces
     # alone do; on a noisy host a few steps slowed by something else can pull them the
     # wrong way (on the 2-core VM the fit raised host costs 16% and made held-out steps
@@ -291,15 +224,36 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
         scales = {k: 1.0 for k in SCALES}
         pinned = ()
     report = {
-        "steps": len(items), "graphs": len(base),
+        "steps": len(items), "graphs": len({id(st.inputs) for st in items}),
         "scales": scales,
         "before": rel_errors(pred_before, meas),
         "fitted": rel_errors(pred_after[~held], meas[~held]),
         "held_out": held_after,
         "held_out_before": held_before,
         **({"rejected": rejected, "rejected_scales": fitted_scales} if rejected else {}),
-        "sensitivity": {k: float(v) for k, v in zip(SCALES, sens, strict=True)},
-        "not_pinned": {SCALES[k]: _REMEDY[SCALES[k]] for k in loose},
-        "solver": {"cost": float(sol.cost), "nfev": int(sol.nfev), "status": int(sol.status)},
+        "sensitivity": {k: sens[k] for k in SCALES},
+        "not_pinned": {k: _REMEDY[k] for k in loose},
+        "solver": fit.solver,
     }
     return StepFit(scales, pinned, report)
+
+
+def _measured_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any],
+                    timing) -> list[Step]:
+    """The records of ``steps`` that can be simulated on ``model``, as measured steps
+    (each graph priced once)."""
+    from simplace.sim.inputs import sim_inputs
+
+    priced, items = {}, []
+    for r in steps:
+        g = graphs.get(r.get("graph_hash"))
+        if g is None or "assignment" not in r:
+            continue
+        a = np.asarray(r["assignment"], dtype=np.int32)
+        if a.shape != (g.num_ops,) or a.min(initial=0) < 0 or \
+                a.max(initial=0) >= model.num_devices:
+            continue
+        if g.hash not in priced:
+            priced[g.hash] = sim_inputs(g, model)
+        items.append(Step(g, priced[g.hash], a, timing.from_dict(r["timing"]).median_s))
+    return items

@@ -52,6 +52,11 @@ class SimInputs(NamedTuple):
     objective: ``"latency"`` (the step time), ``"throughput"`` (the time between
       pipelined steps) or a ``Ruler`` (another system's scorer): what the simulators
       return as ``step_time_s`` (``simplace.sim.objective``).
+    op_argument_s: float64[M, D], 0 <= op_argument_s <= op_time_s: the part of
+      ``op_time_s`` that is the host's time passing call arguments (``Device.argument_s``
+      per parameter an op reads and graph output it returns). The simulators charge it
+      inside ``op_time_s``; it is apart only because a scale of host time must not
+      scale device work (``simplace.scales.apply_scales``). None: zeros.
 
     ``op_time_s`` holds in-segment (fused) op costs: no launch, no dispatch; see
     ``simplace.sim.reference`` for how the simulators combine these arrays.
@@ -73,6 +78,7 @@ class SimInputs(NamedTuple):
     # What the simulators report as ``step_time_s``: "latency", "throughput" or a
     # ``simplace.sim.objective.Ruler`` (see that module).
     objective: object = "latency"
+    op_argument_s: np.ndarray | None = None  # make_sim_inputs sets it; see argument_part
 
     @property
     def num_ops(self) -> int:
@@ -112,6 +118,14 @@ def put_waits_of(inp: SimInputs) -> np.ndarray:
     return inp.put_waits
 
 
+def argument_part(inp: SimInputs) -> np.ndarray:
+    """float64[M, D]: ``inp.op_argument_s``, zeros for a ``SimInputs`` built without it
+    (``make_sim_inputs`` always sets it)."""
+    if inp.op_argument_s is None:
+        return np.zeros_like(inp.op_time_s)
+    return inp.op_argument_s
+
+
 def _frozen(a: np.ndarray) -> np.ndarray:
     a = np.array(a, copy=True)
     a.flags.writeable = False
@@ -121,11 +135,13 @@ def _frozen(a: np.ndarray) -> np.ndarray:
 def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                     exclusive_group=None, launch_s=None, dispatch_s=None,
                     put_s=None, op_pool_work=None, pool_min_work=None, pool_launch_s=None,
-                    op_unfused_s=None, put_waits=None, objective="latency") -> SimInputs:
+                    op_unfused_s=None, put_waits=None, objective="latency",
+                    op_argument_s=None) -> SimInputs:
     """Validate and normalise raw arrays into a ``SimInputs`` (read-only float64/int32).
 
     ``exclusive_group`` defaults to one group per device; ``launch_s``, ``dispatch_s``,
-    ``put_s``, ``op_pool_work``, ``pool_launch_s`` and ``op_unfused_s`` default to zeros
+    ``put_s``, ``op_pool_work``, ``pool_launch_s``, ``op_unfused_s`` and ``op_argument_s``
+    default to zeros
     (a machine whose segments and transfers cost no host time and no launch),
     ``pool_min_work`` to inf (no segment goes to a pool), ``put_waits`` to all False (every
     put asynchronous), ``objective`` to ``"latency"`` (``simplace.sim.objective``). Raises
@@ -153,13 +169,16 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
     unfused = np.zeros((m, d)) if op_unfused_s is None else np.asarray(op_unfused_s,
                                                                        dtype=np.float64)
     waits = np.zeros((d, d), bool) if put_waits is None else np.asarray(put_waits)
+    arg = np.zeros((m, d)) if op_argument_s is None else np.asarray(op_argument_s,
+                                                                     dtype=np.float64)
     for name, arr, shape in (("latency_s", lat, (d, d)), ("bandwidth_bytes_per_s", bw, (d, d)),
                              ("memory_bytes", mem, (d,)), ("exclusive_group", grp, (d,)),
                              ("launch_s", launch, (d,)), ("dispatch_s", dispatch, (d,)),
                              ("put_s", put, (d, d)), ("op_pool_work", pool_work, (m, d)),
                              ("pool_min_work", pool_min, (d,)),
                              ("pool_launch_s", pool_launch, (d,)),
-                             ("op_unfused_s", unfused, (m, d)), ("put_waits", waits, (d, d))):
+                             ("op_unfused_s", unfused, (m, d)), ("put_waits", waits, (d, d)),
+                             ("op_argument_s", arg, (m, d))):
         if arr.shape != shape:
             raise CostModelError(f"{name} must have shape {shape} for {d} devices (op_time_s "
                                  f"has {d} columns), got {arr.shape}.")
@@ -178,6 +197,9 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                       ("pool_launch_s", pool_launch), ("op_unfused_s", unfused)):
         if not np.all(np.isfinite(arr) & (arr >= 0)):
             raise CostModelError(f"{name} must be finite and >= 0 seconds, got {arr.tolist()}.")
+    if not np.all((arg >= 0) & (arg <= t)):
+        raise CostModelError("op_argument_s must be >= 0 and at most op_time_s (it is the "
+                             "host-time part of the op times).")
     if not np.all(np.isfinite(pool_work) & (pool_work >= 0)):
         raise CostModelError("op_pool_work must be finite and >= 0 (an op's flops, or 0/1 "
                              "flags).")
@@ -207,7 +229,7 @@ def make_sim_inputs(op_time_s, latency_s, bandwidth_bytes_per_s, memory_bytes,
                      _frozen(grp.reshape(-1).astype(np.int32)), _frozen(launch),
                      _frozen(dispatch), _frozen(put), _frozen(pool_work),
                      _frozen(pool_min), _frozen(pool_launch), _frozen(unfused),
-                     _frozen(waits), objective)
+                     _frozen(waits), objective, _frozen(arg))
 
 
 def sim_inputs(graph, cost_model) -> SimInputs:
@@ -232,34 +254,26 @@ def sim_inputs(graph, cost_model) -> SimInputs:
     return inp
 
 
-def assemble_inputs(graph, cost_model, op_time_s=None, launch_s=None) -> SimInputs:
+def assemble_inputs(graph, cost_model) -> SimInputs:
     """``SimInputs`` from any object with the cost-model interface (duck-typed):
     ``op_times(graph) -> float[M, D]``,
     ``latency_s``, ``bandwidth_bytes_per_s``, ``memory_bytes``, ``exclusive_group_ids``,
     optionally ``launch_s``, ``dispatch_s`` (float[D]), ``put_s`` (float[D, D]) and
     ``op_unfused_times(graph)`` (-> float[M, D]) (missing means zeros),
     ``pool_rule(graph)`` (-> ``(op_pool_work, pool_min_work, pool_launch_s)``; missing
-    means no pool), ``put_waits`` (bool[D, D]; missing means every put asynchronous),
-    and optionally ``corrections.link_scale`` (float[D, D] multiplying
-    transfer times; missing means all ones). The link scale is folded in as
-    ``latency * scale`` and ``bandwidth / scale``; ``corrected_put_s`` (the put calls'
-    host time with the host drift correction) is read in place of ``put_s`` where the
-    model has it (``CostModel.dispatch_s`` has that correction already).
-
-    ``op_time_s`` (float[M, D]) and ``launch_s`` (float[D]), when given, are used in
-    place of ``op_times(graph)`` and the model's ``launch_s`` (``CostModel.price``
-    passes the profiled op times and segment costs).
+    means no pool), ``put_waits`` (bool[D, D]; missing means every put asynchronous).
+    The figures are taken as they are: an object with scales of its own applies them
+    itself (``CostModel.price`` does, with ``simplace.scales.apply_scales``).
     """
     try:
-        t = cost_model.op_times(graph) if op_time_s is None else op_time_s
+        t = cost_model.op_times(graph)
         lat = np.asarray(cost_model.latency_s, dtype=np.float64)
         bw = np.asarray(cost_model.bandwidth_bytes_per_s, dtype=np.float64)
         mem = cost_model.memory_bytes
         grp = getattr(cost_model, "exclusive_group_ids", None)
-        launch = getattr(cost_model, "launch_s", None) if launch_s is None else launch_s
+        launch = getattr(cost_model, "launch_s", None)
         dispatch = getattr(cost_model, "dispatch_s", None)
-        # host_scale (drift of the host's calls) is folded in where the model has it
-        put = getattr(cost_model, "corrected_put_s", getattr(cost_model, "put_s", None))
+        put = getattr(cost_model, "put_s", None)
         pool = (cost_model.pool_rule(graph) if hasattr(cost_model, "pool_rule")
                 else (None, None, None))
         unfused = (cost_model.op_unfused_times(graph)
@@ -270,10 +284,6 @@ def assemble_inputs(graph, cost_model, op_time_s=None, launch_s=None) -> SimInpu
             f"{type(cost_model).__name__} is neither SimInputs nor a cost model "
             f"(missing {err.name!r}); pass a simplace.CostModel or sim.SimInputs."
         ) from None
-    scale = getattr(getattr(cost_model, "corrections", None), "link_scale", None)
-    if scale is not None:
-        scale = np.asarray(scale, dtype=np.float64)
-        lat, bw = lat * scale, bw / scale
     return make_sim_inputs(t, lat, bw, mem, grp, launch, dispatch, put, *pool, unfused,
                            waits, getattr(cost_model, "objective", "latency"))
 

@@ -10,7 +10,7 @@ One module per concept:
 * ``metrics``: ``mape``, ``kendall_tau``;
 * ``records``: validation records in ``calibration/NAME/validation.jsonl``
   (``append_records``, ``read_records``, ``split_records``);
-* ``drift``: ``fit_drift`` fits the cost model's drift ``Corrections`` to records;
+* ``drift``: ``fit_drift`` fits the cost model's drift corrections (``Scales``) to records;
 * ``hook``: ``make_validation_callback``, the hook a search calls with its best
   candidates (validate, refit, go on against the corrected model);
 * ``cli``: ``simplace validate`` and ``optimize --validate-every``.
