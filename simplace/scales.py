@@ -41,7 +41,14 @@ from simplace.sim.inputs import SimInputs, argument_part, frozen_inputs
 __all__ = ["KINDS", "Scales", "ScalesFit", "Step", "apply_scales", "bake_scales", "fit_scales",
            "predict_steps", "scale_sensitivity"]
 
-KINDS = ("compute", "launch", "link", "host", "argument")
+KINDS = ("host", "argument", "compute", "launch", "link")
+# The shape of each kind's factor: one value, one per device or one per ordered link.
+SHAPES = {"host": "one", "argument": "one", "compute": "device", "launch": "device",
+          "link": "link"}
+# What each kind scales, in words (for reports).
+COVERS = {"host": "dispatch, device_put", "argument": "call arguments",
+          "compute": "op work, unfused loops", "launch": "segment launch, wake-up",
+          "link": "copies"}
 # The kind of scale each SimInputs field is multiplied by (bandwidth: divided, so that a
 # copy's latency + bytes / bandwidth scales whole; op_time_s: its part less
 # op_argument_s, which the argument scale takes).
@@ -49,6 +56,17 @@ FIELD_KINDS = {
     "op_time_s": "compute", "op_unfused_s": "compute", "op_argument_s": "argument",
     "launch_s": "launch", "pool_launch_s": "launch", "latency_s": "link",
     "bandwidth_bytes_per_s": "link", "dispatch_s": "host", "put_s": "host"}
+# The same for a CostModel's own figures (bake_scales): Device fields, then the model's
+# link matrices; "/": divided by the factor (a rate).
+DEVICE_FIGURES = {
+    "dispatch_s": "host", "argument_s": "argument", "overhead_s": "compute",
+    "class_overhead_s": "compute", "op_times_s": "compute", "unfused_overhead_s": "compute",
+    "peak_flops_per_s": "/compute", "memory_bandwidth_bytes_per_s": "/compute",
+    "launch_s": "launch", "parallel_launch_s": "launch"}
+MODEL_FIGURES = {"latency_s": "link", "bandwidth_bytes_per_s": "/link", "put_s": "host"}
+# A kind a file may leave out, and whose value it then takes: files written before the
+# argument scale had one host scale for call arguments too.
+_DEFAULT_TO = {"argument": "host"}
 _JSON_KEYS = tuple(f"{k}_scale" for k in KINDS) + ("history",)
 
 
@@ -127,22 +145,22 @@ class Scales:
     history: tuple[dict, ...] = ()
 
     def __post_init__(self):
-        set_ = object.__setattr__
-        cs = np.asarray(self.compute_scale)
-        d = cs.size
-        set_(self, "compute_scale", _frozen(_array(cs.reshape(-1), "scales.compute_scale",
-                                                   d, 1)))
-        set_(self, "launch_scale", _frozen(_array(self.launch_scale, "scales.launch_scale",
-                                                  d, 1)))
-        link = _array(self.link_scale, "scales.link_scale", d, 2)
-        np.fill_diagonal(link, 1.0)  # no copy to oneself: pinned, so that equal means equal
-        set_(self, "link_scale", _frozen(link))
-        set_(self, "host_scale", _positive(self.host_scale, "scales.host_scale"))
-        set_(self, "argument_scale", _positive(self.argument_scale, "scales.argument_scale"))
+        d = np.size(self.compute_scale)
+        for k in KINDS:
+            name, value = f"scales.{k}_scale", self.factor(k)
+            if SHAPES[k] == "one":
+                value = _positive(value, name)
+            else:
+                value = _array(value, name, d, 2 if SHAPES[k] == "link" else 1)
+                if SHAPES[k] == "link":
+                    # No copy to oneself: pinned, so that equal means equal.
+                    np.fill_diagonal(value, 1.0)
+                value = _frozen(value)
+            object.__setattr__(self, f"{k}_scale", value)
         history = self.history
         if isinstance(history, Mapping) or not all(isinstance(h, Mapping) for h in history):
             raise CostModelError("scales.history must be a list of objects.")
-        set_(self, "history", tuple(dict(h) for h in history))
+        object.__setattr__(self, "history", tuple(dict(h) for h in history))
         for k, h in enumerate(self.history):
             try:
                 json.dumps(h, allow_nan=False)
@@ -165,8 +183,8 @@ class Scales:
                                  f"{', '.join(KINDS)}.")
         d = int(num_devices)
         v = {k: _positive(values.get(k, 1.0), f"scales.{k}") for k in KINDS}
-        return cls(np.full(d, v["compute"]), np.full(d, v["launch"]),
-                   np.full((d, d), v["link"]), v["host"], v["argument"])
+        return cls(**{f"{k}_scale": v[k] if SHAPES[k] == "one" else
+                      np.full((d, d) if SHAPES[k] == "link" else d, v[k]) for k in KINDS})
 
     @property
     def num_devices(self) -> int:
@@ -176,9 +194,7 @@ class Scales:
     @property
     def is_identity(self) -> bool:
         """Whether these scales change nothing."""
-        return bool(np.all(self.compute_scale == 1) and np.all(self.launch_scale == 1)
-                    and np.all(self.link_scale == 1) and self.host_scale == 1
-                    and self.argument_scale == 1)
+        return all(bool(np.all(self.factor(k) == 1)) for k in KINDS)
 
     def factor(self, kind: str):
         """The factor of ``kind`` (one of ``KINDS``): float64[D], [D, D] or a float."""
@@ -187,9 +203,10 @@ class Scales:
     def subset(self, idx) -> Scales:
         """The scales of the devices ``idx`` (int[D']), in that order."""
         idx = np.asarray(idx, dtype=np.int64)
-        return dataclasses.replace(self, compute_scale=self.compute_scale[idx],
-                                   launch_scale=self.launch_scale[idx],
-                                   link_scale=self.link_scale[np.ix_(idx, idx)])
+        pick = {"one": lambda v: v, "device": lambda v: v[idx],
+                "link": lambda v: v[np.ix_(idx, idx)]}
+        return dataclasses.replace(self, **{f"{k}_scale": pick[SHAPES[k]](self.factor(k))
+                                            for k in KINDS})
 
     def compose(self, then: Scales) -> Scales:
         """The scales that ``self`` followed by ``then`` amount to (entrywise products;
@@ -198,7 +215,7 @@ class Scales:
         if then.num_devices != self.num_devices:
             raise CostModelError(f"Scales.compose: scales of {self.num_devices} and "
                                  f"{then.num_devices} devices.")
-        return Scales(*(self.factor(k) * then.factor(k) for k in KINDS),
+        return Scales(**{f"{k}_scale": self.factor(k) * then.factor(k) for k in KINDS},
                       history=self.history + then.history)
 
     def scaled(self, **figures) -> dict[str, np.ndarray]:
@@ -233,17 +250,17 @@ class Scales:
     __hash__ = None
 
     def to_dict(self) -> dict:
-        """The scales as a JSON-able dict (the cost model's ``corrections``);
-        ``host_scale`` only where not 1, ``argument_scale`` only where not
-        ``host_scale``."""
-        return {
-            "compute_scale": self.compute_scale.tolist(),
-            "launch_scale": self.launch_scale.tolist(),
-            "link_scale": self.link_scale.tolist(),
-            "history": [dict(h) for h in self.history],
-        } | ({"host_scale": self.host_scale} if self.host_scale != 1 else {}) | (
-            {"argument_scale": self.argument_scale}
-            if self.argument_scale != self.host_scale else {})
+        """The scales as a JSON-able dict (the cost model's ``corrections``); a
+        one-valued scale only where it is not its default (``host_scale``: 1,
+        ``argument_scale``: ``host_scale``)."""
+        out = {}
+        for k in KINDS:
+            v = self.factor(k)
+            if SHAPES[k] != "one":
+                out[f"{k}_scale"] = v.tolist()
+            elif v != (self.factor(_DEFAULT_TO[k]) if k in _DEFAULT_TO else 1.0):
+                out[f"{k}_scale"] = v
+        return out | {"history": [dict(h) for h in self.history]}
 
     @classmethod
     def from_dict(cls, d: Mapping, num_devices: int, *, launch_s: Sequence[float] | None = None,
@@ -265,14 +282,15 @@ class Scales:
         if unknown:
             raise CostModelError(f"{where}.{unknown[0]} is not a known field; {where} takes "
                                  f"{', '.join(_JSON_KEYS)}.")
-        n = int(num_devices)
-        vals = {k: d.get(f"{k}_scale", 1.0) for k in KINDS}
-        vals["argument"] = d.get("argument_scale", vals["host"])
-        for k, ndim in (("compute", 1), ("launch", 1), ("link", 2)):
-            vals[k] = _array(vals[k] if f"{k}_scale" in d else np.ones((n,) * ndim),
-                             f"{where}.{k}_scale", n, ndim)
-        for k in ("host", "argument"):
-            vals[k] = _positive(vals[k], f"{where}.{k}_scale")
+        n, vals = int(num_devices), {}
+        for k in sorted(KINDS, key=lambda k: k in _DEFAULT_TO):  # defaults read first
+            name = f"{where}.{k}_scale"
+            if SHAPES[k] == "one":
+                vals[k] = _positive(d.get(f"{k}_scale", vals.get(_DEFAULT_TO.get(k), 1.0)),
+                                    name)
+            else:
+                ndim = 2 if SHAPES[k] == "link" else 1
+                vals[k] = _array(d.get(f"{k}_scale", np.ones((n,) * ndim)), name, n, ndim)
         hist = d.get("history", [])
         if not isinstance(hist, list) or not all(isinstance(h, Mapping) for h in hist):
             raise CostModelError(f"{where}.history must be a list of objects.")
@@ -284,7 +302,7 @@ class Scales:
             vals["launch"], note = _launch_from_overhead(d["extra_overhead_s"], launch_s,
                                                          n, where)
             hist += [note] if note else []
-        return cls(*(vals[k] for k in KINDS), history=tuple(hist))
+        return cls(**{f"{k}_scale": vals[k] for k in KINDS}, history=tuple(hist))
 
 
 def _launch_from_overhead(extra, launch_s, n: int, where: str):
@@ -336,30 +354,29 @@ def apply_scales(inputs: SimInputs, scales: Scales) -> SimInputs:
 
 
 def bake_scales(model, scales: Scales):
-    """``model`` (a ``CostModel``) with ``scales`` multiplied into its own figures:
-    each device's roofline rates, per-op costs, measured op times and unfused cost
-    (compute), launch and worker wake-up (launch), dispatch (host) and argument cost
-    (argument); the links' latency and bandwidth (link) and put calls (host). Pricing
-    the result gives ``apply_scales(model.price(graph), scales)`` (without a profile).
-    Calibration keeps the scales it fits this way: they are part of the model, not
-    drift corrections."""
-    h, a = scales.host_scale, scales.argument_scale
-    devs = []
-    for k, dev in enumerate(model.devices):
-        c, lc = float(scales.compute_scale[k]), float(scales.launch_scale[k])
-        devs.append(dataclasses.replace(
-            dev, dispatch_s=dev.dispatch_s * h, argument_s=dev.argument_s * a,
-            launch_s=dev.launch_s * lc, parallel_launch_s=dev.parallel_launch_s * lc,
-            peak_flops_per_s=dev.peak_flops_per_s / c,
-            memory_bandwidth_bytes_per_s=dev.memory_bandwidth_bytes_per_s / c,
-            overhead_s=dev.overhead_s * c,
-            class_overhead_s={n: v * c for n, v in dev.class_overhead_s.items()},
-            unfused_overhead_s=dev.unfused_overhead_s * c,
-            op_times_s={n: v * c for n, v in dev.op_times_s.items()}))
-    return dataclasses.replace(model, devices=tuple(devs),
-                               latency_s=model.latency_s * scales.link_scale,
-                               bandwidth_bytes_per_s=model.bandwidth_bytes_per_s
-                               / scales.link_scale, put_s=model.put_s * h)
+    """``model`` (a ``CostModel``) with ``scales`` multiplied into its own figures
+    (``DEVICE_FIGURES``, ``MODEL_FIGURES``): each device's roofline rates, per-op costs,
+    measured op times and unfused cost (compute), launch and worker wake-up (launch),
+    dispatch (host) and argument cost (argument); the links' latency and bandwidth
+    (link) and put calls (host). Pricing the result gives ``apply_scales(model.price(
+    graph), scales)`` (without a profile). Calibration keeps the scales it fits this
+    way: they are part of the model, not drift corrections."""
+    def times(value, kind: str, f):
+        f = 1.0 / f if kind.startswith("/") else f
+        if isinstance(value, Mapping):  # a table of seconds (per op class, per signature)
+            return {n: v * f for n, v in value.items()}
+        return value * f
+
+    def factor(kind: str, k: int | None = None):
+        f = scales.factor(kind.lstrip("/"))
+        return f if k is None or SHAPES[kind.lstrip("/")] == "one" else float(f[k])
+
+    devs = tuple(dataclasses.replace(dev, **{
+        name: times(getattr(dev, name), kind, factor(kind, k))
+        for name, kind in DEVICE_FIGURES.items()}) for k, dev in enumerate(model.devices))
+    return dataclasses.replace(model, devices=devs, **{
+        name: times(getattr(model, name), kind, factor(kind))
+        for name, kind in MODEL_FIGURES.items()})
 
 
 # --------------------------------------------------------------------------- fitting
@@ -385,21 +402,21 @@ class ScalesFit:
 
 
 # Sharing of a kind's entries in a fit: one value per entry (device or link), per
-# exclusive group of devices (compute and launch; links: one value), or one for all;
-# "host": the argument scale takes the host scale's value.
-SHARING = ("each", "group", "all", "host")
+# exclusive group of devices (links: one value) or one for all; or the name of another
+# one-valued kind, whose value it takes (the argument scale the host's).
+SHARING = ("each", "group", "all")
 
 
 class _Problem:
-    """Step times of ``steps`` as functions of the log scales ``z`` (compute [D], launch
-    [D], link on the D*(D-1) ordered links, host, argument), with their gradient.
+    """Step times of ``steps`` as functions of the log scales ``z`` (each kind of
+    ``KINDS`` in turn: one value, one per device, or one per ordered link off the
+    diagonal), with their gradient.
 
     A step time is a max-plus function of the costs, so its derivative is that of its
     critical path (``simplace.sim.critical.schedule_critical_path``): d step / d log
-    compute[d] is the device work (less call arguments) of the path's segments on d,
-    d step / d log launch[d] their launches and wake-ups, d step / d log link[i, j] the
-    time of the path's copies over that link, d step / d log host the host calls on the
-    path and d step / d log argument the call-argument time of its segments.
+    scale of a kind is the time of the path's costs of that kind (``FIELD_KINDS``), on
+    the device or link of that entry: the work, unfused loops, call arguments, launch
+    and wake-up of the path's segments, its copies, and the host calls it waits for.
     """
 
     def __init__(self, steps: Sequence[Step], d: int):
@@ -407,42 +424,50 @@ class _Problem:
         self.off = np.argwhere(~np.eye(d, dtype=bool))
         self.link_index = np.full((d, d), -1, dtype=np.int64)
         self.link_index[self.off[:, 0], self.off[:, 1]] = np.arange(len(self.off))
-        sizes = dict(compute=d, launch=d, link=len(self.off), host=1, argument=1)
-        ends = np.cumsum([sizes[k] for k in KINDS])
-        self.slices = {k: slice(int(e - sizes[k]), int(e)) for k, e in zip(KINDS, ends,
-                                                                           strict=True)}
+        sizes = {"one": 1, "device": d, "link": len(self.off)}
+        ends = np.cumsum([sizes[SHAPES[k]] for k in KINDS])
+        self.slices = {k: slice(int(e - sizes[SHAPES[k]]), int(e))
+                       for k, e in zip(KINDS, ends, strict=True)}
         self.size = int(ends[-1])
         self.group = np.asarray(self.steps[0].inputs.exclusive_group)
         self._cache: tuple | None = None
 
     def z_of(self, s: Scales) -> np.ndarray:
-        return np.log(np.concatenate([s.compute_scale, s.launch_scale,
-                                      s.link_scale[self.off[:, 0], self.off[:, 1]],
-                                      [s.host_scale, s.argument_scale]]))
+        parts = {"one": lambda v: [v], "device": lambda v: v,
+                 "link": lambda v: v[self.off[:, 0], self.off[:, 1]]}
+        return np.log(np.concatenate([parts[SHAPES[k]](s.factor(k)) for k in KINDS]))
 
     def scales_of(self, z: np.ndarray) -> Scales:
-        e = {k: np.exp(z[sl]) for k, sl in self.slices.items()}
-        link = np.ones((self.d, self.d))
-        link[self.off[:, 0], self.off[:, 1]] = e["link"]
-        return Scales(e["compute"], e["launch"], link, float(e["host"][0]),
-                      float(e["argument"][0]))
+        out = {}
+        for k, sl in self.slices.items():
+            e = np.exp(z[sl])
+            if SHAPES[k] == "link":
+                out[k] = np.ones((self.d, self.d))
+                out[k][self.off[:, 0], self.off[:, 1]] = e
+            else:
+                out[k] = float(e[0]) if SHAPES[k] == "one" else e
+        return Scales(**{f"{k}_scale": v for k, v in out.items()})
+
+    def index(self, kind: str, device: int = 0, link: tuple[int, int] = (0, 1)) -> int:
+        """The entry of z of ``kind`` for a cost on ``device`` or ``link``."""
+        shape = SHAPES[kind]
+        at = 0 if shape == "one" else device if shape == "device" else self.link_index[link]
+        return self.slices[kind].start + int(at)
 
     def variables(self, kinds: Sequence[str], share: Mapping[str, str]):
         """(free entries of z, tie map, number of variables): a fitted vector x sets
         ``z[free] = x[tie_map]``."""
-        tied_arg = share.get("argument") == "host"
         free, keys = [], []
         for kind in KINDS:
-            if not (kind in kinds if kind != "argument" or not tied_arg else "host" in kinds):
-                continue
             mode = share.get(kind, "each")
+            owner = mode if mode in KINDS else kind  # a kind tied to another's value
+            if owner not in kinds:
+                continue
             sl = self.slices[kind]
             for e in range(sl.start, sl.stop):
-                if kind == "argument" and tied_arg:
-                    key: tuple = ("host",)
-                elif kind in ("host", "argument") or mode == "all" or (
-                        kind == "link" and mode == "group"):
-                    key = (kind,)
+                if owner != kind or SHAPES[kind] == "one" or mode == "all" or (
+                        SHAPES[kind] == "link" and mode == "group"):
+                    key: tuple = (owner,)
                 elif mode == "group":
                     key = (kind, int(self.group[e - sl.start]))
                 else:
@@ -470,35 +495,47 @@ class _Problem:
             res = simulate(st.graph, inp, st.placement, schedule=grad)
             steps[r] = res.step_time_s
             if grad:
-                self._path_gradient(st, inp, res, jac[r])
+                for field, at, t in self._path_costs(st, inp, res):
+                    jac[r, self.index(FIELD_KINDS[field], *at)] += t
         if grad:
             self._cache = (z.copy(), steps, jac)
         return steps, jac
 
-    def _path_gradient(self, st: Step, inp: SimInputs, res, row: np.ndarray) -> None:
+    def _path_costs(self, st: Step, inp: SimInputs, res):
+        """(SimInputs field, (device, link), seconds) of each cost on the step's critical
+        path: what a log scale of that field's kind moves the step by."""
         from simplace.sim.critical import schedule_critical_path
         from simplace.sim.reference import segment_pool_launch
 
-        sch, sl = res.schedule, self.slices
+        sch = res.schedule
         segs, trs, host_s = schedule_critical_path(
             st.graph, inp.exclusive_group, st.placement, sch, res.step_time_s,
             inp.latency_s, inp.put_waits)
-        row[sl["host"].start] += host_s
+        # The path's host time sums its dispatch and put calls: one kind scales both
+        # (FIELD_KINDS); a kind of its own for either would need the path to tell them
+        # apart (simplace.sim.critical).
+        yield "dispatch_s", (), host_s
         arg = argument_part(inp)
         for s in segs:
             k = int(sch.segment_device[s])
             lo, hi = int(sch.segment_first[s]), int(sch.segment_stop[s])
-            launch = float(inp.launch_s[k]) + segment_pool_launch(inp, lo, hi, k)
-            a = float(arg[lo:hi, k].sum())
+            pool = segment_pool_launch(inp, lo, hi, k)
+            ops, a = float(inp.op_time_s[lo:hi, k].sum()), float(arg[lo:hi, k].sum())
             dur = float(sch.segment_end_s[s] - sch.segment_start_s[s])
-            row[sl["compute"].start + k] += dur - launch - a
-            row[sl["launch"].start + k] += launch
-            row[sl["argument"].start] += a
+            yield "op_time_s", (k,), ops - a
+            yield "op_argument_s", (k,), a
+            yield "launch_s", (k,), float(inp.launch_s[k])
+            yield "pool_launch_s", (k,), pool
+            # what the segment lasts beyond its launch and ops: its unfused loops
+            yield "op_unfused_s", (k,), dur - float(inp.launch_s[k]) - pool - ops
         for t, whole in trs:
             i, j = int(sch.transfer_from[t]), int(sch.transfer_to[t])
-            dur = float(sch.transfer_end_s[t] - sch.transfer_start_s[t])
-            row[sl["link"].start + self.link_index[i, j]] += (
-                dur if whole else dur - float(inp.latency_s[i, j]))
+            lat = float(inp.latency_s[i, j])
+            # a copy waited for in full takes its latency; one the path only followed for
+            # its link time, its bytes
+            yield "latency_s", (0, (i, j)), lat if whole else 0.0
+            yield "bandwidth_bytes_per_s", (0, (i, j)), float(
+                sch.transfer_end_s[t] - sch.transfer_start_s[t]) - lat
 
 
 def _problem(steps: Sequence[Step], scales: Scales | None, who: str) -> _Problem:
@@ -548,9 +585,9 @@ def fit_scales(steps: Sequence[Step], *, kinds: Sequence[str] = KINDS,
       steps: the measured steps (``Step``), all of one machine.
       kinds: which kinds of ``KINDS`` to fit.
       share: kind -> ``"each"`` (default: one value per device or ordered link),
-        ``"group"`` (compute, launch: one per exclusive group; links: one),
-        ``"all"`` (one value for the kind) or, for ``argument``, ``"host"`` (the host
-        scale's value: fitted exactly when ``host`` is).
+        ``"group"`` (per-device kinds: one per exclusive group; links: one),
+        ``"all"`` (one value for the kind) or another one-valued kind (``argument``:
+        ``"host"``), whose value it takes, fitted exactly when that kind is.
       start: where the fit starts, and the values of kinds not fitted (default
         identity); its history is not kept.
       loss, f_scale: scipy's robust loss on the log ratios and its scale.
@@ -566,11 +603,12 @@ def fit_scales(steps: Sequence[Step], *, kinds: Sequence[str] = KINDS,
     share = dict(share or {})
     bad = [k for k in kinds if k not in KINDS] + [
         f"{k}={v}" for k, v in share.items()
-        if k not in KINDS or v not in SHARING or (v == "host") != (k == "argument")]
+        if k not in KINDS or v not in SHARING + KINDS or v == k
+        or (v in KINDS and not SHAPES[k] == SHAPES[v] == "one")]
     if bad:
         raise SimplaceError(f"fit_scales: unknown kind or sharing {bad}; kinds are "
-                            f"{', '.join(KINDS)}, sharings {', '.join(SHARING)} ('host' for "
-                            "argument only).")
+                            f"{', '.join(KINDS)}, sharings {', '.join(SHARING)} or another "
+                            "one-valued kind (argument: 'host').")
     prob = _problem(steps, start, "fit_scales")
     meas = np.array([float(st.measured_s) for st in prob.steps])
     if not np.all(np.isfinite(meas) & (meas > 0)):
@@ -611,8 +649,7 @@ def fit_scales(steps: Sequence[Step], *, kinds: Sequence[str] = KINDS,
     starts = {"current": z0}
     if not start.is_identity:
         starts["identity"] = np.zeros_like(z0)
-    coarse = {k: "all" for k in ("compute", "launch", "link")} | (
-        {"argument": "host"} if share.get("argument") == "host" else {})
+    coarse = {k: share[k] if share.get(k) in KINDS else "all" for k in KINDS}
     _, ctmap, cnv = prob.variables(kinds, coarse)
     if cnv < nv:
         starts["coarse"] = solve(z0, ctmap, cnv)[0]

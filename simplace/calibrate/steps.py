@@ -43,6 +43,8 @@ import numpy as np
 from simplace.calibrate.fit import rel_errors
 from simplace.errors import CalibrationError
 from simplace.scales import (
+    KINDS,
+    SHAPES,
     Scales,
     Step,
     bake_scales,
@@ -51,8 +53,7 @@ from simplace.scales import (
     scale_sensitivity,
 )
 
-# The kinds of simplace.scales, in the order the calibration report lists them.
-SCALES = ("host", "argument", "compute", "launch", "link")
+SCALES = KINDS  # the kinds of simplace.scales, in the order the report lists them
 # A fitted scale beyond this factor either way means the pieces and the steps disagree
 # about the machine: the fit is refused rather than written.
 MAX_SCALE = 10.0
@@ -92,11 +93,10 @@ def scaled_model(model, scales: Scales | Mapping[str, float]):
 
 def _per_kind(scales: Scales) -> dict[str, float]:
     """The one value of each kind of a fit that shares every kind."""
-    off = scales.link_scale[~np.eye(scales.num_devices, dtype=bool)]
-    one = {"compute": float(scales.compute_scale[0]), "launch": float(scales.launch_scale[0]),
-           "link": float(off[0]) if off.size else 1.0, "host": scales.host_scale,
-           "argument": scales.argument_scale}
-    return {k: one[k] for k in SCALES}
+    eye = np.eye(scales.num_devices, dtype=bool)
+    one = {"one": lambda v: v, "device": lambda v: v[0],
+           "link": lambda v: v[~eye][0] if eye.size > 1 else 1.0}
+    return {k: float(one[SHAPES[k]](scales.factor(k))) for k in SCALES}
 
 
 def step_graphs(records: Sequence[Mapping]) -> tuple[dict[str, Any], list[str]]:
@@ -182,7 +182,7 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
         held[:] = False
     fitted_on = [st for st, h in zip(items, held, strict=True) if not h]
     # One value per kind: the steps of a few small models cannot tell devices apart.
-    opts = dict(share={k: "all" for k in ("compute", "launch", "link")}, loss="soft_l1",
+    opts = dict(share={k: "all" for k in SCALES}, loss="soft_l1",
                 f_scale=F_SCALE, prior_weight=PRIOR_WEIGHT, limit=MAX_SCALE ** 1.5,
                 max_nfev=60)
     fit = fit_scales(fitted_on, **opts)
@@ -231,8 +231,9 @@ def fit_steps(model, steps: Sequence[Mapping], graphs: Mapping[str, Any], *,
         "held_out": held_after,
         "held_out_before": held_before,
         **({"rejected": rejected, "rejected_scales": fitted_scales} if rejected else {}),
-        "sensitivity": {k: sens[k] for k in SCALES},
-        "not_pinned": {k: _REMEDY[k] for k in loose},
+        "sensitivity": sens,
+        "not_pinned": {k: _REMEDY.get(k, f"no measured step spends its time in {k} costs")
+                       for k in loose},
         "solver": fit.solver,
     }
     return StepFit(scales, pinned, report)

@@ -26,7 +26,7 @@ from simplace.cost_model import CostModel
 from simplace.errors import SimplaceError
 from simplace.graph import OpGraph
 from simplace.placement import check_placement
-from simplace.scales import KINDS, Scales, Step, fit_scales, predict_steps
+from simplace.scales import COVERS, KINDS, SHAPES, Scales, Step, fit_scales, predict_steps
 from simplace.validate.metrics import fmt_pct, fmt_tau, kendall_tau, mape
 
 __all__ = ["FIT_PARAMS", "DriftFit", "fit_drift", "raw_model"]
@@ -95,18 +95,19 @@ class DriftFit:
         lines = [_score_line("fitted", self.fit)]
         if self.held_out is not None:
             lines.append(_score_line("held-out", self.held_out))
-        lines.append("compute_scale " + " ".join(f"{x:.3f}" for x in c.compute_scale))
-        lines.append("launch_scale (segment launch and wake-up) "
-                     + " ".join(f"{x:.3f}" for x in c.launch_scale))
-        off = c.link_scale[~np.eye(c.num_devices, dtype=bool)]
-        lines.append(f"link_scale min {off.min():.3f} median {np.median(off):.3f} "
-                     f"max {off.max():.3f}" if off.size else "link_scale (one device)")
-        if c.argument_scale == c.host_scale:
-            lines.append(f"host_scale (dispatch, device_put, call arguments) "
-                         f"{c.host_scale:.3f}")
-        else:
-            lines.append(f"host_scale (dispatch, device_put) {c.host_scale:.3f}, "
-                         f"argument_scale (call arguments) {c.argument_scale:.3f}")
+        for k in KINDS:
+            v, what = c.factor(k), COVERS[k]
+            if SHAPES[k] == "device":
+                lines.append(f"{k}_scale ({what}) " + " ".join(f"{x:.3f}" for x in v))
+            elif SHAPES[k] == "link":
+                off = v[~np.eye(c.num_devices, dtype=bool)]
+                lines.append(f"{k}_scale ({what}) min {off.min():.3f} median "
+                             f"{np.median(off):.3f} max {off.max():.3f}" if off.size
+                             else f"{k}_scale (one device)")
+            elif k == "host" and c.argument_scale == v:  # tied, as fit_drift fits them
+                lines.append(f"{k}_scale ({what}, {COVERS['argument']}) {v:.3f}")
+            elif k != "argument" or v != c.host_scale:
+                lines.append(f"{k}_scale ({what}) {v:.3f}")
         return "\n".join(lines)
 
 
