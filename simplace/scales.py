@@ -126,7 +126,8 @@ class Scales:
     """Factors on each kind of cost of a machine of D devices (``Scales.identity(D)``:
     all 1, nothing changes; ``Scales.uniform(D, compute=...)``: one value per kind).
 
-    Attributes (the module docstring says what each kind covers):
+    Attributes (the module docstring says what each kind covers; a factor left None
+    is all 1):
       compute_scale: float64[D] > 0, device work of the ops on each device.
       launch_scale: float64[D] > 0, segment launch and worker-thread wake-up per device.
       link_scale: float64[D, D] > 0, copy time per ordered link (diagonal unused, 1).
@@ -138,8 +139,8 @@ class Scales:
     """
 
     compute_scale: np.ndarray
-    launch_scale: np.ndarray
-    link_scale: np.ndarray
+    launch_scale: np.ndarray | None = None
+    link_scale: np.ndarray | None = None
     host_scale: float = 1.0
     argument_scale: float = 1.0
     history: tuple[dict, ...] = ()
@@ -151,7 +152,8 @@ class Scales:
             if SHAPES[k] == "one":
                 value = _positive(value, name)
             else:
-                value = _array(value, name, d, 2 if SHAPES[k] == "link" else 1)
+                ndim = 2 if SHAPES[k] == "link" else 1
+                value = _array(np.ones((d,) * ndim) if value is None else value, name, d, ndim)
                 if SHAPES[k] == "link":
                     # No copy to oneself: pinned, so that equal means equal.
                     np.fill_diagonal(value, 1.0)
