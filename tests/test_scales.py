@@ -14,6 +14,7 @@ from simplace.cost_model import CostModel
 from simplace.errors import CostModelError, SimplaceError
 from simplace.scales import (
     KINDS,
+    SHAPES,
     Scales,
     Step,
     _Problem,
@@ -40,8 +41,8 @@ def _machine(d=3, seed=0, group=None) -> CostModel:
 
 
 def _random_scales(rng, d) -> Scales:
-    return Scales(rng.uniform(0.5, 2, d), rng.uniform(0.5, 2, d), rng.uniform(0.5, 2, (d, d)),
-                  float(rng.uniform(0.5, 2)), float(rng.uniform(0.5, 2)))
+    shape = {"one": None, "device": (d,), "link": (d, d)}
+    return Scales(**{f"{k}_scale": rng.uniform(0.5, 2, shape[SHAPES[k]]) for k in KINDS})
 
 
 def _placements(rng, m, d, n):
@@ -131,8 +132,7 @@ def test_scales_round_trip_through_json(tmp_path):
                             history=({"fitted_on": {"records": 3}},))
     d = json.loads(json.dumps(s.to_dict()))
     assert Scales.from_dict(d, 3) == s
-    assert set(d) == {"compute_scale", "launch_scale", "link_scale", "host_scale",
-                      "argument_scale", "history"}
+    assert set(d) == {f"{k}_scale" for k in KINDS} | {"history"}
     cm = _machine().with_corrections(s)
     cm.save(tmp_path / "m.json")
     back = CostModel.load(tmp_path / "m.json")
