@@ -163,9 +163,9 @@ def test_corrections_scale_op_times_of_working_ops_only():
     assert not corr.is_identity and Scales.identity(3).is_identity
 
 
-def test_corrections_scale_segment_launches_and_wake_ups():
-    cm = two_devices(launch_s=5e-6, dispatch_s=7e-6, parallel_launch_s=4e-5,
-                     parallel_min_segment_flops=1e3)  # the GPU; the CPU has none
+def test_corrections_scale_segment_launches():
+    # (what each kind of scale covers in a priced problem: tests/test_scales.py)
+    cm = two_devices(launch_s=5e-6, dispatch_s=7e-6)  # the GPU; the CPU has none
     np.testing.assert_array_equal(cm.launch_s, [0.0, 5e-6])
     np.testing.assert_array_equal(cm.dispatch_s, [0.0, 7e-6])
     corr = Scales(compute_scale=[1.0, 1.0], launch_scale=[2.0, 0.6],
@@ -174,10 +174,7 @@ def test_corrections_scale_segment_launches_and_wake_ups():
     np.testing.assert_allclose(fixed.launch_s, [0.0, 3e-6])
     np.testing.assert_array_equal(fixed.dispatch_s, cm.dispatch_s)  # host time: not scaled
     np.testing.assert_array_equal(fixed.op_times(tiny_graph()), cm.op_times(tiny_graph()))
-    # the worker thread's wake-up is a per-segment cost of the runtime too
-    g = tiny_graph()
-    np.testing.assert_allclose(fixed.price(g).pool_launch_s, [0.0, 0.6 * 4e-5])
-    np.testing.assert_allclose(fixed.price(g).launch_s, [0.0, 3e-6])
+    np.testing.assert_allclose(fixed.price(tiny_graph()).launch_s, [0.0, 3e-6])
 
 
 def test_fused_bytes_fraction_charges_part_of_the_bytes_of_fused_classes():

