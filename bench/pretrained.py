@@ -48,13 +48,13 @@ def _rows(which: str):
 
 
 def _problem(model, mach):
+    """(graph, cost model): a zoo model on a datasheet machine, or an imported instance."""
     from simplace.cost_model import CostModel
     from simplace.rl import distribution as dist
 
     if mach is None:
-        return dist.imported(model)
-    g = dist.zoo_graph(model, {})
-    return g, CostModel.load(mach).price(g)
+        return dist.imported_model(model)
+    return dist.zoo_graph(model, {}), CostModel.load(mach)
 
 
 def _best_heuristic(g, inp, seed):

@@ -2,11 +2,11 @@
 ``rl-universal``: the same policy fine-tuned on the graph within the time budget.
 
 The policy (``simplace.rl.policies.universal``) was trained once over many graphs and
-machines (``simplace train-policy``; its card is in the weights file). It places units
-(coarsened ops) by its most probable placement and ``samples`` (default 64) sampled
-ones, scored in one batch by the batched simulator; the best is returned. It is a fast
-method (kind heuristic), so ``local`` and ``--method all`` take it as one of their
-starts.
+machines (``simplace train-policy``; its card is in the weights file). It places the
+graph's ops (groups of them beyond ``simplace.rl.problem.MAX_UNITS`` ops) by its greedy
+placement and ``samples`` (default 64) sampled ones, scored in one batch by the
+batched simulator; the best is returned. It is a fast method (kind heuristic), so
+``local`` and ``--method all`` take it as one of their starts.
 
 Options: ``samples``; ``weights``: a weights file from ``simplace train-policy`` (default:
 the shipped one). When the shipped weights cannot be read (a damaged install) the method
@@ -37,7 +37,7 @@ DEFAULT_UPDATES = 200
 
 
 @register("rl-pretrained", options={
-    "samples": "sampled placements scored besides the most probable one (default 64)",
+    "samples": "sampled placements scored besides the greedy one (default 64)",
     "weights": "policy weights file (simplace train-policy; default: the shipped ones)"})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """``rl-pretrained``: the pretrained universal policy, zero-shot (no training)."""

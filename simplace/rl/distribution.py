@@ -140,9 +140,10 @@ def perturbed(inputs, seed: int, *, resize: bool = True):
         waits)
 
 
-def imported(path: str):
-    """(graph, ``SimInputs``) of an imported instance under ``bench/data/external``
-    (``doppler/...`` or ``msr/...``), priced on the machine its file implies."""
+def imported_model(path: str):
+    """(graph, cost model) of an imported instance under ``bench/data/external``
+    (``doppler/...`` or ``msr/...``): the machine its file implies, judged by simplace's
+    own step-time simulation (objective latency)."""
     from simplace.errors import SimplaceError
     from simplace.external import load_instance
     from simplace.paths import checkout_dir
@@ -153,8 +154,13 @@ def imported(path: str):
                             "(bench/data/external); this install has none.")
     fmt = path.split("/", 1)[0]
     inst = load_instance(root / "bench" / "data" / "external" / path, fmt)
-    # Trained and judged by simplace's own step-time simulation of the file's machine.
-    return inst.graph, inst.cost_model.with_objective("latency").price(inst.graph)
+    return inst.graph, inst.cost_model.with_objective("latency")
+
+
+def imported(path: str):
+    """(graph, ``SimInputs``) of ``imported_model(path)``."""
+    g, model = imported_model(path)
+    return g, model.price(g)
 
 
 def _target(graph, inputs, budget_s: float, seed: int):

@@ -7,8 +7,8 @@ they were trained on, how long, with which seed, how they score). A file of anot
 version, of other feature widths, or one that numpy cannot read is refused with a
 message that says how to mend it (``load_weights``).
 
-``zero_shot(graph, inputs)`` places a graph with no training: the most probable unit
-placement of the policy (a Viterbi pass over its chain) and ``samples`` sampled ones,
+``zero_shot(graph, inputs)`` places a graph with no training: the policy's greedy unit
+placement (``universal.greedy``) and ``samples`` sampled ones,
 scored in one batch by the native simulator, the best kept.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from simplace.errors import SimplaceError
 
 FORMAT = "simplace.rl.universal-weights"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: units are ops, a unit may follow its parent
 SHIPPED = Path(__file__).parent / "weights" / "universal.npz"
 
 
@@ -135,8 +135,8 @@ def _logits_program():
 
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
               simulator=None) -> tuple[np.ndarray, dict]:
-    """``(placement int32[M], info)``: the best of the policy's most probable placement
-    and ``samples`` sampled ones, no training. ``weights``: a weights file (default:
+    """``(placement int32[M], info)``: the best of the policy's greedy placement and
+    ``samples`` sampled ones, no training. ``weights``: a weights file (default:
     the shipped ones); ``simulator``: a batched simulator of ``graph`` on ``inputs`` to
     score with (default: a native one with exact OOM flags). ``info``: the step time,
     units, how many placements were scored and the seconds spent."""
@@ -151,8 +151,9 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     prob = policy_problem(graph, inputs)
     a = {k: jax.numpy.asarray(v) for k, v in prob.padded().items()}
     lg, f = _logits_program()(params, a)
-    mode = net.chain_mode(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), prob.num_units)
-    cands = [mode[None]]
+    greedy = net.greedy(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), a["parent"],
+                      prob.num_units)
+    cands = [greedy[None]]
     if samples > 0:
         drawn = np.asarray(sample_program(int(samples))(params, a, jax.random.key(seed))
                            )[:, :prob.num_units]
@@ -167,8 +168,8 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     # A placement that does not fit ranks behind every one that does.
     score = np.where(np.asarray(res.oom), np.inf, t)
     j = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(t))
-    info = {"units": prob.num_units, "scored": len(units), "mode_s": float(t[0]),
+    info = {"units": prob.num_units, "scored": len(units), "greedy_s": float(t[0]),
             "step_time_s": float(t[j]), "oom": bool(np.asarray(res.oom)[j]),
-            "picked": "mode" if j == 0 else "sample", "wall_s": time.perf_counter() - t0,
+            "picked": "greedy" if j == 0 else "sample", "wall_s": time.perf_counter() - t0,
             "weights": path, "trained": meta.get("card", {}).get("summary", "")}
     return prob.expand(units[j]), info

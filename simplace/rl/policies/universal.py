@@ -9,13 +9,17 @@ all devices'; a unit's logit for a device comes from the pair (unit embedding, d
 embedding, pair features, graph summary), so the same weights score any number of
 devices (GiPH and Doppler score device choices the same way).
 
-Sampling keeps ``gnn``'s run structure: in topological order each unit either follows
-its predecessor's device (probability ``sigmoid(f_u)``) or draws a fresh one from
-``softmax(a_u)``. The probability of a unit placement e is then a chain
+Sampling keeps runs, as ``gnn``'s does, but along the data flow: each unit either
+follows its parent (the predecessor it receives the most bytes from) onto its device
+(probability ``s_u = sigmoid(f_u)``; 0 for a unit without one) or draws a fresh device
+from ``softmax(a_u)``. The probability of a unit placement e is then a product over a
+tree,
 
-  P(e) = prod_u [s_u 1(e_u = e_(u-1)) + (1 - s_u) softmax(a_u)[e_u]],
+  P(e) = prod_u [s_u 1(e_u = e_parent(u)) + (1 - s_u) softmax(a_u)[e_u]],
 
-exact and cheap, which serves both REINFORCE (the placement is the action) and imitation.
+exact and cheap, which serves both REINFORCE (the placement is the action) and
+imitation. A sample resolves who-follows-whom by pointer jumping (log2 U gathers), no
+sequential scan.
 Training: ``simplace.rl.pretrain``; the shipped weights and zero-shot placement:
 ``simplace.rl.pretrained``.
 """
@@ -92,43 +96,50 @@ def logits(params, a):
     z = jax.nn.relu(hu[:, None, :] + hd[None, :, :] + hp)
     lg = _dense(params["pair_out"], z)[..., 0]
     lg = jnp.where(a["device_mask"][None, :] > 0, lg, NEG)
-    prev = jnp.concatenate([jnp.zeros_like(x[:1]), x[:-1]], 0)
     f = _dense(params["follow_out"], jax.nn.relu(_dense(params["follow_in"], jnp.concatenate(
-        [x, prev, jnp.broadcast_to(g, x.shape)], -1))))[:, 0]
+        [x, x[a["parent"]], jnp.broadcast_to(g, x.shape)], -1))))[:, 0]
     return lg, f
 
 
-def _follow_prob(f):
-    s = jax.nn.sigmoid(f)
-    return s.at[0].set(0.0)  # unit 0 has no predecessor
+def _follow_prob(f, a):
+    return jax.nn.sigmoid(f) * a["has_parent"]  # a unit without a parent draws afresh
+
+
+def _resolve(ptr, steps: int):
+    """Pointer jumping: every entry of ``ptr`` [..., U] (each < or = its own index)
+    replaced by the root its chain of pointers ends at."""
+    for _ in range(steps):
+        ptr = jnp.take_along_axis(ptr, ptr, axis=-1)
+    return ptr
 
 
 def sample(params, a, key, num_samples: int):
-    """(unit devices int32[K, U], entropy float32[K]) of ``num_samples`` placements drawn
-    by follow-or-fresh decisions (module docstring). Padded units get device 0."""
+    """int32[K, U]: ``num_samples`` unit placements drawn by follow-or-fresh decisions
+    (module docstring). Padded units get device 0."""
     lg, f = logits(params, a)
     u = lg.shape[0]
     lsm = jax.nn.log_softmax(lg, axis=-1)
     k1, k2 = jax.random.split(key)
     fresh = jax.random.categorical(k1, lsm[None], axis=-1, shape=(num_samples, u))
-    s = _follow_prob(f)
+    s = _follow_prob(f, a)
     follow = jax.random.uniform(k2, (num_samples, u)) < s[None]
-    idx = jnp.where(follow, -1, jnp.arange(u, dtype=jnp.int32)[None])
-    dev = jnp.take_along_axis(fresh.astype(jnp.int32), jax.lax.cummax(idx, axis=1), axis=1)
+    ptr = jnp.where(follow, a["parent"][None], jnp.arange(u, dtype=jnp.int32)[None])
+    root = _resolve(ptr.astype(jnp.int32), max(1, math.ceil(math.log2(max(u, 2)))))
+    dev = jnp.take_along_axis(fresh.astype(jnp.int32), root, axis=1)
     dev = jnp.where(a["unit_mask"][None] > 0, dev, 0)
     return dev
 
 
 def chain_logp(params, a, unit_devices):
-    """float32[K]: log P(e) of unit placements int32[K, U] (the chain of the module
-    docstring), summed over real units; and the mean per-unit entropy of the fresh
-    draws (a regulariser), as a pair."""
+    """(float32[K]: log P(e) of unit placements int32[K, U] (the product of the module
+    docstring) summed over real units, and the mean per-unit entropy of the fresh draws,
+    a regulariser)."""
     lg, f = logits(params, a)
     lsm = jax.nn.log_softmax(lg, axis=-1)
-    s = _follow_prob(f)
+    s = _follow_prob(f, a)
     e = unit_devices.astype(jnp.int32)
     q = jnp.exp(jnp.take_along_axis(lsm[None], e[..., None], axis=-1)[..., 0])  # [K, U]
-    same = jnp.concatenate([jnp.zeros_like(e[:, :1], bool), e[:, 1:] == e[:, :-1]], 1)
+    same = e == e[:, a["parent"]]
     p = jnp.where(same, s[None], 0.0) + (1 - s[None]) * q
     mask = a["unit_mask"]
     lp = (jnp.log(p + 1e-9) * mask[None]).sum(-1)
@@ -136,29 +147,14 @@ def chain_logp(params, a, unit_devices):
     return lp, (ent * mask).sum() / jnp.maximum(mask.sum(), 1.0)
 
 
-def chain_mode(lg: np.ndarray, f: np.ndarray, num_units: int) -> np.ndarray:
-    """int32[U]: the most probable unit placement of the chain (Viterbi, numpy), from
-    ``logits``' outputs cut to the real units and devices."""
+def greedy(lg: np.ndarray, f: np.ndarray, parent: np.ndarray, num_units: int) -> np.ndarray:
+    """int32[U]: the greedy unit placement (numpy): every unit follows its parent where
+    that is likelier than not, else takes its most probable fresh device; from
+    ``logits``' outputs and the padded ``parent``, cut to the real units and devices."""
     lg = np.asarray(lg, np.float64)[:num_units]
-    s = 1.0 / (1.0 + np.exp(-np.asarray(f, np.float64)[:num_units]))
-    s[0] = 0.0
-    q = np.exp(lg - lg.max(1, keepdims=True))
-    q /= q.sum(1, keepdims=True)
-    d = q.shape[1]
-    score = np.log(q[0] + 1e-12)
-    back = np.zeros((num_units, d), np.int64)
-    for i in range(1, num_units):
-        # Staying on e: s + (1 - s) q[e] from e; moving from e' != e: (1 - s) q[e].
-        move = np.log((1 - s[i]) * q[i] + 1e-12)
-        stay = np.log(s[i] + (1 - s[i]) * q[i] + 1e-12)
-        best_prev = int(np.argmax(score))
-        from_move = score[best_prev] + move
-        from_stay = score + stay
-        take_stay = from_stay >= from_move
-        back[i] = np.where(take_stay, np.arange(d), best_prev)
-        score = np.where(take_stay, from_stay, from_move)
-    out = np.zeros(num_units, np.int64)
-    out[-1] = int(np.argmax(score))
-    for i in range(num_units - 1, 0, -1):
-        out[i - 1] = back[i, out[i]]
-    return out.astype(np.int32)
+    par = np.asarray(parent, np.int64)[:num_units]
+    follow = (np.asarray(f, np.float64)[:num_units] > 0) & (par != np.arange(num_units))
+    ptr = np.where(follow, par, np.arange(num_units))
+    for _ in range(max(1, math.ceil(math.log2(max(num_units, 2))))):
+        ptr = ptr[ptr]
+    return lg.argmax(1)[ptr].astype(np.int32)
