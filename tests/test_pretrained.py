@@ -122,8 +122,10 @@ def test_samples_follow_the_distribution_and_never_draw_padded_devices():
     u, d = 3, 2
     a = _tiny_arrays(u, d, seed=1)
     params = jax.tree.map(jnp.asarray, net.init_params(2, hidden=8, layers=1))
-    dev = np.asarray(net.sample(params, a, jax.random.key(0), 20000))
-    assert dev[:, :u].max() < d and (dev[:, u:] == 0).all()
+    fresh, follow = net.draw(params, a, jax.random.key(0), 20000)
+    dev = net.resolve(fresh, follow, a["parent"])
+    assert not np.asarray(follow)[:, u:].any() and not np.asarray(follow)[:, 0].any()
+    assert dev.max() < d
     every, full = _every(u, d)
     prob = np.exp(np.asarray(net.chain_logp(params, a, full)[0]))
     freq = np.array([np.mean((dev[:, :u] == e).all(1)) for e in every])
@@ -259,8 +261,10 @@ def test_rl_universal_fine_tunes_from_the_pretrained_start(mlp_graph):
     assert r.info["updates"] == 200 and r.info["zero_shot_s"] >= r.step_time_s * (1 - 1e-9)
     again = optimize(mlp_graph, cm, "rl-universal", samples=16)
     np.testing.assert_array_equal(again.placement, r.placement)
-    with pytest.raises(SimplaceError, match="pretrained policy only"):
-        optimize(mlp_graph, cm, "rl-universal", warm_start="heft")
+    heft = optimize(mlp_graph, cm, "heft")
+    from_heft = optimize(mlp_graph, cm, "rl-universal", warm_start="heft", samples=16)
+    assert from_heft.step_time_s <= min(heft.step_time_s, zs.step_time_s) * (1 + 1e-9)
+    assert "heft" in from_heft.info["warm_starts"]
 
 
 def test_train_policy_command_writes_weights_and_refuses_no_budget(tmp_path):

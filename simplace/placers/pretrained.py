@@ -14,12 +14,13 @@ says so and falls back to ``heft`` (``info["fallback"]``); weights named with ``
 that cannot be read are an error. A machine with more devices than the policy takes
 (``simplace.rl.problem.MAX_DEVICES``) is refused with the limit stated.
 
-``rl-universal`` (kind policy; ``--warm-start pretrained`` is its only start) places
-zero-shot as above, then trains the weights on this graph alone by the same REINFORCE
+``rl-universal`` (kind policy) places zero-shot as above (``warm_start`` other than
+``"pretrained"``, as ``rl-gnn`` takes it: the best of those placements if it is faster),
+then trains the weights on this graph alone by the same REINFORCE
 and imitation updates as pretraining (``simplace.rl.pretrain.train_universal``, the
 imitation target being the best placement found so far) for ``1 - polish_share`` of the
 time left, and polishes the best placement by op-level moves (``simplace.rl.refine``) for
-the rest. The result is never worse than the zero-shot placement. Options: ``samples``,
+the rest. The result is never worse than its start. Options: ``samples``,
 ``weights`` (``"none"``: fresh weights, training from scratch), ``polish_share``
 (default 0.3). Without a budget it trains for ``DEFAULT_UPDATES`` updates. Unlike the
 other ``rl-*`` methods it keeps no checkpoint or history: a fine-tune is seconds.
@@ -66,7 +67,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
 @register("rl-universal", kind="policy", options={
     "samples": "placements per update (default 64)",
     "weights": "weights to start from: a weights file, or 'none' (default: the shipped)",
-    "warm_start": "'pretrained' (the only start it takes; the default)",
+    "warm_start": "'pretrained' (the default), or as rl-gnn's: method names, 'best' or "
+                  "placements, the best of which (or the zero-shot one) it starts from",
     "polish_share": "share of the time left for the op-level polish (default 0.3)"})
 def place_universal(ctx: PlacerContext) -> PlacerOutput:
     """``rl-universal``: the pretrained universal policy fine-tuned on this graph."""
@@ -82,10 +84,6 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     samples = check_int(opts.get("samples", 64), "samples", 2, 8192)
     share = check_float(opts.get("polish_share", 0.3), "polish_share", 0.0, 1.0,
                         hi_open=True)
-    if opts.get("warm_start", "pretrained") not in ("pretrained", "rl-pretrained"):
-        raise SimplaceError(f"rl-universal starts from the pretrained policy only "
-                            f"(warm_start='pretrained'), got {opts['warm_start']!r}; "
-                            f"rl-gnn takes heuristics' placements as warm starts.")
     weights = opts.get("weights")
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if m == 0 or d == 1:
@@ -95,6 +93,15 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     best = np.asarray(start.placement, np.int32)
     best_s = float(ctx.score(best[None])[0])
     info = {"zero_shot_s": best_s, "zero_shot": start.info}
+    ws = opts.get("warm_start", "pretrained")
+    if not (isinstance(ws, str) and ws in ("pretrained", "rl-pretrained")):
+        from simplace.placers.rl import _warm_starts
+
+        found, scores = _warm_starts(ctx)  # the given placements or methods' (rl-* rules)
+        info["warm_starts"] = {n: float(v) for (n, _), v in zip(found, scores, strict=True)}
+        if found and min(scores) < best_s:
+            j = int(np.argmin(scores))
+            best, best_s = np.asarray(found[j][1], np.int32), float(scores[j])
     params = None
     if weights != "none":
         params = load_weights(weights)[0] if start.info.get("fallback") is None else None

@@ -116,12 +116,20 @@ def _cached_weights(path: str):
 
 @functools.lru_cache(maxsize=8)
 def sample_program(num_samples: int):
-    """The jitted ``universal.sample`` of ``num_samples`` placements (kept per process)."""
+    """``f(params, a, key) -> int32[K, U]`` (numpy): ``num_samples`` unit placements of
+    the padded problem ``a``, drawn by a jitted ``universal.draw`` (kept per process)
+    and resolved on the host."""
     import jax
 
     from simplace.rl.policies import universal as net
 
-    return jax.jit(lambda params, a, key: net.sample(params, a, key, num_samples))
+    drawn = jax.jit(lambda params, a, key: net.draw(params, a, key, num_samples))
+
+    def sample(params, a, key):
+        fresh, follow = drawn(params, a, key)
+        return net.resolve(np.asarray(fresh), np.asarray(follow), np.asarray(a["parent"]))
+
+    return sample
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,8 +18,8 @@ tree,
   P(e) = prod_u [s_u 1(e_u = e_parent(u)) + (1 - s_u) softmax(a_u)[e_u]],
 
 exact and cheap, which serves both REINFORCE (the placement is the action) and
-imitation. A sample resolves who-follows-whom by pointer jumping (log2 U gathers), no
-sequential scan.
+imitation. A sample's decisions are drawn in JAX (``draw``) and resolved into devices on
+the host in one pass (``resolve``: parents come before their children).
 Training: ``simplace.rl.pretrain``; the shipped weights and zero-shot placement:
 ``simplace.rl.pretrained``.
 """
@@ -32,10 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from simplace._numba import njit
 from simplace.rl.problem import DEVICE_FEATURES, PAIR_FEATURES, UNIT_FEATURES
 
 NEG = -1e9
-HIDDEN = 64
+HIDDEN = 32
 LAYERS = 3
 
 
@@ -105,29 +106,40 @@ def _follow_prob(f, a):
     return jax.nn.sigmoid(f) * a["has_parent"]  # a unit without a parent draws afresh
 
 
-def _resolve(ptr, steps: int):
-    """Pointer jumping: every entry of ``ptr`` [..., U] (each < or = its own index)
-    replaced by the root its chain of pointers ends at."""
-    for _ in range(steps):
-        ptr = jnp.take_along_axis(ptr, ptr, axis=-1)
-    return ptr
-
-
-def sample(params, a, key, num_samples: int):
-    """int32[K, U]: ``num_samples`` unit placements drawn by follow-or-fresh decisions
-    (module docstring). Padded units get device 0."""
+def draw(params, a, key, num_samples: int):
+    """(fresh devices int32[K, U], follow flags bool[K, U]): the random decisions of
+    ``num_samples`` placements (module docstring); ``resolve`` turns them into unit
+    placements."""
     lg, f = logits(params, a)
     u = lg.shape[0]
-    lsm = jax.nn.log_softmax(lg, axis=-1)
-    k1, k2 = jax.random.split(key)
-    fresh = jax.random.categorical(k1, lsm[None], axis=-1, shape=(num_samples, u))
-    s = _follow_prob(f, a)
-    follow = jax.random.uniform(k2, (num_samples, u)) < s[None]
-    ptr = jnp.where(follow, a["parent"][None], jnp.arange(u, dtype=jnp.int32)[None])
-    root = _resolve(ptr.astype(jnp.int32), max(1, math.ceil(math.log2(max(u, 2)))))
-    dev = jnp.take_along_axis(fresh.astype(jnp.int32), root, axis=1)
-    dev = jnp.where(a["unit_mask"][None] > 0, dev, 0)
-    return dev
+    # Two uniforms per unit and sample, drawn as one flat array, the fresh device by
+    # inverting the softmax's cumulative distribution: XLA:CPU draws a [K, U, D] Gumbel
+    # array several times slower.
+    r = jax.random.uniform(key, (2 * num_samples * u,)).reshape(2, num_samples, u)
+    cdf = jnp.cumsum(jax.nn.softmax(lg, axis=-1), axis=-1)[:, :-1]  # [U, D-1]
+    fresh = jnp.sum(r[1][..., None] >= cdf[None], axis=-1).astype(jnp.int32)
+    # rounding can leave the cdf just under 1 before the padded devices: never past them
+    fresh = jnp.minimum(fresh, a["device_mask"].sum().astype(jnp.int32) - 1)
+    follow = (r[0] < _follow_prob(f, a)[None]) & (a["unit_mask"][None] > 0)
+    return fresh, follow
+
+
+@njit(fastmath=False)
+def _resolve_kernel(fresh, follow, parent, out):
+    # parents come first (parent[u] <= u), so one pass in unit order resolves chains
+    for k in range(fresh.shape[0]):
+        for u in range(fresh.shape[1]):
+            out[k, u] = out[k, parent[u]] if follow[k, u] else fresh[k, u]
+
+
+def resolve(fresh, follow, parent) -> np.ndarray:
+    """int32[K, U]: unit placements from ``draw``'s decisions (numpy, on the host: XLA's
+    gathers for pointer jumping cost several times the policy's forward pass here)."""
+    fresh = np.ascontiguousarray(fresh, np.int32)
+    out = np.empty_like(fresh)
+    _resolve_kernel(fresh, np.ascontiguousarray(follow, np.bool_),
+                    np.ascontiguousarray(parent, np.int64), out)
+    return out
 
 
 def chain_logp(params, a, unit_devices):
