@@ -285,10 +285,13 @@ def test_compare_runs_rl_after_fast_methods_and_local_leaves_rl_out(monkeypatch)
     compare(_GRAPH, _MACHINE)
     # compare (--method all) runs every method but exact: fast ones, local, then rl-*.
     assert "heft" in called and "exact" not in called
-    rl = [i for i, m in enumerate(called) if m.startswith("rl-")]
-    assert len(rl) == 3 and min(rl) > called.index("local") > called.index("heft")
+    rl = [i for i, m in enumerate(called) if placers.method_kind(m) == "policy"]
+    assert len(rl) == 4 and min(rl) > called.index("local") > called.index("heft")
+    # The pretrained policy places zero-shot among the fast methods, before local.
+    assert called.index("rl-pretrained") < called.index("local")
     starts = _start_list(types.SimpleNamespace(options={}))
-    assert "heft" in starts and not any(str(m).startswith("rl-") for m in starts)
+    assert "heft" in starts and "rl-pretrained" in starts
+    assert not any(placers.method_kind(m) == "policy" for m in starts)
     # Cheap starts first, then the list schedulers best first (starts stop at half the
     # budget, so a slow weak one must not crowd out a strong one).
     assert starts[0] == "single" and starts.index("m_etf") < starts.index("heft")
