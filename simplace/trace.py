@@ -29,9 +29,7 @@ placed program is op i of the graph), and ``aval_nbytes``.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
-import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -42,237 +40,20 @@ import numpy as np
 from jax.extend import core as jcore
 
 from simplace import _primitive_costs as costs
+from simplace._trace_paths import _common_module_prefix, _join_path, module_path
+from simplace._trace_values import (
+    _aval_str,
+    _dtype_bytes,  # noqa: F401 - tests read it here
+    _make_aval,
+    _params,
+    aval_nbytes,
+)
 from simplace.errors import TraceError
-from simplace.graph import BACKWARD_PREFIX, Aval, OpGraph, split_name_path
+from simplace.graph import Aval, OpGraph
 
 __all__ = ["trace", "op_specs", "module_path"]
 
 LOOP_PRIMITIVES = frozenset({"scan", "while"})
-# Scopes JAX itself pushes onto name stacks; they are not modules.
-_INTERNAL_SCOPES = frozenset({"rematted_computation"})
-# Params that never change an op's cost (shardings are placement, not work) or that
-# carry objects without a stable text form.
-_SKIP_PARAMS = frozenset({"out_sharding", "sharding", "name", "debug_info", "ctx_mesh",
-                          "in_shardings", "out_shardings", "in_layouts", "out_layouts"})
-
-
-# --------------------------------------------------------------------------- helpers
-def _dtype_bytes(dtype) -> int:
-    """Bytes per element: numpy's itemsize (JAX's dtypes, bfloat16 and float8 included, are
-    numpy dtypes); an extended dtype (PRNG keys) counts its physical representation."""
-    try:
-        return np.dtype(dtype).itemsize
-    except TypeError:
-        pass
-    try:
-        phys = dtype._rules.physical_element_aval(dtype)
-        return math.prod(phys.shape) * np.dtype(phys.dtype).itemsize
-    except Exception as err:  # noqa: BLE001 - re-raised with what to do
-        # A guessed size would silently skew every memory and transfer figure.
-        raise TraceError(
-            f"simplace.trace cannot size dtype {dtype!r}: it is not a numpy dtype and has "
-            f"no physical representation ({type(err).__name__}: {err}). Cast such values to "
-            "a numpy dtype inside the traced function, or report the dtype.") from None
-
-
-def _dtype_name(dtype) -> str:
-    """numpy's name of a dtype (``float32``, ``bfloat16``); an extended dtype's text."""
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        return str(dtype)
-
-
-def _make_aval(aval) -> Aval:
-    """The graph's ``Aval`` of a JAX abstract value; a value that is not an array (a
-    token) gets its type's name, shape () and itemsize 0."""
-    shape = getattr(aval, "shape", None)
-    dtype = getattr(aval, "dtype", None)
-    if shape is None or dtype is None:
-        return Aval((), type(aval).__name__, 0)
-    try:
-        dims = tuple(int(d) for d in shape)
-    except Exception:  # noqa: BLE001 - symbolic dims raise their own error types
-        raise TraceError(f"simplace.trace needs static shapes; got {shape} (symbolic "
-                         "dimensions). Trace with concrete sizes.") from None
-    return Aval(dims, _dtype_name(dtype), _dtype_bytes(dtype))
-
-
-def aval_nbytes(aval) -> int:
-    """Bytes of an abstract value (shape x itemsize); 0 for tokens, refs and other
-    non-array values."""
-    shape = getattr(aval, "shape", None)
-    dtype = getattr(aval, "dtype", None)
-    if shape is None or dtype is None:
-        return 0  # tokens, refs and other non-array values
-    return math.prod(shape) * _dtype_bytes(dtype)
-
-
-_DTYPE_SHORT: dict[Any, str] = {}
-
-
-def _short_dtype(dtype) -> str:
-    """``f32``, ``bf16``, ``i32``, ``bool``...: jaxpr-style dtype names for signatures."""
-    s = _DTYPE_SHORT.get(dtype)
-    if s is None:
-        try:
-            d = np.dtype(dtype)
-        except TypeError:
-            s = str(dtype)  # extended dtypes, e.g. key<fry>
-        else:
-            bits = d.itemsize * 8
-            s = {f"float{bits}": f"f{bits}", f"int{bits}": f"i{bits}",
-                 f"uint{bits}": f"u{bits}", f"complex{bits}": f"c{bits}",
-                 "bfloat16": "bf16"}.get(d.name, d.name)  # float8 variants keep full names
-        _DTYPE_SHORT[dtype] = s
-    return s
-
-
-def _aval_str(aval) -> str:
-    shape = getattr(aval, "shape", None)
-    dtype = getattr(aval, "dtype", None)
-    if shape is None or dtype is None:
-        return type(aval).__name__
-    return f"{_short_dtype(dtype)}[{','.join(str(d) for d in shape)}]"
-
-
-_OMIT = object()  # a parameter with no stable text or data form (a sub-jaxpr, a function)
-
-
-def _param(v) -> tuple[str | None, Any]:
-    """A primitive parameter as (text, data): the text goes into the op's signature (it
-    must be deterministic: np.int64(1) and 1 print alike), the data into its ``attrs``
-    (JSON-like: named tuples and dataclasses become mappings, sequences tuples, enums and
-    dtypes their names). (None, ``_OMIT``) for values with neither (sub-jaxprs, functions).
-
-    One function for both, so that the signature and the data cannot drift apart; the
-    text cannot be derived from the data, which drops type names and the quotes that
-    tell the string 'CLIP' from the enum CLIP.
-    """
-    if v is None or isinstance(v, (bool, int, str)):
-        return repr(v), v
-    if isinstance(v, float):
-        return repr(v), (v if math.isfinite(v) else repr(v))  # JSON has no inf or nan
-    if isinstance(v, np.generic) and np.ndim(v) == 0 and not isinstance(v, np.void):
-        return _param(v.item())
-    if isinstance(v, enum.Enum):
-        return v.name, v.name
-    if isinstance(v, (jcore.Jaxpr, jcore.ClosedJaxpr)) or callable(v) and not isinstance(
-            v, type):
-        return None, _OMIT
-    if isinstance(v, (np.dtype, type)):
-        try:
-            name = np.dtype(v).name
-        except TypeError:
-            name = str(v)
-        return name, name
-    if isinstance(v, tuple) and hasattr(v, "_fields"):  # NamedTuple: ConvDimensionNumbers
-        return _record(type(v).__name__, zip(v._fields, v, strict=True))
-    if isinstance(v, (tuple, list)):
-        items = [_param(x) for x in v]
-        if any(t is None for t, _ in items):
-            return None, _OMIT  # holds jaxprs or functions (cond branches): no stable text
-        text = ", ".join(t for t, _ in items) + ("," if len(items) == 1 else "")
-        return f"({text})", tuple(d for _, d in items)
-    if isinstance(v, np.ndarray):
-        return _param(v.tolist())
-    if hasattr(v, "__dataclass_fields__"):  # GatherDimensionNumbers and friends
-        return _record(type(v).__name__, ((k, getattr(v, k)) for k in v.__dataclass_fields__))
-    text = repr(v)
-    text = type(v).__name__ if " at 0x" in text else text
-    return text, text
-
-
-def _record(type_name: str, fields) -> tuple[str, dict]:
-    """``Name(k=text, ...)`` and ``{k: data}`` of a named tuple's or dataclass's fields; a
-    field with no form prints as ``k=None`` (signatures have always said so) and is left
-    out of the data."""
-    texts, data = [], {}
-    for k, x in fields:
-        t, d = _param(x)
-        texts.append(f"{k}={t}")
-        if d is not _OMIT:
-            data[k] = d
-    return f"{type_name}({', '.join(texts)})", data
-
-
-def _params(params: dict) -> tuple[str, dict]:
-    """An equation's parameters as the signature's text (``k=v;...`` by name) and as
-    data, both leaving out ``_SKIP_PARAMS`` and values with no form."""
-    texts, data = [], {}
-    for k in sorted(params):
-        if k in _SKIP_PARAMS:
-            continue
-        t, d = _param(params[k])
-        if t is not None:
-            texts.append(f"{k}={t}")
-            data[k] = d
-    return ";".join(texts), data
-
-
-def module_path(stack: Sequence) -> str:
-    """Clean a name stack (a ``NameStack`` or its ``.stack`` tuple) into an op's name_path.
-
-    Scopes (flax modules, ``jax.named_scope``) form the path; transforms (``jvp``,
-    ``vmap``...) are dropped, and a ``transpose`` transform marks a backward op, which
-    gets ``BACKWARD_PREFIX``. A flax method scope ``enc.encode`` counts as module
-    ``enc``. When a transform is followed by the root scope again (remat inside a
-    gradient restates the whole path), the path restarts there.
-    """
-    stack = getattr(stack, "stack", stack)
-    path: list[str] = []
-    backward = False
-    after_transform = False
-    for el in stack:
-        if type(el).__name__ == "Transform":
-            backward = backward or el.name == "transpose"
-            after_transform = bool(path)
-            continue
-        name = el.name
-        if name in _INTERNAL_SCOPES or "->" in name:
-            # "->": jnp.einsum scopes its equation ("bqhd,bkhd->bhqk"), which names no
-            # module and would split one layer's ops across paths.
-            continue
-        owner, dot, method = name.partition(".")
-        if dot and owner and method.isidentifier():
-            # flax scopes a method other than __call__ as "<module>.<method>": the
-            # method belongs to its module
-            if path and path[-1] == owner:
-                continue
-            name = owner
-        if after_transform and name == path[0]:
-            path = []
-        after_transform = False
-        path.append(name)
-    joined = "/".join(path)
-    return BACKWARD_PREFIX + joined if backward else joined
-
-
-def _common_module_prefix(paths: Sequence[str]) -> tuple[str, ...]:
-    """Module components shared by all non-empty paths (e.g. a flax ``nn.scan`` module:
-    the loop equation sits outside the module's scope, its body inside)."""
-    common: tuple[str, ...] | None = None
-    for p in paths:
-        parts = split_name_path(p)[1]
-        if not parts:
-            continue
-        if common is None:
-            common = parts
-        else:
-            n = 0
-            while n < min(len(common), len(parts)) and common[n] == parts[n]:
-                n += 1
-            common = common[:n]
-        if not common:
-            break
-    return common or ()
-
-
-def _join_path(path: str, extra: tuple[str, ...]) -> str:
-    if not extra:
-        return path
-    sep = "" if not path or path.endswith("/") else "/"
-    return path + sep + "/".join(extra)
 
 
 # --------------------------------------------------------------------------- the walk
