@@ -68,6 +68,22 @@ def test_device_features_follow_a_permutation_of_the_devices(dag):
     np.testing.assert_allclose(b.unit_feat, a.unit_feat, atol=1e-6)
 
 
+def test_interchangeable_devices_are_told_apart_and_targets_relabelled(dag):
+    from simplace.rl.problem import canonical
+
+    p = policy_problem(dag, _machine(dag, [1e9, 4e9, 4e9, 4e9]))
+    assert list(p.device_class) == [0, 1, 1, 1]
+    # the three GPUs differ only in their rank within the class
+    gpus = p.device_feat[1:]
+    assert len({tuple(r) for r in gpus.round(6)}) == 3
+    np.testing.assert_allclose(gpus[:, :-2], np.repeat(gpus[:1, :-2], 3, 0))
+    # placements equal up to a permutation of the GPUs read the same
+    a = np.array([3, 3, 1, 0, 2, 1])
+    b = np.array([2, 2, 3, 0, 1, 3])
+    np.testing.assert_array_equal(canonical(a, p.device_class), canonical(b, p.device_class))
+    np.testing.assert_array_equal(canonical(a, p.device_class), [1, 1, 2, 0, 3, 2])
+
+
 def test_unknown_op_kinds_count_as_other():
     cls = op_classes(["dot_general", "my_custom_call", "conv_general_dilated", "add"])
     assert [CLASS_NAMES[c] for c in cls] == ["matmul", "other", "conv", "arith"]

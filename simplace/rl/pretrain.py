@@ -30,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 
 from simplace.errors import SimplaceError
+from simplace.rl.problem import canonical
 
 OOM_FACTOR = 10.0
 SAMPLES = 64
@@ -73,6 +74,7 @@ def make_training_problem(name: str, graph, inputs, target=None) -> TrainingProb
         votes = np.zeros((prob.num_units, prob.num_devices))
         np.add.at(votes, (prob.unit_of_op, p), np.asarray(inputs.op_time_s).mean(1) + 1e-12)
         units = votes.argmax(1).astype(np.int32)
+    units = canonical(units, prob.device_class)
     tp = TrainingProblem(name, graph, inputs, prob, sim, units, math.inf)
     tp.best_s = float(tp.score(units[None])[0])
     return tp
@@ -207,7 +209,9 @@ def train_universal(problems: list[TrainingProblem], *, updates: int | None = No
         s = prob.score(dev[:, :prob.problem.num_units])
         j = int(np.argmin(s))
         if s[j] < prob.best_s:
-            prob.best_s, prob.best_units = float(s[j]), dev[j, :prob.problem.num_units].copy()
+            prob.best_s = float(s[j])
+            prob.best_units = canonical(dev[j, :prob.problem.num_units],
+                                        prob.problem.device_class)
         r = -np.log(s / prob.best_s)
         adv = (r - r.mean()) / (r.std() + 1e-6)
         target = _pad_units(prob.best_units, dev.shape[1])

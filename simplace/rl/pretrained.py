@@ -25,7 +25,7 @@ import numpy as np
 from simplace.errors import SimplaceError
 
 FORMAT = "simplace.rl.universal-weights"
-FORMAT_VERSION = 2  # 2: units are ops, a unit may follow its parent
+FORMAT_VERSION = 3  # 2: units are ops, following parents; 3: device ranks
 SHIPPED = Path(__file__).parent / "weights" / "universal.npz"
 
 

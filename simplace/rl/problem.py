@@ -71,7 +71,7 @@ _CLASS_OF = {prim: k for k, names in enumerate(OP_CLASSES.values()) for prim in 
 OTHER_CLASS = len(OP_CLASSES)
 
 UNIT_FEATURES = 5 + 1 + len(CLASS_NAMES) + 1 + 2 + 2 + 1
-DEVICE_FEATURES = 8
+DEVICE_FEATURES = 10
 PAIR_FEATURES = 2
 
 
@@ -110,6 +110,7 @@ class PolicyProblem:
       log bytes next to the graph's time scale.
     parent: int32[U], the predecessor each unit receives the most bytes from (itself
       for a unit with no predecessor); always lower than the unit.
+    device_class: int64[D], devices of one class are interchangeable (``device_classes``).
     unit_time_s: float64[U, D], each unit's compute time on each device.
     """
 
@@ -122,6 +123,7 @@ class PolicyProblem:
     edge_feat: np.ndarray
     unit_time_s: np.ndarray
     parent: np.ndarray
+    device_class: np.ndarray
 
     @property
     def num_units(self) -> int:
@@ -172,6 +174,36 @@ class PolicyProblem:
         """int32[..., M]: op placements of unit placements int[..., U or padded U]."""
         ud = np.asarray(unit_devices)[..., :self.num_units]
         return ud[..., self.unit_of_op].astype(np.int32)
+
+
+def device_classes(op_time_s, memory_bytes) -> np.ndarray:
+    """int64[D]: a class per device, shared by devices with the same op times and memory
+    (interchangeable as far as a placement's compute goes), numbered by first member."""
+    keys: dict = {}
+    t = np.asarray(op_time_s, np.float64)
+    mem = np.asarray(memory_bytes, np.float64)
+    return np.array([keys.setdefault((t[:, k].tobytes(), float(mem[k])), len(keys))
+                     for k in range(t.shape[1])], np.int64)
+
+
+def canonical(unit_devices, device_class) -> np.ndarray:
+    """int32[..., U]: unit placements with the devices of each class relabelled in the
+    order the placement first uses them (its lowest-ranked member first), so that
+    placements that differ by a permutation of interchangeable devices read the same."""
+    ud = np.array(unit_devices, np.int64, copy=True)
+    flat = ud.reshape(-1, ud.shape[-1])
+    cls = np.asarray(device_class)
+    for row in flat:
+        new = np.arange(len(cls))
+        for c in np.unique(cls):
+            members = np.flatnonzero(cls == c)
+            if len(members) < 2:
+                continue
+            seen = [int(x) for x in dict.fromkeys(row[np.isin(row, members)])]
+            order = seen + [int(m) for m in members if m not in seen]
+            new[order] = members
+        row[:] = new[row]
+    return flat.reshape(ud.shape).astype(np.int32)
 
 
 def _unit_sums(unit, u, w):
@@ -254,6 +286,17 @@ def policy_problem(graph, inputs, *, max_units: int = MAX_UNITS,
                 + np.asarray(inputs.dispatch_s, np.float64))
     groups = np.asarray(inputs.exclusive_group)
     shared = np.array([np.sum(groups == groups[k]) > 1 for k in range(d)], np.float64)
+    device_class = device_classes(t, mem)
+    # Identical devices would have identical features, and a policy that scores devices
+    # by their features could not send two branches to two of them but by chance: each
+    # device's rank within its class breaks the tie (targets are relabelled to match:
+    # ``canonical``).
+    rank = np.zeros(d)
+    size = np.zeros(d)
+    for c in np.unique(device_class):
+        members = np.flatnonzero(device_class == c)
+        rank[members] = np.arange(len(members)) / max(len(members) - 1, 1)
+        size[members] = len(members) / d
     device_feat = np.stack([
         _log_ratio(t_graph, graph_time) / 4.0,
         (graph_time <= t_graph * (1 + 1e-9)).astype(np.float64),
@@ -262,7 +305,7 @@ def policy_problem(graph, inputs, *, max_units: int = MAX_UNITS,
         _log_ratio(bw_in, bw_ref) / 4.0,
         np.full(d, float(_log_ratio(comm, t_graph)) / 4.0),
         np.log1p(u * overhead / t_graph),
-        shared], axis=1)
+        shared, rank, size], axis=1)
     pair_feat = np.stack([
         np.minimum(_log_ratio(ut, t_min[:, None], lo=0.0), 10.0) / 4.0,
         _log_ratio(resident[:, None], mem[None, :]) / 4.0], axis=2)
@@ -285,4 +328,5 @@ def policy_problem(graph, inputs, *, max_units: int = MAX_UNITS,
                          unit_feat=unit_feat.astype(f32), device_feat=device_feat.astype(f32),
                          pair_feat=pair_feat.astype(f32), src=src.astype(np.int32),
                          dst=dst.astype(np.int32), edge_feat=edge_feat.astype(f32),
-                         unit_time_s=ut, parent=parent.astype(np.int32))
+                         unit_time_s=ut, parent=parent.astype(np.int32),
+                         device_class=device_class)
