@@ -4,8 +4,6 @@ methods."""
 
 import itertools
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -138,14 +136,14 @@ def test_samples_follow_the_distribution_and_never_draw_padded_devices():
     u, d = 3, 2
     a = _tiny_arrays(u, d, seed=1)
     params = jax.tree.map(jnp.asarray, net.init_params(2, hidden=8, layers=1))
-    fresh, follow = net.draw(params, a, jax.random.key(0), 20000)
+    fresh, follow = net.draw(params, a, jax.random.key(0), 10000)
     dev = net.resolve(fresh, follow, a["parent"])
     assert not np.asarray(follow)[:, u:].any() and not np.asarray(follow)[:, 0].any()
     assert dev.max() < d
     every, full = _every(u, d)
     prob = np.exp(np.asarray(net.chain_logp(params, a, full)[0]))
     freq = np.array([np.mean((dev[:, :u] == e).all(1)) for e in every])
-    np.testing.assert_allclose(freq, prob, atol=0.015)
+    np.testing.assert_allclose(freq, prob, atol=0.02)
 
 
 def test_parents_are_the_heaviest_predecessor(dag):
@@ -168,24 +166,24 @@ def _problems(dag, mlp_graph):
 
 def test_training_is_seeded_resumable_and_learns(dag, mlp_graph, tmp_path):
     cfg = PretrainConfig(samples=16, lr=3e-3)
-    p_a, info_a = train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg)
-    p_b, _ = train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg)
+    p_a, info_a = train_universal(_problems(dag, mlp_graph), updates=40, seed=5, config=cfg)
+    p_b, _ = train_universal(_problems(dag, mlp_graph), updates=40, seed=5, config=cfg)
     for k in p_a:
         np.testing.assert_array_equal(p_a[k]["kernel"], p_b[k]["kernel"])
     ck = str(tmp_path / "ck.npz")
-    train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg, checkpoint=ck,
-                    stop_after=30)
-    p_c, info_c = train_universal(_problems(dag, mlp_graph), updates=60, seed=5, config=cfg,
+    train_universal(_problems(dag, mlp_graph), updates=40, seed=5, config=cfg, checkpoint=ck,
+                    stop_after=20)
+    p_c, info_c = train_universal(_problems(dag, mlp_graph), updates=40, seed=5, config=cfg,
                                   checkpoint=ck)
-    assert info_c["updates"] == 60
+    assert info_c["updates"] == 40
     for k in p_a:
         np.testing.assert_allclose(p_a[k]["kernel"], p_c[k]["kernel"], rtol=1e-4, atol=1e-5)
     # Samples get closer to the best known placements as training goes on.
-    curve = train_universal(_problems(dag, mlp_graph), updates=300, seed=5,
+    curve = train_universal(_problems(dag, mlp_graph), updates=200, seed=5,
                             config=cfg)[1]["curve"]
     assert curve[-1] < curve[0]
     with pytest.raises(SimplaceError, match="other problems"):
-        train_universal(_problems(dag, mlp_graph)[:2], updates=70, seed=5, config=cfg,
+        train_universal(_problems(dag, mlp_graph)[:2], updates=50, seed=5, config=cfg,
                         checkpoint=ck)
 
 
@@ -272,25 +270,28 @@ def test_rl_universal_fine_tunes_from_the_pretrained_start(mlp_graph):
 
     cm = CostModel.load("haswell_k40x4")
     zs = optimize(mlp_graph, cm, "rl-pretrained")
-    r = optimize(mlp_graph, cm, "rl-universal", warm_start="pretrained", samples=16)
+    r = optimize(mlp_graph, cm, "rl-universal", warm_start="pretrained", samples=16,
+                 updates=30)
     assert r.step_time_s <= zs.step_time_s * (1 + 1e-9)
-    assert r.info["updates"] == 200 and r.info["zero_shot_s"] >= r.step_time_s * (1 - 1e-9)
-    again = optimize(mlp_graph, cm, "rl-universal", samples=16)
+    assert r.info["updates"] == 30 and r.info["zero_shot_s"] >= r.step_time_s * (1 - 1e-9)
+    again = optimize(mlp_graph, cm, "rl-universal", samples=16, updates=30)
     np.testing.assert_array_equal(again.placement, r.placement)
     heft = optimize(mlp_graph, cm, "heft")
-    from_heft = optimize(mlp_graph, cm, "rl-universal", warm_start="heft", samples=16)
+    from_heft = optimize(mlp_graph, cm, "rl-universal", warm_start="heft", samples=16,
+                         updates=30)
     assert from_heft.step_time_s <= min(heft.step_time_s, zs.step_time_s) * (1 + 1e-9)
     assert "heft" in from_heft.info["warm_starts"]
 
 
-def test_train_policy_command_writes_weights_and_refuses_no_budget(tmp_path):
+def test_train_policy_command_writes_weights_and_refuses_no_budget(tmp_path, capsys):
+    from simplace.cli import main
+
     out = tmp_path / "w.npz"
-    cmd = [sys.executable, "-m", "simplace", "train-policy", "--quick", "--updates", "5",
-           "--target-budget-s", "0", "--out", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    args = ["train-policy", "--quick", "--updates", "5", "--target-budget-s", "0", "--out",
+            str(out)]
+    assert main(args) == 0
     _, meta = load_weights(out)
-    assert meta["card"]["updates"] == 5 and "problem 1/" in done.stderr
-    bad = subprocess.run(cmd[:4] + ["--out", str(out)], capture_output=True, text=True,
-                         timeout=120)
-    assert bad.returncode == 2 and "--budget-s or --updates" in bad.stderr
+    assert meta["card"]["updates"] == 5 and "problem 1/" in capsys.readouterr().err
+    assert main(["train-policy", "--quick", "--out", str(tmp_path / "x.npz")]) == 2
+    assert "--budget-s or --updates" in capsys.readouterr().err
+    assert not (tmp_path / "x.npz").exists()

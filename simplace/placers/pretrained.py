@@ -22,7 +22,7 @@ imitation target being the best placement found so far) for ``1 - polish_share``
 time left, and polishes the best placement by op-level moves (``simplace.rl.refine``) for
 the rest. The result is never worse than its start. Options: ``samples``,
 ``weights`` (``"none"``: fresh weights, training from scratch), ``polish_share``
-(default 0.3). Without a budget it trains for ``DEFAULT_UPDATES`` updates. Unlike the
+(default 0.3), ``updates`` (how many without a budget; default ``DEFAULT_UPDATES``). Unlike the
 other ``rl-*`` methods it keeps no checkpoint or history: a fine-tune is seconds.
 """
 
@@ -69,7 +69,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     "weights": "weights to start from: a weights file, or 'none' (default: the shipped)",
     "warm_start": "'pretrained' (the default), or as rl-gnn's: method names, 'best' or "
                   "placements, the best of which (or the zero-shot one) it starts from",
-    "polish_share": "share of the time left for the op-level polish (default 0.3)"})
+    "polish_share": "share of the time left for the op-level polish (default 0.3)",
+    "updates": f"training updates without a budget (default {DEFAULT_UPDATES})"})
 def place_universal(ctx: PlacerContext) -> PlacerOutput:
     """``rl-universal``: the pretrained universal policy fine-tuned on this graph."""
     import math
@@ -111,7 +112,8 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best)
     tp.simulator = ctx.batched
     budget = None if not math.isfinite(left) else max(left * (1 - share), 0.0)
-    updates = DEFAULT_UPDATES if budget is None else None
+    updates = None if budget is not None else check_int(
+        opts.get("updates", DEFAULT_UPDATES), "updates", 1)
     trained = {"updates": 0}
     if budget is None or budget > 0:
         _, trained = train_universal([tp], updates=updates, budget_s=budget or None,
