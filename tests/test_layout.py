@@ -14,10 +14,10 @@ MODULE_MAX_LINES = 800
 FUNCTION_MAX_LINES = 120
 # Over the limits today (issue 34): at most this size until split. numba kernels are
 # one loop on purpose (a call per step would cost more than the step).
-MODULES_OVER = {"cost_model.py": 1265, "rl/reinforce.py": 1025, "cli.py": 880}
+MODULES_OVER = {"cost_model.py": 1265, "cli.py": 880}
 FUNCTIONS_OVER = {"calibrate/build.py:build_cost_model": 340,
                   "sim/native.py:_simulate_one": 280, "placers/local.py:place": 254,
-                  "rl/reinforce.py:train": 248, "calibrate/fit.py:fit_segments": 141,
+                  "calibrate/fit.py:fit_segments": 141,
                   "parallel/layers.py:build_layer_graph": 139,
                   "sim/critical.py:schedule_critical_path": 133}
 
