@@ -77,6 +77,13 @@ def test_the_wheel_is_what_runs_and_ships_the_machines(installed):
     assert "cpu_vm2core_x4" not in out["machines"]  # measured here: stays in the repo
 
 
+def test_the_wheel_ships_the_pretrained_policy(installed):
+    _, simplace, env, work, _, _ = installed
+    proc = _run([simplace, "optimize", "mlp", "--cost-model", "haswell_k40x2", "--method",
+                 "rl-pretrained"], cwd=work, env=env)
+    assert "rl-pretrained" in proc.stdout and "fallback" not in proc.stdout + proc.stderr
+
+
 def test_simulate_a_shipped_machine(installed):
     _, simplace, env, work, _, _ = installed
     proc = _run([simplace, "simulate", "resnet50", "--cost-model", "cpu_h100x4_nvlink",
