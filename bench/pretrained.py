@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--finetune-budget-s", type=float, default=20.0)
     ap.add_argument("--weights", default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--samples", type=int, default=64, help="rl-pretrained's samples")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -92,10 +93,22 @@ def main() -> None:
     from simplace.sim import lower_bound
 
     enable_cache()
+    from simplace.rl.pretrained import SHIPPED, load_weights
+
+    wpath = args.weights or SHIPPED
+    t0 = time.perf_counter()
+    _, meta = load_weights(wpath)
+    weights = {"path": str(wpath), "bytes": os.path.getsize(wpath),
+               "load_s": round(time.perf_counter() - t0, 3),
+               "card": meta.get("card", {}).get("summary", "")}
+    print(f"weights {wpath}: {weights['bytes'] / 1e6:.2f} MB, read in {weights['load_s']} s "
+          f"({weights['card']})")
     host = platform.node()
     out = args.out or (f"bench/results/pretrained_{datetime.date.today()}_"
                        f"{host.split('.')[0]}.json")
-    wopt = {} if args.weights is None else {"weights": args.weights}
+    wopt = {"samples": args.samples}
+    if args.weights is not None:
+        wopt["weights"] = args.weights
     # Warm-up: one small graph, so the first row does not pay the process's first compile.
     g0 = dist.random_dag(200, 0)
 
@@ -118,7 +131,8 @@ def main() -> None:
         row["local_s"] = float(np.inf) if loc.oom else loc.step_time_s
         t0 = time.perf_counter()
         ft = optimize(g, inp, "rl-universal", seed=args.seed,
-                      budget_s=args.finetune_budget_s, warm_start="pretrained", **wopt)
+                      budget_s=args.finetune_budget_s, warm_start="pretrained",
+                      **{k: v for k, v in wopt.items() if k == "weights"})
         row["finetune_wall_s"] = time.perf_counter() - t0
         row["finetune_s"] = float(np.inf) if ft.oom else ft.step_time_s
         row["zero_vs_local"] = row["zero_shot_s"] / row["local_s"]
@@ -141,7 +155,8 @@ def main() -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     with open(out, "w") as f:
         json.dump({"host": host, "cpus": os.cpu_count(), "load_end": load,
-                   "args": vars(args), "summary": summary, "rows": results}, f, indent=1)
+                   "args": vars(args), "weights": weights, "summary": summary,
+                   "rows": results}, f, indent=1)
     print(f"wrote {out} (load {load})")
 
 
