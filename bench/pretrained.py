@@ -12,9 +12,10 @@ machines their files imply. Per row, all under one cost model:
 * the best fast heuristic (every registered heuristic but ``rl-pretrained``) and its name;
 * ``local`` with ``--local-budget-s`` (it starts from the heuristics, ``rl-pretrained``
   left out, so it is the search a user had before);
-* ``rl-pretrained`` zero-shot: its step time and wall time (the process has placed one
-  warm-up graph first, so the policy's programs for the common bucket are compiled; a
-  row in a new bucket pays its compile);
+* ``rl-pretrained`` zero-shot: its step time and wall time (the process has placed two
+  random graphs first, one per unit bucket of the policy, so its programs are compiled:
+  "after the first call in a process"; a machine in another device bucket pays its
+  compile);
 * ``rl-universal --warm-start pretrained`` fine-tuned for ``--finetune-budget-s``.
 
 The targets it checks (printed at the end): zero-shot within 10% of ``local`` on at least
@@ -110,9 +111,10 @@ def main() -> None:
     if args.weights is not None:
         wopt["weights"] = args.weights
     # Warm-up: one small graph, so the first row does not pay the process's first compile.
-    g0 = dist.random_dag(200, 0)
-
-    optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained", **wopt)
+    # One small and one large random graph: the policy's two unit buckets.
+    for m in (200, 3000):
+        g0 = dist.random_dag(m, 0)
+        optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained", **wopt)
     starts = ",".join(m for m in methods_of_kind("heuristic") if m != "rl-pretrained")
     results = []
     for label, model, mach in _rows(args.rows):
