@@ -110,7 +110,6 @@ def main() -> None:
     wopt = {"samples": args.samples}
     if args.weights is not None:
         wopt["weights"] = args.weights
-    # Warm-up: one small graph, so the first row does not pay the process's first compile.
     # One small and one large random graph: the policy's two unit buckets.
     for m in (200, 3000):
         g0 = dist.random_dag(m, 0)
