@@ -2,6 +2,7 @@
 
     python bench/pretrained.py [--rows all|zoo|imported] [--local-budget-s 60]
                                [--finetune-budget-s 20] [--weights W.NPZ] [--seed 0]
+                               [--samples 64] [--baselines B.JSON [--baselines-only]]
                                [--out bench/results/pretrained_<date>_<host>.json]
 
 Rows: the held-out zoo models (``simplace.rl.distribution.HELD_OUT_MODELS``) on the
@@ -76,6 +77,22 @@ def _best_heuristic(g, inp, seed):
     return best
 
 
+def _baselines(g, model, args, starts) -> dict:
+    """single, the lower bound, the best heuristic and local's step times on one row."""
+    from simplace.placers import optimize
+    from simplace.sim import lower_bound
+
+    row = {"lower_bound_s": float(lower_bound(g, model)),
+           "single_s": optimize(g, model, "single").step_time_s,
+           "local_budget_s": args.local_budget_s}
+    row["heuristic"], row["heuristic_s"] = _best_heuristic(g, model, args.seed)
+    loc = optimize(g, model, "local", seed=args.seed, budget_s=args.local_budget_s,
+                   starts=starts)
+    row["local_s"] = float(np.inf) if loc.oom else loc.step_time_s
+    row["local_wall_s"] = loc.wall_s
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="all", choices=("all", "zoo", "imported"))
@@ -85,13 +102,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--samples", type=int, default=64, help="rl-pretrained's samples")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--baselines", default=None, metavar="B.JSON",
+                    help="keep the rows' baselines (single, heuristics, local: none of them "
+                         "uses the policy) in this file, and reuse those found there")
+    ap.add_argument("--baselines-only", action="store_true",
+                    help="compute (and keep) the baselines only")
     args = ap.parse_args()
 
     from simplace.compile_cache import enable as enable_cache
     from simplace.cost_model import CostModel
     from simplace.placers import methods_of_kind, optimize
     from simplace.rl import distribution as dist
-    from simplace.sim import lower_bound
 
     enable_cache()
     from simplace.rl.pretrained import SHIPPED, load_weights
@@ -116,20 +137,31 @@ def main() -> None:
         optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained", **wopt)
     starts = ",".join(m for m in methods_of_kind("heuristic") if m != "rl-pretrained")
     results = []
+    kept = {}
+    if args.baselines and os.path.isfile(args.baselines):
+        with open(args.baselines) as f:
+            kept = json.load(f)
     for label, model, mach in _rows(args.rows):
         g, inp = _problem(model, mach)
-        row = {"row": label, "ops": g.num_ops, "devices": inp.num_devices}
-        row["lower_bound_s"] = float(lower_bound(g, inp))
-        row["single_s"] = optimize(g, inp, "single").step_time_s
-        name, t = _best_heuristic(g, inp, args.seed)
-        row["heuristic"], row["heuristic_s"] = name, t
+        row = kept.get(label)
+        if row is None or row.get("local_budget_s") != args.local_budget_s:
+            row = _baselines(g, inp, args, starts)
+            row.update(row=label, ops=g.num_ops, devices=inp.num_devices,
+                       load=" ".join(f"{x:.2f}" for x in os.getloadavg()))
+            kept[label] = row
+            if args.baselines:
+                with open(args.baselines, "w") as f:
+                    json.dump(kept, f, indent=1)
+        row = dict(row)
+        name, t = row["heuristic"], row["heuristic_s"]
+        print(f"{label:58s} baselines: single {row['single_s']:.4g}  {name} {t:.4g}  local "
+              f"{row['local_s']:.4g}", flush=True)
+        if args.baselines_only:
+            continue
         t0 = time.perf_counter()
         zs = optimize(g, inp, "rl-pretrained", seed=args.seed, **wopt)
         row["zero_shot_wall_s"] = time.perf_counter() - t0
         row["zero_shot_s"] = float(np.inf) if zs.oom else zs.step_time_s
-        loc = optimize(g, inp, "local", seed=args.seed, budget_s=args.local_budget_s,
-                       starts=starts)
-        row["local_s"] = float(np.inf) if loc.oom else loc.step_time_s
         t0 = time.perf_counter()
         ft = optimize(g, inp, "rl-universal", seed=args.seed,
                       budget_s=args.finetune_budget_s, warm_start="pretrained",
@@ -145,6 +177,8 @@ def main() -> None:
               f" ({row['zero_vs_local']:.3f}x local, {row['zero_shot_wall_s']:.2f} s)  "
               f"fine-tuned {row['finetune_s']:.4g} ({row['finetune_vs_local']:.3f}x)",
               flush=True)
+    if args.baselines_only:
+        return
     n = len(results)
     within = sum(r["zero_vs_local"] <= 1.10 and r["zero_shot_wall_s"] <= 2.0 for r in results)
     summary = {
