@@ -215,6 +215,10 @@ def test_local_default_starts_and_failures_are_reported():
     rows = {r["start"]: r for r in res.info["starts"]}
     assert "error" in rows["no_such_method"]
     assert "score" in rows["single"]
+    # One string of comma-separated names is several starts, as warm_start takes them.
+    res = optimize(g, cm, method="local", seed=0, starts="single, heft,m_etf",
+                   max_evaluations=64)
+    assert [r["start"] for r in res.info["starts"]] == ["single", "heft", "m_etf"]
     with pytest.raises(SimplaceError, match="start placement 0 is invalid"):
         optimize(g, cm, method="local", starts=[np.zeros(3, dtype=int)], max_evaluations=64)
 

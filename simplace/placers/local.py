@@ -1,8 +1,8 @@
 """``local``: simulated annealing over the batched simulator, racing the best heuristics.
 
-Starts: the placements given by the methods named in option ``starts`` (default: every
-registered method but ``local``, ``exact`` and ``all``; methods that fail are skipped and
-reported in ``info["starts"]``) and by ``single``. ``starts`` may also hold placements
+Starts: the placements given by the methods named in option ``starts`` (a list, or one
+string of comma-separated names; default: every method of kind heuristic; methods that
+fail are skipped and reported in ``info["starts"]``) and by ``single``. ``starts`` may also hold placements
 (int[M] arrays) to start from.
 
 The race (option ``race``, default 3): the search anneals from the ``race`` best
@@ -203,8 +203,8 @@ def _start_list(ctx: PlacerContext) -> list:
         # each takes seconds on a 10k-op graph).
         names = methods_of_kind("heuristic")
         starts = sorted(names, key=lambda m: (_START_RANK.get(m, len(_START_RANK)), m))
-    elif isinstance(starts, str):
-        starts = [starts]
+    elif isinstance(starts, str):  # one method name or several, comma-separated
+        starts = [name.strip() for name in starts.split(",") if name.strip()]
     elif isinstance(starts, np.ndarray):
         starts = [starts] if starts.ndim == 1 else list(starts)
     else:
