@@ -2,8 +2,8 @@
 
 Starts: the placements given by the methods named in option ``starts`` (a list, or one
 string of comma-separated names; default: every method of kind heuristic; methods that
-fail are skipped and reported in ``info["starts"]``) and by ``single``. ``starts`` may also hold placements
-(int[M] arrays) to start from.
+fail are skipped and reported in ``info["starts"]``) and by ``single``. ``starts`` may
+also hold placements (int[M] arrays) to start from.
 
 The race (option ``race``, default 3): the search anneals from the ``race`` best
 (lowest score, see below) distinct starts at once, one lane each, taking rounds in turn.
