@@ -1,12 +1,18 @@
-"""REINFORCE placement policies in JAX: features, policies, the engine, checkpoints.
+"""REINFORCE placement policies in JAX: features, policies, the engine, checkpoints, and
+the pretrained universal policy.
 
-``simplace optimize MODEL --method rl-seq2seq | rl-hierarchical | rl-gnn`` runs them
-(``simplace.placers.rl``); this package is the engine behind those methods:
+``simplace optimize MODEL --method rl-seq2seq | rl-hierarchical | rl-gnn`` runs the
+per-graph policies (``simplace.placers.rl``); ``rl-pretrained`` and ``rl-universal``
+run the pretrained one (``simplace.placers.pretrained``). This package is the engine:
 
 * ``features``: units (co-location groups of ops) and their features;
-* ``policies``: ``seq2seq``, ``hierarchical`` and ``gnn``, one interface (``Policy``);
-* ``reinforce``: ``RLConfig``, ``Trainer`` (the jitted update) and ``train``;
-* ``checkpoint`` and ``history``: resumable runs, reward curves and their plots.
+* ``policies``: ``seq2seq``, ``hierarchical`` and ``gnn``, one interface (``Policy``),
+  and ``universal``, the pretrained policy's network;
+* ``config`` (``RLConfig``), ``trainer`` (``Trainer``, the jitted update), ``reinforce``
+  (``train``), with ``legs`` (resumed runs) and ``stints`` (restarts, the polish);
+* ``checkpoint`` and ``history``: resumable runs, reward curves and their plots;
+* ``problem``, ``distribution``, ``pretrain`` and ``pretrained``: what the universal
+  policy sees, what it is trained on, its training and its shipped weights.
 """
 
 from simplace.rl.features import Units, build_units, unit_grouping
