@@ -222,9 +222,11 @@ def test_shipped_weights_load_are_small_and_carry_a_card():
     card = meta["card"]
     for key in ("summary", "command", "problems", "seed", "updates", "held_out_models"):
         assert key in card
-    trained = " ".join(card["problems"])
-    for model in card["held_out_models"]:
-        assert model not in trained
+    zoo_models = {n.split("@")[0].split("[")[0] for n in card["problems"] if "/" not in n}
+    machines = {n.split("@")[1].split("~")[0] for n in card["problems"] if "@" in n}
+    assert zoo_models and not zoo_models & set(card["held_out_models"])
+    assert machines and not machines & set(card["held_out_machines"])
+    assert not set(card["problems"]) & set(card["held_out_imported"])
 
 
 def test_rl_pretrained_places_validly_and_is_seeded(mlp_graph):
