@@ -40,7 +40,7 @@ _METHODS: dict[str, Method] = {}
 # Modules that register methods; imported on first use so that ``import simplace``
 # stays light.
 _METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "pipeline", "local",
-                   "pretrained",
+                   "pretrained", "ideals",
                    "exact", "rl")
 
 
