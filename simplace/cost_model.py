@@ -19,6 +19,10 @@ model is priced (``price``, through ``simplace.scales.apply_scales``) and to the
 below. Models are stored as schema-versioned JSON files
 (see ``cost_models/README.md``) and loaded by name (``CostModel.load("haswell_k40x4")``);
 ``simplace.paths`` says where names are looked up.
+
+The op classes (``simplace._cost_model_ops``), field checks (``_cost_model_fields``),
+``Device`` and ``Provenance`` (``_cost_model_device``) and the synthetic machines
+(``_cost_model_synthetic``) live in modules of their own; import them from here.
 """
 
 from __future__ import annotations
@@ -26,18 +30,58 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import math
-import numbers
 import os
-import types
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+# Re-exported: the op classes, field checks and Device/Provenance live in their own
+# modules and are used (and imported by callers) from here.
+from simplace._cost_model_device import (  # noqa: F401
+    _DEVICE_OPTIONAL,
+    _DEVICE_REQUIRED,
+    BANDWIDTH_BOUNDS,
+    DEVICE_KINDS,
+    FUSED_CLASSES,
+    PEAK_FLOPS_BOUNDS,
+    SOURCES,
+    Device,
+    Provenance,
+    _normalise_device,
+)
+from simplace._cost_model_fields import (  # noqa: F401
+    _check_keys,
+    _frozen,
+    _json_float,
+    _matrix,
+    _number,
+    _string,
+    _vector,
+    _where,
+)
+from simplace._cost_model_ops import (  # noqa: F401
+    _CLASS_INDEX,
+    _CONTROL_OPS,
+    _CONV_OPS,
+    _DATA_MOVEMENT,
+    _DATA_MOVEMENT_OPS,
+    _FREE,
+    _FREE_OPS,
+    _GRAPH_CACHE,
+    _MATMUL_OPS,
+    _REDUCTION_OPS,
+    DEFAULT_EFFICIENCY,
+    OP_CLASSES,
+    WORK_CLASSES,
+    _graph_arrays,
+    call_arguments,
+    op_class,
+    op_classes,
+)
 from simplace._jsonfile import read_json, write_json
 from simplace._primitive_costs import xla_flops
 from simplace.errors import CostModelError
@@ -50,508 +94,6 @@ SCHEMA = "simplace.cost_model"
 SCHEMA_VERSION = 2
 # Version 1 files summed one-op-per-jit times (launch and dispatch included in every op):
 # their numbers mean something else, so they are refused rather than reinterpreted.
-
-# The rates a calibration may fit (flop/s, bytes/s): between a slow embedded core and a
-# whole GPU. A fitted rate at one of these is a fit the timings did not pin.
-PEAK_FLOPS_BOUNDS = (1e8, 1e16)
-BANDWIDTH_BOUNDS = (1e8, 1e14)
-OP_CLASSES = ("matmul", "conv", "elementwise", "reduction", "data_movement", "control", "free")
-# Classes whose ops do work and so carry their own efficiency. ``free`` ops that do work
-# anyway (a convert_element_type that copies) are charged like data_movement.
-WORK_CLASSES = OP_CLASSES[:-1]
-_CLASS_INDEX = {c: k for k, c in enumerate(OP_CLASSES)}
-_FREE = _CLASS_INDEX["free"]
-_DATA_MOVEMENT = _CLASS_INDEX["data_movement"]
-
-DEVICE_KINDS = ("cpu", "gpu", "tpu")
-SOURCES = ("measured", "datasheet", "synthetic", "imported")
-
-# Fraction of the roofline a device reaches per op class when a model does not say.
-# Typical of vendor-library kernels (cuBLAS/MKL GEMM ~70%, convolutions lower, streaming
-# kernels ~60% of peak memory bandwidth); datasheet models set their own, calibration fits them.
-DEFAULT_EFFICIENCY = types.MappingProxyType({
-    "matmul": 0.7,
-    "conv": 0.6,
-    "elementwise": 0.6,
-    "reduction": 0.5,
-    "data_movement": 0.5,
-    "control": 0.3,
-})
-
-# --------------------------------------------------------------------------- op classes
-_MATMUL_OPS = frozenset({
-    "dot_general", "ragged_dot", "ragged_dot_general",
-    # dense linear algebra runs as BLAS-3-like kernels
-    "triangular_solve", "cholesky", "lu", "qr", "householder_product", "eigh", "eig", "svd",
-    "schur", "hessenberg", "tridiagonal", "tridiagonal_solve",
-})
-_CONV_OPS = frozenset({"conv_general_dilated", "fft"})
-_REDUCTION_OPS = frozenset({
-    "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp",
-    "reduce", "reduce_window", "top_k", "psum", "pmax", "pmin",
-})
-_DATA_MOVEMENT_OPS = frozenset({
-    "transpose", "concatenate", "gather", "scatter", "pad", "slice", "dynamic_slice",
-    "dynamic_update_slice", "rev", "sort", "split", "tile", "roll", "stack", "unstack",
-    "select_and_scatter",
-    "select_and_scatter_add", "select_and_gather_add", "device_put", "all_gather",
-    "all_to_all", "ppermute", "reduce_scatter", "psum_scatter",
-})
-_CONTROL_OPS = frozenset({
-    "scan", "while", "cond", "pjit", "jit", "closed_call", "core_call", "remat", "checkpoint",
-    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin",
-    "custom_linear_solve", "linear_solve", "shard_map", "xla_call", "xla_pmap",
-})
-# Ops that do no work: XLA turns them into views or fuses them into their consumers.
-_FREE_OPS = frozenset({
-    "reshape", "squeeze", "expand_dims", "broadcast_in_dim", "broadcast_to", "zeros_like",
-    "convert_element_type", "bitcast_convert_type", "iota", "copy", "copy_p",
-    # annotations and key wrappers: the tracer gives them no flops and no bytes
-    "stop_gradient", "optimization_barrier", "random_wrap", "random_unwrap",
-    "sharding_constraint", "name", "pvary", "layout_constraint", "reshard", "mesh_cast",
-    "empty", "empty2", "create_token", "after_all",
-})
-
-
-@functools.lru_cache(maxsize=4096)
-def op_class(primitive: str) -> str:
-    """The cost class (one of ``OP_CLASSES``) of a JAX primitive name; unknown ones are
-    ``elementwise``."""
-    p = str(primitive)
-    if p in _FREE_OPS:
-        return "free"
-    if p in _MATMUL_OPS:
-        return "matmul"
-    if p in _CONV_OPS:
-        return "conv"
-    if p in _DATA_MOVEMENT_OPS or p.startswith("scatter"):  # scatter-add, scatter_mul...
-        return "data_movement"
-    if p in _CONTROL_OPS:
-        return "control"
-    if p in _REDUCTION_OPS or p.startswith("reduce_window") or (
-            p.startswith("reduce_") and p != "reduce_precision"):  # reduce_precision rounds
-        return "reduction"
-    return "elementwise"
-
-
-# Per-graph derived arrays (class index per op, signatures as a list): computing them is
-# most of op_times' cost on big graphs, and a graph is immutable, so they are cached.
-_GRAPH_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _graph_arrays(graph) -> tuple[np.ndarray, list[str]]:
-    try:
-        return _GRAPH_CACHE[graph]
-    except (KeyError, TypeError):
-        pass
-    ops = graph.op.tolist()
-    classes = {p: _CLASS_INDEX[op_class(p)] for p in set(ops)}
-    cls = np.fromiter((classes[p] for p in ops), dtype=np.int8, count=len(ops))
-    out = (cls, graph.signature.tolist())
-    with contextlib.suppress(TypeError):  # not weak-referenceable: just do not cache
-        _GRAPH_CACHE[graph] = out
-    return out
-
-
-def call_arguments(graph) -> np.ndarray:
-    """float64[M]: the call arguments charged to each op: for each parameter it reads,
-    1 / (number of ops reading it), plus 1 if it returns an output of the graph."""
-    m = graph.num_ops
-    out = graph.is_output.astype(np.float64)
-    if len(graph.param_op):
-        readers = np.bincount(graph.param_index, minlength=len(graph.param_sizes))
-        out = out + np.bincount(graph.param_op, weights=1.0 / readers[graph.param_index],
-                                minlength=m)
-    return out
-
-
-def op_classes(graph) -> np.ndarray:
-    """int8[M]: index into ``OP_CLASSES`` of each op of ``graph``."""
-    return _graph_arrays(graph)[0].copy()
-
-
-# --------------------------------------------------------------------------- validation
-def _where(where: str, field: str) -> str:
-    return f"{where}.{field}" if where else field
-
-
-def _number(value: Any, name: str, *, min_value: float | None = None, strict: bool = False,
-            max_value: float | None = None, allow_inf: bool = False) -> float:
-    """``value`` as a float, or CostModelError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise CostModelError(f"{name} must be a number, got {value!r}.")
-    x = float(value)
-    if math.isnan(x) or (math.isinf(x) and not allow_inf):
-        raise CostModelError(f"{name} must be finite, got {value!r}.")
-    if min_value is not None and (x <= min_value if strict else x < min_value):
-        raise CostModelError(f"{name} must be {'>' if strict else '>='} {min_value:g}, "
-                             f"got {value!r}.")
-    if max_value is not None and x > max_value:
-        raise CostModelError(f"{name} must be <= {max_value:g}, got {value!r}.")
-    return x
-
-
-def _string(value: Any, name: str, *, choices: Sequence[str] | None = None,
-            nonempty: bool = True) -> str:
-    if not isinstance(value, str):
-        raise CostModelError(f"{name} must be a string, got {value!r}.")
-    if nonempty and not value:
-        raise CostModelError(f"{name} must not be empty.")
-    if choices is not None and value not in choices:
-        raise CostModelError(f"{name} must be one of {', '.join(map(repr, choices))}, "
-                             f"got {value!r}.")
-    return value
-
-
-def _matrix(value: Any, name: str, d: int, *, inf_on_diagonal: bool = False) -> np.ndarray:
-    """A DxD float64 matrix from nested lists or an array. With ``inf_on_diagonal``,
-    diagonal entries may be null / "inf" (JSON has no infinity) and become inf."""
-    rows = value.tolist() if isinstance(value, np.ndarray) else value
-    if not isinstance(rows, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in rows):
-        raise CostModelError(f"{name} must be a {d}x{d} matrix (a list of {d} lists), "
-                             f"got {type(value).__name__}.")
-    shape = f"{len(rows)}x{len(rows[0]) if rows else 0}"
-    if len(rows) != d or any(len(r) != d for r in rows):
-        if rows and any(len(r) != len(rows[0]) for r in rows):
-            shape = f"{len(rows)} rows of lengths {sorted({len(r) for r in rows})}"
-        raise CostModelError(f"{name} must be {d}x{d} for {d} devices, got {shape}.")
-    out = np.empty((d, d), dtype=np.float64)
-    for i, row in enumerate(rows):
-        for j, v in enumerate(row):
-            if i == j and inf_on_diagonal and (v is None or v == "inf"):
-                out[i, j] = math.inf
-            else:
-                out[i, j] = _number(v, f"{name}[{i}][{j}]", allow_inf=i == j and inf_on_diagonal)
-    return out
-
-
-def _vector(value: Any, name: str, d: int) -> np.ndarray:
-    vals = value.tolist() if isinstance(value, np.ndarray) else value
-    if not isinstance(vals, (list, tuple)):
-        raise CostModelError(f"{name} must be a list of {d} numbers, got {type(value).__name__}.")
-    if len(vals) != d:
-        raise CostModelError(f"{name} must have {d} entries for {d} devices, got {len(vals)}.")
-    return np.array([_number(v, f"{name}[{i}]") for i, v in enumerate(vals)], dtype=np.float64)
-
-
-def _frozen(arr: np.ndarray) -> np.ndarray:
-    arr = np.array(arr, dtype=np.float64, copy=True)
-    arr.flags.writeable = False
-    return arr
-
-
-def _json_float(x: float) -> float | str:
-    return "inf" if math.isinf(x) else float(x)
-
-
-def _check_keys(d: Mapping, where: str, required: Iterable[str], optional: Iterable[str]):
-    if not isinstance(d, Mapping):
-        raise CostModelError(f"{where} must be an object, got {type(d).__name__}.")
-    required, optional = tuple(required), tuple(optional)
-    for k in required:
-        if k not in d:
-            raise CostModelError(f"{_where(where, k)} is missing.")
-    unknown = sorted(set(d) - set(required) - set(optional))
-    if unknown:
-        raise CostModelError(
-            f"{_where(where, unknown[0])} is not a known field; {where or 'the top level'} "
-            f"takes {', '.join(required + optional)}.")
-
-
-# --------------------------------------------------------------------------- Device
-_DEVICE_REQUIRED = ("name", "kind", "memory_bytes", "peak_flops_per_s",
-                    "memory_bandwidth_bytes_per_s", "overhead_s", "launch_s", "dispatch_s")
-_DEVICE_OPTIONAL = ("efficiency", "exclusive_group", "op_times_s", "class_overhead_s",
-                    "fused_bytes_fraction", "parallel_launch_s", "parallel_min_bytes",
-                    "parallel_min_segment_flops", "unfused_overhead_s", "argument_s")
-# Classes whose ops XLA fuses into a neighbour's loop inside a segment: their
-# intermediate tensors mostly stay in registers/cache, so only ``fused_bytes_fraction``
-# of their bytes are charged.
-FUSED_CLASSES = ("elementwise", "free")
-
-
-def _normalise_device(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Validated, normalised Device fields; errors name ``where.field``."""
-    out: dict[str, Any] = {}
-    out["name"] = _string(fields["name"], _where(where, "name"))
-    out["kind"] = _string(fields["kind"], _where(where, "kind"), choices=DEVICE_KINDS)
-    for f in ("memory_bytes", "peak_flops_per_s", "memory_bandwidth_bytes_per_s"):
-        out[f] = _number(fields[f], _where(where, f), min_value=0, strict=True)
-    for f in ("overhead_s", "launch_s", "dispatch_s"):
-        out[f] = _number(fields[f], _where(where, f), min_value=0)
-    out["fused_bytes_fraction"] = _number(
-        fields.get("fused_bytes_fraction", 1.0), _where(where, "fused_bytes_fraction"),
-        min_value=0, max_value=1)
-
-    eff_in = fields.get("efficiency")
-    eff_in = {} if eff_in is None else eff_in
-    if not isinstance(eff_in, Mapping):
-        raise CostModelError(f"{_where(where, 'efficiency')} must be an object mapping op "
-                             f"classes to fractions, got {type(eff_in).__name__}.")
-    eff: dict[str, float] = {}
-    for c, v in eff_in.items():
-        if c not in _CLASS_INDEX:
-            raise CostModelError(
-                f"{_where(where, 'efficiency')} has unknown op class {c!r}; the classes are "
-                f"{', '.join(WORK_CLASSES)}.")
-        eff[c] = _number(v, _where(where, f"efficiency.{c}"), min_value=0, strict=True,
-                         max_value=1)
-    full = {c: eff.get(c, DEFAULT_EFFICIENCY[c]) for c in WORK_CLASSES}
-    if "free" in eff and eff["free"] != full["data_movement"]:
-        raise CostModelError(
-            f"{_where(where, 'efficiency.free')} is {eff['free']!r} but free ops that do work "
-            f"are charged like data_movement ({full['data_movement']!r}); drop the entry.")
-    full["free"] = full["data_movement"]
-    out["efficiency"] = types.MappingProxyType(full)
-
-    group = fields.get("exclusive_group")
-    out["exclusive_group"] = out["name"] if group in (None, "") else _string(
-        group, _where(where, "exclusive_group"))
-
-    table = fields.get("op_times_s")
-    table = {} if table is None else table
-    if not isinstance(table, Mapping):
-        raise CostModelError(f"{_where(where, 'op_times_s')} must be an object mapping op "
-                             f"signatures to seconds, got {type(table).__name__}.")
-    clean = {}
-    for sig, t in table.items():
-        if not isinstance(sig, str):
-            raise CostModelError(f"{_where(where, 'op_times_s')} keys must be signature "
-                                 f"strings, got {sig!r}.")
-        clean[sig] = _number(t, f"{_where(where, 'op_times_s')}[{sig!r}]", min_value=0)
-    out["op_times_s"] = types.MappingProxyType(clean)
-
-    out["unfused_overhead_s"] = _number(fields.get("unfused_overhead_s", 0.0),
-                                        _where(where, "unfused_overhead_s"), min_value=0)
-    out["argument_s"] = _number(fields.get("argument_s", 0.0), _where(where, "argument_s"),
-                                min_value=0)
-    out["parallel_launch_s"] = _number(fields.get("parallel_launch_s", 0.0),
-                                       _where(where, "parallel_launch_s"), min_value=0)
-    pm = fields.get("parallel_min_bytes")
-    pm = {} if pm is None else pm
-    if not isinstance(pm, Mapping) or not all(isinstance(k, str) for k in pm):
-        raise CostModelError(f"{_where(where, 'parallel_min_bytes')} must be an object mapping "
-                             f"primitive names to byte counts, got {type(pm).__name__}.")
-    out["parallel_min_bytes"] = types.MappingProxyType(
-        {k: _number(v, f"{_where(where, 'parallel_min_bytes')}[{k!r}]", min_value=0)
-         for k, v in sorted(pm.items())})
-    psf = fields.get("parallel_min_segment_flops")
-    out["parallel_min_segment_flops"] = None if psf is None else _number(
-        psf, _where(where, "parallel_min_segment_flops"), min_value=0, strict=True)
-
-    # Per-class launch costs where they differ from overhead_s (measured CPU models: a
-    # small matmul calls into a BLAS thread pool and costs ~5x an elementwise loop).
-    cov = fields.get("class_overhead_s")
-    cov = {} if cov is None else cov
-    if not isinstance(cov, Mapping):
-        raise CostModelError(f"{_where(where, 'class_overhead_s')} must be an object mapping "
-                             f"op classes to seconds, got {type(cov).__name__}.")
-    for c in cov:
-        if c not in WORK_CLASSES:
-            raise CostModelError(
-                f"{_where(where, 'class_overhead_s')} has unknown op class {c!r}; the classes "
-                f"are {', '.join(WORK_CLASSES)}.")
-    out["class_overhead_s"] = types.MappingProxyType(
-        {c: _number(cov[c], _where(where, f"class_overhead_s.{c}"), min_value=0)
-         for c in WORK_CLASSES if c in cov})
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Device:
-    """One device of a machine.
-
-    Attributes:
-      name: unique within its cost model (``"cpu:0"``, ``"gpu:1"``).
-      kind: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
-      memory_bytes: memory available to ops and tensors.
-      peak_flops_per_s: peak floating-point rate of the roofline.
-      memory_bandwidth_bytes_per_s: peak memory bandwidth of the roofline.
-      overhead_s: fixed cost of each op that does work inside a segment (its kernel or
-        loop inside the fused computation; added to the roofline time).
-      launch_s: device time of each segment besides its ops (starting the executable).
-      dispatch_s: host time of the jitted call that dispatches one segment.
-      fused_bytes_fraction: the part of ``bytes_accessed`` charged to elementwise (and
-        working ``free``) ops, which XLA fuses with their neighbours; in [0, 1].
-      parallel_launch_s: extra launch time, paid once, of a segment the runtime runs on
-        a worker thread rather than inline in the calling thread (XLA:CPU does so with
-        a computation of enough flops; the thread wakes up for it).
-      parallel_min_segment_flops: the flops as XLA counts them (the traced FLOPs less
-        transcendentals), summed over a segment's ops, from which a segment is run that
-        way (measured; None: no rule).
-      parallel_min_bytes: primitive -> the ``bytes_accessed`` from which a segment
-        holding one of its ops is run that way, whatever the segment's flops (older
-        models: the rule fitted per op); primitives not listed never are.
-      unfused_overhead_s: extra cost of an elementwise (or working ``free``) op none of
-        whose inputs comes from its own segment: it cannot fuse into an in-segment
-        producer's loop and runs a loop of its own.
-      efficiency: per op class (all of ``OP_CLASSES``), the fraction of the roofline in
-        (0, 1] the device reaches; missing classes take ``DEFAULT_EFFICIENCY``; ``free``
-        always equals ``data_movement``.
-      op_times_s: measured seconds per op signature; overrides the roofline.
-      exclusive_group: devices with the same group share compute and run one op at a
-        time between them (virtual CPU devices of one socket); defaults to ``name``.
-      class_overhead_s: optional per op class (of ``WORK_CLASSES``) in-segment cost that
-        replaces ``overhead_s`` for that class; ``free`` ops use data_movement's.
-      argument_s: what each parameter a segment's call takes, and each output of the
-        graph it returns, adds to the call (host time handling the argument): charged
-        to the ops that read the parameter (shared among its readers) and that return
-        the output, so that a segment holding a whole training step (hundreds of
-        parameters and gradients) pays for them while a one-op segment does not
-        (``CostModel.op_times``).
-    """
-
-    name: str
-    kind: str
-    memory_bytes: float
-    peak_flops_per_s: float
-    memory_bandwidth_bytes_per_s: float
-    overhead_s: float = 0.0
-    efficiency: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    op_times_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    exclusive_group: str = ""
-    class_overhead_s: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    launch_s: float = 0.0
-    dispatch_s: float = 0.0
-    fused_bytes_fraction: float = 1.0
-    # The worker thread's wake-up measured 25-55 us on a small VM.
-    parallel_launch_s: float = 0.0
-    parallel_min_bytes: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    parallel_min_segment_flops: float | None = None
-    unfused_overhead_s: float = 0.0
-    # Host time per argument measured ~2 us on a 2-core VM.
-    argument_s: float = 0.0
-
-    def __post_init__(self):
-        where = f"Device({self.name!r})" if isinstance(self.name, str) else "Device"
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for f, v in _normalise_device(fields, where).items():
-            object.__setattr__(self, f, v)
-
-    __hash__ = None  # mappings inside; compare with ==
-
-    @functools.cached_property
-    def _overhead_by_class(self) -> np.ndarray:
-        cov = self.class_overhead_s
-        dm = cov.get("data_movement", self.overhead_s)
-        return np.array([dm if c == "free" else cov.get(c, self.overhead_s)
-                         for c in OP_CLASSES], dtype=np.float64)
-
-    @functools.cached_property
-    def _efficiency_by_class(self) -> np.ndarray:
-        return np.array([self.efficiency[c] for c in OP_CLASSES], dtype=np.float64)
-
-    def roofline_s(self, op_class_index: np.ndarray, flops: np.ndarray,
-                   bytes_accessed: np.ndarray) -> np.ndarray:
-        """float64[N]: in-segment roofline time of N ops (class indices into
-        ``OP_CLASSES``), as ``CostModel.op_times`` charges ops with no measured time."""
-        cls = np.asarray(op_class_index, dtype=np.int64)
-        flops = np.asarray(flops, dtype=np.float64)
-        nbytes = np.asarray(bytes_accessed, dtype=np.float64)
-        fused = np.isin(cls, [_CLASS_INDEX[c] for c in FUSED_CLASSES])
-        charged = np.where(fused, self.fused_bytes_fraction * nbytes, nbytes)
-        t = self._overhead_by_class[cls] + np.maximum(
-            flops / self.peak_flops_per_s,
-            charged / self.memory_bandwidth_bytes_per_s) / self._efficiency_by_class[cls]
-        return np.where((cls == _FREE) & (flops == 0) & (nbytes == 0), 0.0, t)
-
-    def to_dict(self) -> dict:
-        """The device as a JSON-able dict, as in a cost-model file (optional fields only
-        where set)."""
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "memory_bytes": self.memory_bytes,
-            "peak_flops_per_s": self.peak_flops_per_s,
-            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
-            "overhead_s": self.overhead_s,
-            "launch_s": self.launch_s,
-            "dispatch_s": self.dispatch_s,
-            "fused_bytes_fraction": self.fused_bytes_fraction,
-            "unfused_overhead_s": self.unfused_overhead_s,
-            "efficiency": {c: self.efficiency[c] for c in WORK_CLASSES},
-            "exclusive_group": self.exclusive_group,
-            "op_times_s": dict(self.op_times_s),
-        } | ({"class_overhead_s": dict(self.class_overhead_s)} if self.class_overhead_s
-             else {}) | ({"parallel_launch_s": self.parallel_launch_s}
-                         if self.parallel_min_bytes or self.parallel_min_segment_flops
-                         else {}) | ({"parallel_min_bytes": dict(self.parallel_min_bytes)}
-                                     if self.parallel_min_bytes else {}) | (
-            {"parallel_min_segment_flops": self.parallel_min_segment_flops}
-            if self.parallel_min_segment_flops else {}) | (
-            {"argument_s": self.argument_s} if self.argument_s else {})
-
-    @classmethod
-    def from_dict(cls, d: Mapping, *, where: str = "device") -> Device:
-        """A Device read from its dict; ``where`` names it in error messages
-        (``CostModelError``)."""
-        _check_keys(d, where, _DEVICE_REQUIRED, _DEVICE_OPTIONAL)
-        return cls(**_normalise_device(d, where))
-
-
-# --------------------------------------------------------------------------- Provenance
-@dataclasses.dataclass(frozen=True)
-class Provenance:
-    """Where a cost model's numbers come from.
-
-    Attributes:
-      source: ``"measured"`` (``simplace calibrate`` on that machine), ``"datasheet"``
-        (published specs; ``notes`` cite them), ``"synthetic"`` (made up in code for
-        tests, benchmarks and examples) or ``"imported"`` (the machine an instance of
-        another placement system implies: ``simplace.external``; ``notes`` name the file).
-      host, date, jax_version, jaxlib_version: where and when it was measured or written.
-      notes: free text; datasheet models cite their figures and assumptions here.
-      meta: anything else JSON-able (calibration settings...).
-    """
-
-    source: str
-    host: str = ""
-    date: str = ""
-    jax_version: str = ""
-    jaxlib_version: str = ""
-    notes: tuple[str, ...] = ()
-    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        _string(self.source, "provenance.source", choices=SOURCES)
-        for f in ("host", "date", "jax_version", "jaxlib_version"):
-            _string(getattr(self, f), f"provenance.{f}", nonempty=False)
-        notes = self.notes
-        if isinstance(notes, str) or not isinstance(notes, (list, tuple)):
-            raise CostModelError("provenance.notes must be a list of strings.")
-        for k, n in enumerate(notes):
-            _string(n, f"provenance.notes[{k}]")
-        if self.source == "datasheet" and not notes:
-            raise CostModelError("provenance.notes must not be empty for a datasheet model: "
-                                 "cite where each figure comes from.")
-        object.__setattr__(self, "notes", tuple(notes))
-        if not isinstance(self.meta, Mapping):
-            raise CostModelError("provenance.meta must be an object.")
-        try:
-            json.dumps(dict(self.meta), allow_nan=False)
-        except (TypeError, ValueError) as err:
-            raise CostModelError(f"provenance.meta must be JSON-able ({err}).") from None
-        object.__setattr__(self, "meta", dict(self.meta))
-
-    __hash__ = None
-
-    def to_dict(self) -> dict:
-        """The provenance as a JSON-able dict."""
-        return {"source": self.source, "host": self.host, "date": self.date,
-                "jax_version": self.jax_version, "jaxlib_version": self.jaxlib_version,
-                "notes": list(self.notes), "meta": dict(self.meta)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping, *, where: str = "provenance") -> Provenance:
-        """A Provenance read from its dict; ``where`` names it in error messages
-        (``CostModelError``)."""
-        _check_keys(d, where, ("source",), ("host", "date", "jax_version", "jaxlib_version",
-                                            "notes", "meta"))
-        kw = dict(d)
-        if "notes" in kw and not isinstance(kw["notes"], list):
-            raise CostModelError(f"{where}.notes must be a list of strings.")
-        kw["notes"] = tuple(kw.get("notes", ()))
-        return cls(**kw)
 
 
 # --------------------------------------------------------------------------- CostModel
@@ -1031,66 +573,11 @@ class CostModel:
         ``exclusive_pair`` devices 0 and 1 are two virtual CPU devices of one socket (one
         exclusive group, like JAX's fake host devices).
         """
-        from simplace._argtypes import check_seed
+        from simplace._cost_model_synthetic import synthetic_machine
 
-        max_devices = 1024  # DxD link matrices: beyond this, minutes and gigabytes
-        if isinstance(num_devices, bool) or not isinstance(num_devices, numbers.Integral) \
-                or not 1 <= num_devices <= max_devices:
-            raise CostModelError(f"synthetic needs num_devices, an integer in "
-                                 f"1..{max_devices}, got {num_devices!r}.")
-        try:
-            check_seed(seed)
-        except ValueError as err:
-            raise CostModelError(str(err)) from None
-        if not isinstance(exclusive_pair, bool | np.bool_):
-            raise CostModelError(f"exclusive_pair must be True or False, got "
-                                 f"{exclusive_pair!r}.")
-        if name is not None:
-            _string(name, "name")
-        d = int(num_devices)
-        if exclusive_pair and d < 2:
-            raise CostModelError("synthetic(exclusive_pair=True) needs num_devices >= 2.")
-        rng = np.random.default_rng(seed)
-        gib = 2.0 ** 30
-
-        def loguniform(lo, hi, size=None):
-            return np.exp(rng.uniform(np.log(lo), np.log(hi), size))
-
-        n_cpu = 2 if exclusive_pair else 1
-        cpu = dict(kind="cpu", memory_bytes=float(rng.choice([64, 128, 256])) * gib,
-                   peak_flops_per_s=float(loguniform(0.3e12, 2e12)),
-                   memory_bandwidth_bytes_per_s=float(loguniform(50e9, 200e9)),
-                   overhead_s=float(loguniform(1e-6, 5e-6)),
-                   launch_s=float(loguniform(2e-6, 10e-6)),
-                   dispatch_s=float(loguniform(2e-6, 10e-6)),
-                   efficiency={c: round(float(rng.uniform(0.2, 0.7)), 3) for c in WORK_CLASSES})
-        devices = []
-        for k in range(n_cpu):
-            devices.append(Device(name=f"cpu:{k}", exclusive_group="cpu" if exclusive_pair
-                                  else "", **cpu))
-        for k in range(d - n_cpu):
-            devices.append(Device(
-                name=f"gpu:{k}", kind="gpu",
-                memory_bytes=float(rng.choice([8, 16, 24, 40, 80])) * gib,
-                peak_flops_per_s=float(loguniform(2e12, 60e12)),
-                memory_bandwidth_bytes_per_s=float(loguniform(200e9, 3000e9)),
-                overhead_s=float(loguniform(2e-6, 10e-6)),
-                launch_s=float(loguniform(5e-6, 30e-6)),
-                dispatch_s=float(loguniform(5e-6, 40e-6)),
-                efficiency={c: round(float(rng.uniform(0.3, 0.9)), 3) for c in WORK_CLASSES}))
-        lat = loguniform(2e-6, 30e-6, (d, d))
-        bw = loguniform(5e9, 100e9, (d, d))
-        lat, bw = np.triu(lat) + np.triu(lat, 1).T, np.triu(bw) + np.triu(bw, 1).T
-        if exclusive_pair:  # a memcpy between two virtual devices of one host
-            lat[0, 1] = lat[1, 0] = 1e-6
-            bw[0, 1] = bw[1, 0] = devices[0].memory_bandwidth_bytes_per_s / 2
-        put = loguniform(5e-6, 40e-6, (d, d))
-        return cls.from_devices(
-            name or f"synthetic{d}_seed{seed}" + ("_excl" if exclusive_pair else ""),
-            devices, lat, bw, put_s=put,
-            provenance=Provenance(source="synthetic", notes=(
-                f"CostModel.synthetic({d}, seed={seed}, exclusive_pair={exclusive_pair}): "
-                "random figures for tests and benchmarks, not a real machine.",)))
+        name, devices, lat, bw, put, provenance = synthetic_machine(
+            num_devices, seed=seed, exclusive_pair=exclusive_pair, name=name)
+        return cls.from_devices(name, devices, lat, bw, put_s=put, provenance=provenance)
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:

@@ -14,7 +14,7 @@ MODULE_MAX_LINES = 800
 FUNCTION_MAX_LINES = 120
 # Over the limits today (issue 34): at most this size until split. numba kernels are
 # one loop on purpose (a call per step would cost more than the step).
-MODULES_OVER = {"cost_model.py": 1265}
+MODULES_OVER: dict[str, int] = {}
 FUNCTIONS_OVER = {"calibrate/build.py:build_cost_model": 340,
                   "sim/native.py:_simulate_one": 280, "placers/local.py:place": 254,
                   "calibrate/fit.py:fit_segments": 141,
