@@ -44,7 +44,8 @@ from simplace.errors import SimplaceError
 MAX_UNITS = 8192
 UNIT_BUCKETS = (2048, MAX_UNITS)
 # Device buckets: a machine with more devices than the last is refused (policy_problem).
-DEVICE_BUCKETS = (8, 16, 32)
+# One bucket up to 16 devices: a compile per bucket costs seconds, the padding little.
+DEVICE_BUCKETS = (16, 32)
 MAX_DEVICES = DEVICE_BUCKETS[-1]
 
 # The op classes of the vocabulary, each with the primitives it holds; every other
