@@ -110,7 +110,8 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
                 else ctx.t_begin + float(ctx.budget_s))
     left = deadline - time.perf_counter()
     tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best)
-    tp.simulator = ctx.batched
+    tp.simulator = ctx.batched  # the problem's objective (latency, throughput or a ruler)
+    tp.best_s = float(tp.score(tp.best_units[None])[0])
     budget = None if not math.isfinite(left) else max(left * (1 - share), 0.0)
     updates = None if budget is not None else check_int(
         opts.get("updates", DEFAULT_UPDATES), "updates", 1)
