@@ -250,14 +250,14 @@ def test_rl_pretrained_falls_back_when_the_shipped_weights_are_damaged(mlp_graph
     bad = tmp_path / "universal.npz"
     bad.write_bytes(b"\0" * 10)
     monkeypatch.setattr(pretrained, "SHIPPED", bad)
-    pretrained._cached_weights.cache_clear()
+    pretrained.cached_weights.cache_clear()
     said = []
     r = optimize(mlp_graph, CostModel.load("haswell_k40x2"), "rl-pretrained",
                  progress=said.append)
     assert r.info["fallback"] == "heft" and "damaged" in said[0]
     with pytest.raises(SimplaceError, match="damaged"):
         optimize(mlp_graph, CostModel.load("haswell_k40x2"), "rl-pretrained", weights=str(bad))
-    pretrained._cached_weights.cache_clear()
+    pretrained.cached_weights.cache_clear()
 
 
 def test_zero_shot_is_never_worse_than_its_greedy_placement(dag):

@@ -74,11 +74,12 @@ def place(ctx: PlacerContext) -> PlacerOutput:
 def place_universal(ctx: PlacerContext) -> PlacerOutput:
     """``rl-universal``: the pretrained universal policy fine-tuned on this graph."""
     import math
+    import os
     import time
 
     from simplace._argtypes import check_float, check_int
     from simplace.rl.pretrain import PretrainConfig, make_training_problem, train_universal
-    from simplace.rl.pretrained import load_weights
+    from simplace.rl.pretrained import SHIPPED, cached_weights
     from simplace.rl.refine import polish
 
     opts = ctx.options
@@ -104,14 +105,15 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
             j = int(np.argmin(scores))
             best, best_s = np.asarray(found[j][1], np.int32), float(scores[j])
     params = None
-    if weights != "none":
-        params = load_weights(weights)[0] if start.info.get("fallback") is None else None
+    if weights != "none" and start.info.get("fallback") is None:
+        params = cached_weights(os.fspath(SHIPPED if weights is None else weights))[0]
     deadline = (math.inf if ctx.budget_s is None
                 else ctx.t_begin + float(ctx.budget_s))
     left = deadline - time.perf_counter()
-    tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best)
-    tp.simulator = ctx.batched  # the problem's objective (latency, throughput or a ruler)
-    tp.best_s = float(tp.score(tp.best_units[None])[0])
+    # Scored by the context's simulator: the problem's objective (latency, throughput or
+    # a ruler), built once for the zero-shot start and the training.
+    tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best,
+                               simulator=ctx.batched)
     budget = None if not math.isfinite(left) else max(left * (1 - share), 0.0)
     updates = None if budget is not None else check_int(
         opts.get("updates", DEFAULT_UPDATES), "updates", 1)

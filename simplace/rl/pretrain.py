@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
+import os
 import time
 from collections.abc import Callable
 
@@ -58,15 +58,17 @@ class TrainingProblem:
         return np.where(np.asarray(res.oom), t * OOM_FACTOR, t)
 
 
-def make_training_problem(name: str, graph, inputs, target=None) -> TrainingProblem:
+def make_training_problem(name: str, graph, inputs, target=None,
+                          simulator=None) -> TrainingProblem:
     """A ``TrainingProblem``; ``target`` (an op placement int[M], e.g. ``local``'s) is the
     first imitation target, by a time-weighted majority per unit (default: the fastest
-    device for every unit)."""
+    device for every unit); ``simulator``: the batched simulator to score with (default:
+    a native one with exact OOM flags, under the inputs' objective)."""
     from simplace.rl.problem import policy_problem
     from simplace.sim.native import NativeSimulator
 
     prob = policy_problem(graph, inputs)
-    sim = NativeSimulator(graph, inputs, memory="oom")
+    sim = NativeSimulator(graph, inputs, memory="oom") if simulator is None else simulator
     if target is None:
         units = np.full(prob.num_units, int(np.argmin(prob.unit_time_s.sum(0))), np.int32)
     else:
@@ -164,7 +166,7 @@ def train_universal(problems: list[TrainingProblem], *, updates: int | None = No
     names = [p.name for p in problems]
     if checkpoint is not None:
         ckpt.check(checkpoint)
-    if checkpoint is not None and _exists(checkpoint):
+    if checkpoint is not None and os.path.isfile(checkpoint):
         trees, meta = ckpt.load(checkpoint, {"params": params, "opt": opt_state})
         if meta.get("problems") != names:
             raise SimplaceError(f"Checkpoint {checkpoint} was trained on other problems; "
@@ -234,13 +236,3 @@ def train_universal(problems: list[TrainingProblem], *, updates: int | None = No
             "best_s": {p.name: p.best_s for p in problems}}
     return jax.tree.map(np.asarray, params), info
 
-
-def _exists(path) -> bool:
-    import os
-
-    return os.path.isfile(path)
-
-
-def dumps_info(info: dict) -> str:
-    """``info`` of ``train_universal`` as indented JSON."""
-    return json.dumps(info, indent=1)

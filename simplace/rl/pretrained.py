@@ -107,7 +107,8 @@ def _check_params(params: dict) -> None:
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_weights(path: str):
+def cached_weights(path: str):
+    """``load_weights(path)`` with the parameters as JAX arrays, read once per process."""
     import jax
 
     params, meta = load_weights(path)
@@ -155,7 +156,7 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
 
     t0 = time.perf_counter()
     path = os.fspath(SHIPPED if weights is None else weights)
-    params, meta = _cached_weights(path)
+    params, meta = cached_weights(path)
     prob = policy_problem(graph, inputs)
     a = {k: jax.numpy.asarray(v) for k, v in prob.padded().items()}
     lg, f = _logits_program()(params, a)
