@@ -8,7 +8,7 @@ version, of other feature widths, or one that numpy cannot read is refused with 
 message that says how to mend it (``load_weights``).
 
 ``zero_shot(graph, inputs)`` places a graph with no training: the policy's greedy unit
-placement (``universal.greedy``) and ``samples`` sampled ones,
+placement (``universal.greedy``), ``samples`` sampled ones and every single device,
 scored in one batch by the native simulator, the best kept.
 """
 
@@ -144,11 +144,12 @@ def _logits_program():
 
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
               simulator=None) -> tuple[np.ndarray, dict]:
-    """``(placement int32[M], info)``: the best of the policy's greedy placement and
-    ``samples`` sampled ones, no training. ``weights``: a weights file (default:
-    the shipped ones); ``simulator``: a batched simulator of ``graph`` on ``inputs`` to
-    score with (default: a native one with exact OOM flags). ``info``: the step time,
-    units, how many placements were scored and the seconds spent."""
+    """``(placement int32[M], info)``: the best of the policy's greedy placement,
+    ``samples`` sampled ones and every single device, no training. ``weights``: a
+    weights file (default: the shipped ones); ``simulator``: a batched simulator of
+    ``graph`` on ``inputs`` to score with (default: a native one with exact OOM flags).
+    ``info``: the step time, units, how many placements were scored and the seconds
+    spent."""
     import jax
 
     from simplace.rl.policies import universal as net
@@ -167,6 +168,10 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
         drawn = np.asarray(sample_program(int(samples))(params, a, jax.random.key(seed))
                            )[:, :prob.num_units]
         cands.append(drawn)
+    # Every single device too (D cheap rows of the batch): a placement that loses to one
+    # device is never the answer.
+    d = prob.num_devices
+    cands.append(np.repeat(np.arange(d, dtype=np.int32)[:, None], prob.num_units, 1))
     units = np.concatenate(cands, 0)
     if simulator is None:
         from simplace.sim.native import NativeSimulator
@@ -179,6 +184,7 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     j = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(t))
     info = {"units": prob.num_units, "scored": len(units), "greedy_s": float(t[0]),
             "step_time_s": float(t[j]), "oom": bool(np.asarray(res.oom)[j]),
-            "picked": "greedy" if j == 0 else "sample", "wall_s": time.perf_counter() - t0,
+            "picked": ("greedy" if j == 0 else "single device" if j >= len(units) - d
+                       else "sample"), "wall_s": time.perf_counter() - t0,
             "weights": path, "trained": meta.get("card", {}).get("summary", "")}
     return prob.expand(units[j]), info
