@@ -12,14 +12,14 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "simplace"
 MODULE_MAX_LINES = 800
 FUNCTION_MAX_LINES = 120
-# Over the limits today (issue 34): at most this size until split. numba kernels are
-# one loop on purpose (a call per step would cost more than the step).
+# Over the limits today (issue 34): at most this size until split.
 MODULES_OVER: dict[str, int] = {}
-FUNCTIONS_OVER = {"calibrate/build.py:build_cost_model": 340,
-                  "sim/native.py:_simulate_one": 280, "placers/local.py:place": 254,
-                  "calibrate/fit.py:fit_segments": 141,
-                  "parallel/layers.py:build_layer_graph": 139,
-                  "sim/critical.py:schedule_critical_path": 133}
+FUNCTIONS_OVER = {"placers/local.py:place": 254}
+# numba kernels exempt from FUNCTION_MAX_LINES: a kernel is one compiled loop whose
+# phases share dozens of scratch arrays, which helpers would pass around as arguments.
+# Named here one by one (a new kernel over the limit is a decision, not a default), each
+# must be compiled by numba and say why it is one function in the comment above it.
+NUMBA_KERNELS = {"sim/native.py:_simulate_one"}
 
 
 def _modules():
@@ -106,6 +106,8 @@ def test_modules_and_functions_stay_within_their_limits():
             if isinstance(node, ast.FunctionDef):
                 size = node.end_lineno - node.lineno + 1
                 key = f"{rel}:{node.name}"
+                if key in NUMBA_KERNELS:
+                    continue
                 assert size <= FUNCTIONS_OVER.get(key, FUNCTION_MAX_LINES), \
                     f"{key}: {size} lines"
 
@@ -123,3 +125,31 @@ def test_the_list_of_oversized_code_is_current(listed):
     sizes = [n.end_lineno - n.lineno + 1 for n in ast.walk(ast.parse(path.read_text()))
              if isinstance(n, ast.FunctionDef) and n.name == fn]
     assert sizes and max(sizes) > FUNCTION_MAX_LINES, listed
+
+
+def _function(listed: str) -> tuple[ast.FunctionDef, list[str]]:
+    rel, _, fn = listed.partition(":")
+    text = (ROOT / rel).read_text()
+    nodes = [n for n in ast.walk(ast.parse(text))
+             if isinstance(n, ast.FunctionDef) and n.name == fn]
+    assert len(nodes) == 1, f"{listed}: {len(nodes)} functions of that name"
+    return nodes[0], text.splitlines()
+
+
+@pytest.mark.parametrize("listed", sorted(NUMBA_KERNELS))
+def test_exempt_numba_kernels_are_kernels_that_say_why(listed):
+    node, lines = _function(listed)
+    decorators = [ast.unparse(d) for d in node.decorator_list]
+    assert any(re.search(r"(^|[._])n?jit\b", d) for d in decorators), \
+        f"{listed} is exempt as a numba kernel but is not compiled by numba: {decorators}"
+    # The comment block right above the decorators says why the kernel is one function.
+    first = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+    above = []
+    for line in reversed(lines[:first]):
+        if not line.lstrip().startswith("#"):
+            break
+        above.append(line)
+    assert re.search(r"one function", " ".join(above), re.IGNORECASE), \
+        f"{listed}: no comment above it saying why the kernel is one function"
+    size = node.end_lineno - node.lineno + 1
+    assert size > FUNCTION_MAX_LINES, f"{listed} ({size} lines) needs no exemption: drop it"

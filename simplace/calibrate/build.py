@@ -202,10 +202,71 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
     hosts = [r for r in records if r["kind"] == "host"]
     profiled = [r for r in hosts if "call_host_s" in r and "segment_calls" in r]
     arity_early = _arity_fit(profiled) if profiled else {}
-    # One segment fit per kind of hardware, on every segment timed on such a device.
+    fits, thresholds = _fit_device_kinds(records, segs, block, host, arity_early, report)
+
+    keys = sorted({_device_key(i) for i in dev_info})
+    info_by_name = {i["name"]: i for i in dev_info}
+    key_of = [keys.index(_device_key(info_by_name[n])) for n in names]
+    dispatch, argument, put_ctx = _host_costs(hosts, profiled, names, keys, key_of, host,
+                                              arity_early, report)
+    lat, bw, put, missing = _fit_links(links, puts, put_ctx, names, key_of, report)
+    if chains:
+        lat = context_latency(chains, names, [":".join(keys[k]) for k in key_of], lat, bw,
+                              report)
+    put_waits = measured_put_waits(put_waits_recs, names, key_of, dev_info, report)
+    groups = _exclusive_groups(excl, names, report)
+
+    devices = []
+    for n in names:
+        info = info_by_name[n]
+        devices.append(fits[n].device(
+            name=n, kind=info["kind"], memory_bytes=float(info["memory_bytes"]),
+            exclusive_group=groups[n], launch_s=max(block[n] - host[n], 0.0),
+            dispatch_s=dispatch[n],
+            parallel_min_segment_flops=thresholds[_device_key(info)],
+            argument_s=argument))
+
+    # Whole steps measured in context: the scales of host, argument, compute and launch
+    # costs that make the simulator predict them (``steps.fit_steps``).
+    step_recs = [r for r in hosts if "assignment" in r and "graph_hash" in r]
+    scales = None
+    if step_recs:
+        unscaled = CostModel(name=name or head["name"], devices=tuple(devices),
+                             latency_s=lat, bandwidth_bytes_per_s=bw, put_s=put,
+                             put_waits=put_waits)
+        scaled, scales = _fit_whole_steps(unscaled, step_recs, step_graphs_of, head, report)
+        devices, put = list(scaled.devices), scaled.put_s
+        lat, bw = scaled.latency_s, scaled.bandwidth_bytes_per_s
+    report["load_average"] = head.get("load_average")
+    report["cpu_count"] = head.get("cpu_count")
+    phases = [r for r in records if r["kind"] == "phase"]
+    report["wall_s"] = float(sum(r.get("wall_s", 0.0) for r in phases))
+    report["links_missing"] = [f"{names[i]}->{names[j]}" for i, j in missing]
+    prov = Provenance(source="measured", host=head["host"], date=head["date"],
+                      jax_version=head["jax_version"], jaxlib_version=head["jaxlib_version"],
+                      notes=_provenance_notes(head, names, bool(profiled), scales, report),
+                      meta={"device_kinds": {i["name"]: i.get("device_kind", i["kind"])
+                                             for i in dev_info},
+                            "settings": head["settings"],
+                            "fit_report": _strip_residuals(report)})
+    model = CostModel(name=name or head["name"], devices=tuple(devices), latency_s=lat,
+                      bandwidth_bytes_per_s=bw, provenance=prov, put_s=put,
+                      put_waits=put_waits)
+    return model, report
+
+
+def _fit_device_kinds(records: Sequence[dict], segs: Sequence[dict],
+                      block: Mapping[str, float], host: Mapping[str, float],
+                      arity_early: Mapping[str, Any], report: dict[str, Any]
+                      ) -> tuple[dict[str, Any], dict[tuple, float | None]]:
+    """One segment fit per kind of hardware, on every segment timed on such a device:
+    ``({device name: SegmentFit}, {device key: parallel_min_segment_flops})``; fills
+    ``report["devices"]``. Raises CalibrationError where a kind has no timed segments
+    or its fit cannot be written (``rate_problems``)."""
+    head = records[0]
+    dev_info = head["devices"]
     fits, thresholds = {}, {}
     op_recs = [r for r in records if r["kind"] == "op"]
-    info_by_name = {i["name"]: i for i in dev_info}
     for key in sorted({_device_key(i) for i in dev_info}):
         members = [i["name"] for i in dev_info if _device_key(i) == key]
         recs = [r for r in segs if r["device"] in members]
@@ -220,23 +281,8 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         # accelerator, ops alone that cost 10 us more than an empty call do real work.
         alone = [r for r in op_recs if r["device"] in members] if key[0] == "cpu" else []
         thresholds[key], agreement = parallel_min_flops(alone, base)
-        # What a segment timed alone costs besides its ops, best first: the launch plus
-        # its own call's host time (timed), else a tiny call plus the host time of its
-        # other arguments (the calls' arity fit), else a tiny call. The call's host time
-        # grows with its arguments: not taken out, it is spread over the ops as op
-        # costs. A base the segments are hardly slower than (op costs lost in the
-        # noise: small models on a busy host) gives way to the next, and says so.
         launch = float(np.median([max(block[m] - host[m], 0.0) for m in members]))
-        bases = []
-        if all("call_host_s" in r for r in recs):
-            bases.append(("own call", np.array([launch + float(r["call_host_s"])
-                                                for r in recs])))
-        if all("inputs" in r for r in recs) and "per_input_s" in arity_early:
-            bases.append(("tiny call + arguments", np.array([
-                base + arity_early["per_input_s"] * max(int(r["inputs"]) - 1, 0)
-                + arity_early["per_output_s"] * max(int(r["outputs"]) - 1, 0)
-                for r in recs])))
-        bases.append(("tiny call", np.full(len(recs), base)))
+        bases = _segment_bases(recs, launch, base, arity_early)
         tried = []
         for how, seg_base in bases:
             try:
@@ -265,13 +311,39 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             report["devices"][m] = dict(rep, shared_with=members, base_s=base,
                                         launch_s=max(block[m] - host[m], 0.0),
                                         dispatch_s=host[m])
+    return fits, thresholds
 
-    # Host costs in context: the host time of whole steps, split over segment calls per
-    # kind of device and puts per pair of kinds by robust (soft-L1) non-negative least
-    # squares on relative errors: a few steps of one model whose calls cost more (large
-    # arguments) must not set the figure for all.
-    keys = sorted({_device_key(i) for i in dev_info})
-    key_of = [keys.index(_device_key(info_by_name[n])) for n in names]
+
+def _segment_bases(recs: Sequence[dict], launch: float, base: float,
+                   arity_early: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """What a segment timed alone costs besides its ops, best first, as ``(how, float64[S])``:
+    the launch plus its own call's host time (timed), else a tiny call plus the host
+    time of its other arguments (the calls' arity fit), else a tiny call."""
+    # The call's host time grows with its arguments: not taken out, it is spread over
+    # the ops as op costs. A base the segments are hardly slower than (op costs lost in
+    # the noise: small models on a busy host) gives way to the next, and says so.
+    bases = []
+    if all("call_host_s" in r for r in recs):
+        bases.append(("own call", np.array([launch + float(r["call_host_s"])
+                                            for r in recs])))
+    if all("inputs" in r for r in recs) and "per_input_s" in arity_early:
+        bases.append(("tiny call + arguments", np.array([
+            base + arity_early["per_input_s"] * max(int(r["inputs"]) - 1, 0)
+            + arity_early["per_output_s"] * max(int(r["outputs"]) - 1, 0)
+            for r in recs])))
+    bases.append(("tiny call", np.full(len(recs), base)))
+    return bases
+
+
+def _host_costs(hosts: Sequence[dict], profiled: Sequence[dict], names: Sequence[str],
+                keys: Sequence[tuple], key_of: Sequence[int], host: Mapping[str, float],
+                arity: Mapping[str, Any], report: dict[str, Any]
+                ) -> tuple[dict[str, float], float, dict[tuple[int, int], float]]:
+    """Host costs in context: ``({device: dispatch_s}, argument_s, {(kind, kind):
+    put_s})``, from the calls timed inside real steps where the records hold them
+    (``profiled``), else by splitting the host time of whole steps; a device or pair
+    with neither keeps its timing alone (``host``, the ``put_host`` records). Fills
+    ``report["host_calls"]`` or ``report["host"]``."""
     dispatch = dict(host)
     argument = 0.0
     put_ctx: dict[tuple[int, int], float] = {}
@@ -279,7 +351,6 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         # Each call's host time was taken inside real steps: the mean over every call
         # of a kind is its cost in context (no split of step times needed).
         disp_by, put_by = _calls_in_context(profiled, names, key_of)
-        arity = arity_early
         # A call's host time grows with its arguments: the parameters and graph outputs
         # it passes are charged to the ops that read or return them (argument_s), and
         # the typical call (the median: most calls of fragmented steps pass a few
@@ -299,6 +370,10 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                       for (a, b), v in put_by.items() if v},
             "arity": arity}
     elif len(hosts) >= 2:
+        # The host time of whole steps, split over segment calls per kind of device and
+        # puts per pair of kinds by robust (soft-L1) non-negative least squares on
+        # relative errors: a few steps of one model whose calls cost more (large
+        # arguments) must not set the figure for all.
         nk = len(keys)
         rows, y = [], []
         for r in hosts:
@@ -327,8 +402,17 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
                 c = coef[nk + ki * nk + kj]
                 if c > 0:
                     put_ctx[(ki, kj)] = float(c)
+    return dispatch, argument, put_ctx
 
-    # Links: one robust fit per ordered pair, on the median time of each size.
+
+def _fit_links(links: Mapping[tuple, dict], puts: Mapping[tuple, dict],
+               put_ctx: Mapping[tuple[int, int], float], names: Sequence[str],
+               key_of: Sequence[int], report: dict[str, Any]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """Links: one robust fit per ordered pair, on the median time of each size:
+    ``(latency_s, bandwidth_bytes_per_s, put_s, pairs not fitted)``, each matrix
+    float64[D, D]. A pair not fitted takes the median of the fitted ones; none fitted
+    raises CalibrationError. Fills ``report["links"]``."""
     d = len(names)
     lat = np.zeros((d, d))
     bw = np.full((d, d), math.inf)
@@ -397,55 +481,42 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
             bw[i, j] = float(np.median([bw[a, b] for a, b in have]))
             if put[i, j] == 0.0:
                 put[i, j] = float(np.median([put[a, b] for a, b in have]))
+    return lat, bw, put, missing
 
-    if chains:
-        lat = context_latency(chains, names, [":".join(keys[k]) for k in key_of], lat, bw,
-                              report)
-    put_waits = measured_put_waits(put_waits_recs, names, key_of, dev_info, report)
 
+def _exclusive_groups(excl: Mapping[tuple, dict], names: Sequence[str],
+                      report: dict[str, Any]) -> dict[str, int]:
+    """Each device's exclusive group, from the overlaps of its pairs run together
+    (``exclusive`` records); fills ``report["exclusive"]``."""
     pairs = {}
     for (a, b), r in sorted(excl.items()):
         ov = overlap(*(Timing.from_dict(r[k]).median_s for k in ("alone_a", "alone_b",
                                                                   "together")))
         pairs[(a, b)] = ov
         report["exclusive"][f"{a}+{b}"] = {"overlap": ov, "exclusive": ov < EXCLUSIVE_BELOW}
-    groups = exclusive_groups(names, pairs)
+    return exclusive_groups(names, pairs)
 
-    devices = []
-    for n in names:
-        info = info_by_name[n]
-        devices.append(fits[n].device(
-            name=n, kind=info["kind"], memory_bytes=float(info["memory_bytes"]),
-            exclusive_group=groups[n], launch_s=max(block[n] - host[n], 0.0),
-            dispatch_s=dispatch[n],
-            parallel_min_segment_flops=thresholds[_device_key(info)],
-            argument_s=argument))
 
-    # Whole steps measured in context: the scales of host, argument, compute and launch
-    # costs that make the simulator predict them (``steps.fit_steps``).
-    step_recs = [r for r in hosts if "assignment" in r and "graph_hash" in r]
-    scales = None
-    if step_recs:
-        from simplace.calibrate.steps import fit_steps, scaled_model, step_graphs
+def _fit_whole_steps(unscaled: CostModel, step_recs: Sequence[dict],
+                     step_graphs_of: Mapping[str, Any] | None, head: Mapping,
+                     report: dict[str, Any]) -> tuple[CostModel, Any]:
+    """``(model with the fitted scales applied, the scales)`` from whole steps measured
+    in context (``steps.fit_steps``); fills ``report["steps"]``."""
+    from simplace.calibrate.steps import fit_steps, scaled_model, step_graphs
 
-        graphs, graph_notes = step_graphs(step_recs) if step_graphs_of is None else (
-            step_graphs_of, [])
-        unscaled = CostModel(name=name or head["name"], devices=tuple(devices),
-                             latency_s=lat, bandwidth_bytes_per_s=bw, put_s=put,
-                             put_waits=put_waits)
-        sf = fit_steps(unscaled, step_recs, graphs,
-                       seed=int(head["settings"].get("seed", 0)))
-        scales = sf.scales
-        report["steps"] = dict(sf.report, notes=graph_notes)
-        scaled = scaled_model(unscaled, scales)
-        devices, put = list(scaled.devices), scaled.put_s
-        lat, bw = scaled.latency_s, scaled.bandwidth_bytes_per_s
-    report["load_average"] = head.get("load_average")
-    report["cpu_count"] = head.get("cpu_count")
-    phases = [r for r in records if r["kind"] == "phase"]
-    report["wall_s"] = float(sum(r.get("wall_s", 0.0) for r in phases))
-    report["links_missing"] = [f"{names[i]}->{names[j]}" for i, j in missing]
-    notes = (
+    graphs, graph_notes = step_graphs(step_recs) if step_graphs_of is None else (
+        step_graphs_of, [])
+    sf = fit_steps(unscaled, step_recs, graphs, seed=int(head["settings"].get("seed", 0)))
+    report["steps"] = dict(sf.report, notes=graph_notes)
+    return scaled_model(unscaled, sf.scales), sf.scales
+
+
+def _provenance_notes(head: Mapping, names: Sequence[str], profiled: bool, scales,
+                      report: Mapping[str, Any]) -> tuple[str, ...]:
+    """The notes of a measured model's provenance: how each figure was measured and
+    fitted, and the fit's warnings."""
+    dev_info = head["devices"]
+    return (
         f"Measured by `simplace calibrate` on {head['host']} ({', '.join(names)}); raw "
         f"records in calibration/{head['name']}/records.jsonl.",
         "launch_s: blocking time of a tiny jitted call minus its host time (dispatch_s, "
@@ -482,17 +553,6 @@ def build_cost_model(records: Sequence[dict], name: str | None = None, *,
         "Memory of each CPU device: the host's memory divided by its CPU devices "
         "(virtual devices share it).",) if any(i["kind"] == "cpu" for i in dev_info)
          else ()) + tuple(f"Warning: {w}" for w in report.get("warnings", []))
-    prov = Provenance(source="measured", host=head["host"], date=head["date"],
-                      jax_version=head["jax_version"], jaxlib_version=head["jaxlib_version"],
-                      notes=notes,
-                      meta={"device_kinds": {i["name"]: i.get("device_kind", i["kind"])
-                                             for i in dev_info},
-                            "settings": head["settings"],
-                            "fit_report": _strip_residuals(report)})
-    model = CostModel(name=name or head["name"], devices=tuple(devices), latency_s=lat,
-                      bandwidth_bytes_per_s=bw, provenance=prov, put_s=put,
-                      put_waits=put_waits)
-    return model, report
 
 
 # No CPU core computes faster than this (fp32; a 2026 server core with two 512-bit FMA

@@ -171,6 +171,50 @@ def _segment_arrays(segments: Sequence[Mapping]):
             np.asarray(seg, np.int64), np.asarray(loc, bool))
 
 
+def _checked_times(segments: Sequence[Mapping], time_s: Sequence[float], base_s
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(time_s, base_s)`` as float64[S] arrays, or CalibrationError where the segments
+    cannot pin op costs (a length mismatch, too few, bad times, or hardly slower than an
+    empty call)."""
+    t = np.asarray(time_s, dtype=np.float64)
+    if len(t) != len(segments):
+        raise CalibrationError(f"fit_segments: {len(segments)} segments but {len(t)} times.")
+    if len(t) < 8:
+        raise CalibrationError(
+            f"Only {len(t)} timed segments to fit op costs on (8 needed): calibrate again "
+            "with more --models or without a tight --budget-s.")
+    if not np.all(np.isfinite(t) & (t > 0)):
+        raise CalibrationError("fit_segments: segment times must be finite and > 0.")
+    base_s = np.broadcast_to(np.asarray(base_s, dtype=np.float64), t.shape)
+    if np.median(t / base_s) < 1.05:
+        raise CalibrationError(
+            f"The timed segments (median {np.median(t) * 1e6:.1f} us) are hardly slower than "
+            f"an empty call ({np.median(base_s) * 1e6:.1f} us): their op costs cannot be "
+            "told apart from noise. Calibrate with larger --models.")
+    return t, base_s
+
+
+def _unpinned(x: np.ndarray, pinned: bool, kpos: Mapping[int, int], n_rate: int
+              ) -> tuple[str, ...]:
+    """The parameters of ``fit_segments``' solution ``x`` that ran to their bounds: ones
+    the segments cannot see (a rate: their times are per-op and launch costs; an
+    efficiency at its floor: a rate folded into it). The calibration refuses them
+    (``build_cost_model``)."""
+    from simplace.cost_model import OP_CLASSES
+
+    us = 1e-6
+    out = () if pinned else tuple(what for k, what, bounds in (
+        (0, "peak compute rate", _PEAK_FLOPS_BOUNDS),
+        (1, "memory bandwidth", _BANDWIDTH_BOUNDS))
+        if x[k] >= math.log(bounds[1]) - 0.01)
+    if not pinned:
+        out += tuple(f"{OP_CLASSES[k]} efficiency" for k, n in kpos.items()
+                     if x[2 + n] <= math.log(EFFICIENCY_MIN) + 0.01)
+    out += tuple(f"{OP_CLASSES[k]} per-op cost" for k, n in kpos.items()
+                 if x[n_rate + n] >= _OP_OVERHEAD_MAX_S / us * 0.99)
+    return out
+
+
 def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
                  parallel=None, rates: Mapping[str, float] | None = None) -> SegmentFit:
     """Fit in-segment op costs to segments timed alone.
@@ -196,21 +240,7 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
     """
     from simplace.cost_model import DEFAULT_EFFICIENCY, OP_CLASSES, WORK_CLASSES
 
-    t = np.asarray(time_s, dtype=np.float64)
-    if len(t) != len(segments):
-        raise CalibrationError(f"fit_segments: {len(segments)} segments but {len(t)} times.")
-    if len(t) < 8:
-        raise CalibrationError(
-            f"Only {len(t)} timed segments to fit op costs on (8 needed): calibrate again "
-            "with more --models or without a tight --budget-s.")
-    if not np.all(np.isfinite(t) & (t > 0)):
-        raise CalibrationError("fit_segments: segment times must be finite and > 0.")
-    base_s = np.broadcast_to(np.asarray(base_s, dtype=np.float64), t.shape)
-    if np.median(t / base_s) < 1.05:
-        raise CalibrationError(
-            f"The timed segments (median {np.median(t) * 1e6:.1f} us) are hardly slower than "
-            f"an empty call ({np.median(base_s) * 1e6:.1f} us): their op costs cannot be "
-            "told apart from noise. Calibrate with larger --models.")
+    t, base_s = _checked_times(segments, time_s, base_s)
     par = np.zeros(len(t), bool) if parallel is None else np.asarray(parallel, dtype=bool)
     cls, fl, by, seg, loc = _segment_arrays(segments)
     n_seg = len(t)
@@ -284,18 +314,8 @@ def fit_segments(segments: Sequence[Mapping], time_s: Sequence[float], base_s,
             r = _least_squares(residuals, x0, lo, hi)
             if res is None or r.cost < res.cost:
                 res = r
-    # A parameter that ran to its bound is one the segments cannot see (a rate: their
-    # times are per-op and launch costs; an efficiency at its floor: a rate folded
-    # into it). It is named, and the calibration refuses it (build_cost_model).
-    unpinned = () if pinned else tuple(what for k, what, bounds in (
-        (0, "peak compute rate", _PEAK_FLOPS_BOUNDS),
-        (1, "memory bandwidth", _BANDWIDTH_BOUNDS))
-        if res.x[k] >= math.log(bounds[1]) - 0.01)
-    if not pinned:
-        unpinned += tuple(f"{OP_CLASSES[k]} efficiency" for k, n in kpos.items()
-                          if res.x[2 + n] <= math.log(EFFICIENCY_MIN) + 0.01)
-    unpinned += tuple(f"{OP_CLASSES[k]} per-op cost" for k, n in kpos.items()
-                      if res.x[n_rate + n] >= _OP_OVERHEAD_MAX_S / us * 0.99)
+    # Parameters at their bounds are named: the calibration refuses them.
+    unpinned = _unpinned(res.x, bool(pinned), kpos, n_rate)
     peak, bw, eff, ovh, frac = unpack(res.x)
     # The efficiency of the best class is 1 by convention: fold it into the peaks
     # (pinned rates: the best class of each unit is 1 already).

@@ -443,23 +443,8 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
 
     Raises ParallelizeError when the graph has no forward ops.
     """
-    if not isinstance(graph, OpGraph):
-        raise ParallelizeError(f"parallelize needs an OpGraph, got {type(graph).__name__}. "
-                               "Trace the model first: simplace.trace(fn, *args).")
-    m = graph.num_ops
-    is_bwd = np.array([str(p).startswith(BACKWARD_PREFIX) or str(p) == "backward"
-                       for p in graph.name_path], dtype=bool) if m else np.zeros(0, bool)
+    is_bwd = _backward_mask(graph)
     forward = ~is_bwd
-    if not forward.any():
-        raise ParallelizeError(
-            f"Graph {graph.name!r} has no forward ops ({m} ops in all), so it has no "
-            "layers to split. Trace a model function (simplace.trace) with at least one op.")
-    if graph.in_avals is None or graph.out_avals is None:
-        raise ParallelizeError(
-            f"Graph {graph.name!r} does not record its ops' shapes (in_avals/out_avals are "
-            "None: a hand-built or coarsened graph), and PaSE splits by shape. Parallelize "
-            "a traced graph: simplace.trace(fn, *args), or a graph saved by `simplace graph "
-            "MODEL --out FILE`.")
     times = cost_model.op_times(graph)[:, device]
     # The per-op part of each op's time, which does not shrink when the op is split:
     # its class's in-segment overhead (elementwise ops fused into a neighbour's loop may
@@ -473,7 +458,84 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
     members: list[list[int]] = [[] for _ in range(ng)]
     for i in np.flatnonzero(group >= 0):
         members[group[i]].append(int(i))
-    # backward ops -> groups of the same forward path (longest matching key prefix)
+    bwd_members, bwd_extra_s, unattributed_s = _attribute_backward(
+        graph, is_bwd, times, members, keys, key_of)
+    # boundary tensors per group
+    in_edges: list[list[int]] = [[] for _ in range(ng)]
+    out_edges: list[list[int]] = [[] for _ in range(ng)]
+    cross = []
+    for e in range(graph.num_edges):
+        s, d = int(graph.src[e]), int(graph.dst[e])
+        gs, gd = group[s], group[d]
+        if gs >= 0 and gd >= 0 and gs != gd:
+            in_edges[gd].append(e)
+            out_edges[gs].append(e)
+            cross.append(e)
+    params_of: list[list[int]] = [[] for _ in range(ng)]
+    for o, k in zip(graph.param_op.tolist(), graph.param_index.tolist(), strict=True):
+        if group[o] >= 0 and k not in params_of[group[o]]:
+            params_of[group[o]].append(k)
+    param_ops = set(graph.param_op.tolist())
+
+    layers: list[Layer] = []
+    tensor_of_edge: dict[tuple[int, int], int] = {}
+    for g in range(ng):
+        ops = members[g]
+        space = _layer_space(graph, ops, keys[g] in lstm, in_edges[g] + out_edges[g],
+                             batch, param_ops)
+        tensors = _layer_tensors(graph, space, in_edges[g], out_edges[g], params_of[g],
+                                 tensor_of_edge)
+        all_ops = ops + bwd_members[g]
+        over = float(overhead_op[all_ops].sum())
+        t = float(times[all_ops].sum() + bwd_extra_s[g])
+        batch_dim = space.names.index("b") if "b" in space.names else (
+            0 if space.kind == "conv" else -1)
+        layers.append(Layer(
+            name=names[g], kind=space.kind, dim_names=tuple(space.names),
+            dim_sizes=tuple(int(x) for x in space.sizes),
+            splittable=tuple(bool(x) and n > 1 for x, n in zip(space.splittable, space.sizes,
+                                                                strict=True)),
+            batch_dim=batch_dim, ops=tuple(ops), backward_ops=tuple(bwd_members[g]),
+            time_s=t, overhead_s=min(t, over), tensors=tuple(tensors),
+            itemsize=space.itemsize, steps=space.steps, window=space.window))
+    edges = []
+    for e in cross:
+        s, d = int(group[graph.src[e]]), int(group[graph.dst[e]])
+        edges.append((s, d, tensor_of_edge[(e, True)], tensor_of_edge[(e, False)]))
+    return LayerGraph(tuple(layers), tuple(edges), training=bool(is_bwd.any()),
+                      unattributed_time_s=unattributed_s, batch_size=batch,
+                      graph_name=graph.name)
+
+
+def _backward_mask(graph: OpGraph) -> np.ndarray:
+    """bool[n_ops]: the backward ops of ``graph``; raises ParallelizeError for what PaSE
+    cannot split (not an OpGraph, no forward op, no recorded shapes)."""
+    if not isinstance(graph, OpGraph):
+        raise ParallelizeError(f"parallelize needs an OpGraph, got {type(graph).__name__}. "
+                               "Trace the model first: simplace.trace(fn, *args).")
+    m = graph.num_ops
+    is_bwd = np.array([str(p).startswith(BACKWARD_PREFIX) or str(p) == "backward"
+                       for p in graph.name_path], dtype=bool) if m else np.zeros(0, bool)
+    if is_bwd.all():
+        raise ParallelizeError(
+            f"Graph {graph.name!r} has no forward ops ({m} ops in all), so it has no "
+            "layers to split. Trace a model function (simplace.trace) with at least one op.")
+    if graph.in_avals is None or graph.out_avals is None:
+        raise ParallelizeError(
+            f"Graph {graph.name!r} does not record its ops' shapes (in_avals/out_avals are "
+            "None: a hand-built or coarsened graph), and PaSE splits by shape. Parallelize "
+            "a traced graph: simplace.trace(fn, *args), or a graph saved by `simplace graph "
+            "MODEL --out FILE`.")
+    return is_bwd
+
+
+def _attribute_backward(graph: OpGraph, is_bwd: np.ndarray, times: np.ndarray,
+                        members: list[list[int]], keys: list[str], key_of
+                        ) -> tuple[list[list[int]], np.ndarray, float]:
+    """Backward ops -> groups of the same forward path (longest matching key prefix):
+    ``(backward ops per group, backward time shared out to the groups of a path cut into
+    pieces, time of backward ops no group takes)``."""
+    ng = len(keys)
     by_key: dict[str, list[int]] = defaultdict(list)
     for g, k in enumerate(keys):
         by_key[k].append(g)
@@ -496,87 +558,61 @@ def build_layer_graph(graph: OpGraph, cost_model: CostModel, device: int = 0) ->
         else:  # a path cut into pieces: share its backward time as the forward time
             w = fwd_time[gs] + 1e-30
             bwd_extra_s[gs] += float(times[i]) * w / w.sum()
-    # boundary tensors per group
-    in_edges: list[list[int]] = [[] for _ in range(ng)]
-    out_edges: list[list[int]] = [[] for _ in range(ng)]
-    cross = []
-    for e in range(graph.num_edges):
-        s, d = int(graph.src[e]), int(graph.dst[e])
-        gs, gd = group[s], group[d]
-        if gs >= 0 and gd >= 0 and gs != gd:
-            in_edges[gd].append(e)
-            out_edges[gs].append(e)
-            cross.append(e)
-    params_of: list[list[int]] = [[] for _ in range(ng)]
-    for o, k in zip(graph.param_op.tolist(), graph.param_index.tolist(), strict=True):
-        if group[o] >= 0 and k not in params_of[group[o]]:
-            params_of[group[o]].append(k)
-    param_ops = set(graph.param_op.tolist())
+    return bwd_members, bwd_extra_s, unattributed_s
 
-    layers: list[Layer] = []
-    tensor_of_edge: dict[tuple[int, int], int] = {}
-    for g in range(ng):
-        ops = members[g]
-        prims = {str(graph.op[i]) for i in ops}
-        space = None
-        if keys[g] in lstm:
-            space = _lstm_space(graph, ops, batch)
-        elif prims & _UNSUPPORTED:
-            space = None
+
+def _layer_space(graph: OpGraph, ops: list[int], is_lstm: bool, boundary: list[int],
+                 batch: int, param_ops: set):
+    """The iteration space of the layer of ``ops``: an LSTM's, the main op's, else the
+    largest boundary tensor's shape (not splittable for unsupported primitives)."""
+    prims = {str(graph.op[i]) for i in ops}
+    space = None
+    if is_lstm:
+        space = _lstm_space(graph, ops, batch)
+    elif not prims & _UNSUPPORTED:
+        space = _main_space(graph, ops, prims, batch, param_ops)
+    if space is None:
+        kind = "unsupported" if prims & _UNSUPPORTED or is_lstm else None
+        avals = [graph.edge_aval(e) for e in boundary]
+        # No shaped boundary tensor: a layer with no dims, whose itemsize no cost reads.
+        big = max((a for a in avals if a.shape), key=lambda a: a.nbytes,
+                  default=Aval((), "float32", 4))
+        space = _shape_space(kind or "elementwise", big.shape, batch, big.itemsize)
+        if kind == "unsupported":
+            space.splittable = [False] * len(space.names)
+    return space
+
+
+def _layer_tensors(graph: OpGraph, space, in_edges: list[int], out_edges: list[int],
+                   params: list[int], tensor_of_edge: dict[tuple[int, int], int]
+                   ) -> list[Tensor]:
+    """The layer's boundary tensors (inputs, outputs) and parameters, each with its axes
+    in ``space``; records each boundary edge's tensor index in ``tensor_of_edge`` under
+    ``(edge, is output)``."""
+    tensors: list[Tensor] = []
+    seen_t: set = set()
+    for role, edges in (("in", in_edges), ("out", out_edges)):
+        for e in edges:
+            aval = graph.edge_aval(e)
+            axis = _tensor_axes(space, role, aval.shape, graph, e)
+            tensor_of_edge[(e, role == "out")] = len(tensors)
+            key = (role, int(graph.src[e]), int(graph.edge_output[e]))
+            tensors.append(Tensor(aval.shape, float(graph.edge_bytes[e]), axis, role,
+                                  edge=e, first=key not in seen_t,
+                                  is_float=aval.is_inexact))
+            seen_t.add(key)
+    for k in params:
+        shapes = _param_shapes(graph, k)
+        known = [s for s in shapes if s in space.main_operands]
+        if known:
+            shape = known[0]
+            axis = space.main_operands[shape]
         else:
-            space = _main_space(graph, ops, prims, batch, param_ops)
-        if space is None:
-            kind = "unsupported" if prims & _UNSUPPORTED or keys[g] in lstm else None
-            avals = [graph.edge_aval(e) for e in in_edges[g] + out_edges[g]]
-            # No shaped boundary tensor: a layer with no dims, whose itemsize no cost reads.
-            big = max((a for a in avals if a.shape), key=lambda a: a.nbytes,
-                      default=Aval((), "float32", 4))
-            space = _shape_space(kind or "elementwise", big.shape, batch, big.itemsize)
-            if kind == "unsupported":
-                space.splittable = [False] * len(space.names)
-        tensors: list[Tensor] = []
-        seen_t: set = set()
-        for role, edges in (("in", in_edges[g]), ("out", out_edges[g])):
-            for e in edges:
-                aval = graph.edge_aval(e)
-                axis = _tensor_axes(space, role, aval.shape, graph, e)
-                tensor_of_edge[(e, role == "out")] = len(tensors)
-                key = (role, int(graph.src[e]), int(graph.edge_output[e]))
-                tensors.append(Tensor(aval.shape, float(graph.edge_bytes[e]), axis, role,
-                                      edge=e, first=key not in seen_t,
-                                      is_float=aval.is_inexact))
-                seen_t.add(key)
-        for k in params_of[g]:
-            shapes = _param_shapes(graph, k)
-            known = [s for s in shapes if s in space.main_operands]
-            if known:
-                shape = known[0]
-                axis = space.main_operands[shape]
-            else:
-                axes = [(_param_axes(space, s), s) for s in shapes]
-                axis, shape = max(axes, key=lambda a: sum(d >= 0 for d in a[0]),
-                                  default=((), ()))
-            tensors.append(Tensor(shape, float(graph.param_sizes[k]), axis, "param", param=k))
-        all_ops = ops + bwd_members[g]
-        over = float(overhead_op[all_ops].sum())
-        t = float(times[all_ops].sum() + bwd_extra_s[g])
-        batch_dim = space.names.index("b") if "b" in space.names else (
-            0 if space.kind == "conv" else -1)
-        layers.append(Layer(
-            name=names[g], kind=space.kind, dim_names=tuple(space.names),
-            dim_sizes=tuple(int(x) for x in space.sizes),
-            splittable=tuple(bool(x) and n > 1 for x, n in zip(space.splittable, space.sizes,
-                                                                strict=True)),
-            batch_dim=batch_dim, ops=tuple(ops), backward_ops=tuple(bwd_members[g]),
-            time_s=t, overhead_s=min(t, over), tensors=tuple(tensors),
-            itemsize=space.itemsize, steps=space.steps, window=space.window))
-    edges = []
-    for e in cross:
-        s, d = int(group[graph.src[e]]), int(group[graph.dst[e]])
-        edges.append((s, d, tensor_of_edge[(e, True)], tensor_of_edge[(e, False)]))
-    return LayerGraph(tuple(layers), tuple(edges), training=bool(is_bwd.any()),
-                      unattributed_time_s=unattributed_s, batch_size=batch,
-                      graph_name=graph.name)
+            axes = [(_param_axes(space, s), s) for s in shapes]
+            axis, shape = max(axes, key=lambda a: sum(d >= 0 for d in a[0]),
+                              default=((), ()))
+        tensors.append(Tensor(shape, float(graph.param_sizes[k]), axis, "param", param=k))
+    return tensors
 
 
 def _batch_size(graph: OpGraph, forward: np.ndarray) -> int:

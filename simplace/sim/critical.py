@@ -63,33 +63,13 @@ def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sche
     if n_seg == 0:
         return [], [], float(step_time_s or 0.0)
     p = np.asarray(placement).tolist()
-    grp = np.asarray(group)[sched.segment_device].tolist()
     seg_of = sched.op_segment.tolist()
-    prev_in_group, last = [-1] * n_seg, {}
-    for s, g in enumerate(grp):
-        prev_in_group[s] = last.get(g, -1)
-        last[g] = s
-    tr_of: dict[tuple[int, int], int] = {}
-    link_prev, last_link = [], {}
-    for t, (o, a, b) in enumerate(zip(t_op, t_from, t_to, strict=True)):
-        tr_of[(o, b)] = t
-        link_prev.append(last_link.get((a, b), -1))
-        last_link[(a, b)] = t
+    prev_in_group = _previous_in_group(np.asarray(group)[sched.segment_device].tolist())
+    tr_of, link_prev = _transfers_by_target_and_link(t_op, t_from, t_to)
     in_ptr, in_order = (a.tolist() for a in graph.in_edges)
     src = graph.src.tolist()
-    # The wait that last moved the host clock before each host call (-1: none), in the
-    # host's order: each segment's puts, then its call.
-    waits = None if put_waits is None else np.asarray(put_waits, dtype=bool)
-    wait_before_issue, wait_before_call = [-1] * len(t_op), [-1] * n_seg
-    t_seg = sched.transfer_segment.tolist()
-    moved, t = -1, 0
-    for s in range(n_seg):
-        while t < len(t_op) and t_seg[t] == s:
-            wait_before_issue[t] = moved
-            if waits is not None and waits[t_from[t], t_to[t]] and t_end[t] > t_issue[t]:
-                moved = t
-            t += 1
-        wait_before_call[s] = moved
+    wait_before_issue, wait_before_call, moved = _host_waits(
+        sched.transfer_segment.tolist(), t_from, t_to, t_issue, t_end, put_waits, n_seg)
     host_s = 0.0
 
     def from_host(call_time: float, wait: int):
@@ -153,3 +133,44 @@ def schedule_critical_path(graph, group: np.ndarray, placement: np.ndarray, sche
         cur = nxt
     return segs, trs, host_s
 
+
+
+def _previous_in_group(grp: list[int]) -> list[int]:
+    """For each segment, the previous segment of its exclusive group (-1: none)."""
+    prev, last = [-1] * len(grp), {}
+    for s, g in enumerate(grp):
+        prev[s] = last.get(g, -1)
+        last[g] = s
+    return prev
+
+
+def _transfers_by_target_and_link(t_op: list[int], t_from: list[int], t_to: list[int]
+                                  ) -> tuple[dict[tuple[int, int], int], list[int]]:
+    """``({(op, to device): transfer}, previous transfer on each transfer's link (-1:
+    none))``."""
+    tr_of: dict[tuple[int, int], int] = {}
+    link_prev, last_link = [], {}
+    for t, (o, a, b) in enumerate(zip(t_op, t_from, t_to, strict=True)):
+        tr_of[(o, b)] = t
+        link_prev.append(last_link.get((a, b), -1))
+        last_link[(a, b)] = t
+    return tr_of, link_prev
+
+
+def _host_waits(t_seg: list[int], t_from: list[int], t_to: list[int],
+                t_issue: list[float], t_end: list[float], put_waits, n_seg: int
+                ) -> tuple[list[int], list[int], int]:
+    """The wait that last moved the host clock before each host call (-1: none), in the
+    host's order (each segment's puts, then its call): ``(before each put, before each
+    segment's call, before the step's end)``."""
+    waits = None if put_waits is None else np.asarray(put_waits, dtype=bool)
+    wait_before_issue, wait_before_call = [-1] * len(t_seg), [-1] * n_seg
+    moved, t = -1, 0
+    for s in range(n_seg):
+        while t < len(t_seg) and t_seg[t] == s:
+            wait_before_issue[t] = moved
+            if waits is not None and waits[t_from[t], t_to[t]] and t_end[t] > t_issue[t]:
+                moved = t
+            t += 1
+        wait_before_call[s] = moved
+    return wait_before_issue, wait_before_call, moved

@@ -197,6 +197,12 @@ def _add_interval(q, t_alloc, t_free, size, ev_off, ev_n, ev_cap, scl, e_at, e_f
 # Why a compiled loop: the JAX scan on XLA:CPU paid ~20 kernel launches per op slice; this
 # loop pays ~20 ns per op (ResNet-50: 72 us per placement and core, 18.5 ns per op; 37 ns
 # with exact memory).
+# Why one function (a numba kernel, exempt from the 120-line limit, tests/test_layout.py):
+# every phase of the step (segments, copies, host clock, memory sweep) reads and writes
+# the same ~40 scratch arrays and a dozen running scalars; as numba helpers each would
+# take most of them as arguments and hand the scalars back as tuples, which hides the
+# data flow the reference's rules are checked against. What needs few of them is out
+# (_merge_argsort, _add_interval).
 @_njit(fastmath=False)
 def _simulate_one(p, id0, mode, g_int, g_float, m_int, m_float, scratch, f_scratch,
                   out_busy, out_peak):
