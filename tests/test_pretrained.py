@@ -302,3 +302,24 @@ def test_train_policy_command_writes_weights_and_refuses_no_budget(tmp_path, cap
     assert main(["train-policy", "--quick", "--out", str(tmp_path / "x.npz")]) == 2
     assert "--budget-s or --updates" in capsys.readouterr().err
     assert not (tmp_path / "x.npz").exists()
+    # More training from those weights: the card keeps what they were trained on.
+    more = tmp_path / "more.npz"
+    assert main([*args[:-1], str(more), "--updates", "3", "--init-weights", str(out)]) == 0
+    params, meta2 = load_weights(more)
+    assert meta2["card"]["continued_from"]["updates"] == 5
+    first, _ = load_weights(out)
+    assert not np.array_equal(params["pair_out"]["kernel"], first["pair_out"]["kernel"])
+    assert main([*args[:-1], str(more), "--init-weights", str(tmp_path / "none.npz")]) == 2
+    assert "No policy weights" in capsys.readouterr().err
+
+
+def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_graph):
+    from simplace.placers import optimize
+
+    cm = CostModel.load("haswell_k40x4")
+    r = optimize(mlp_graph, cm, "rl-universal", samples=16, budget_s=3.0)
+    assert r.info["stop"] == "time budget" and isinstance(r.info["local"], dict)
+    # local starts from the fine-tuned placement: never worse than it or the zero shot
+    assert r.step_time_s <= r.info["fine_tuned_s"] * (1 + 1e-9)
+    assert r.step_time_s <= r.info["zero_shot_s"] * (1 + 1e-9)
+    assert r.info["updates"] >= 1

@@ -34,6 +34,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--target-budget-s", type=float_range(0.0, 600.0), default=1.5,
                     help="seconds of local search per problem for its first imitation "
                     "target (0: none; default 1.5)")
+    sp.add_argument("--init-weights", metavar="WEIGHTS.NPZ",
+                    help="start from these weights (a file --out wrote, or 'shipped') "
+                    "instead of fresh ones: more training on other targets or problems")
     sp.add_argument("--quick", action="store_true",
                     help="a handful of small problems (a smoke run)")
     sp.set_defaults(func=run)
@@ -45,7 +48,7 @@ def run(args) -> int:
     from simplace.errors import SimplaceError
     from simplace.rl import distribution as dist
     from simplace.rl.pretrain import train_universal
-    from simplace.rl.pretrained import save_weights
+    from simplace.rl.pretrained import load_weights, save_weights
 
     if args.budget_s is None and args.updates is None:
         raise SimplaceError("train-policy needs --budget-s or --updates (or both).")
@@ -53,6 +56,11 @@ def run(args) -> int:
     def say(msg):
         print(msg, file=sys.stderr, flush=True)
 
+    # Read first: a wrong path fails before minutes of building problems.
+    init, before = None, None
+    if args.init_weights is not None:
+        init, meta = load_weights(None if args.init_weights == "shipped" else args.init_weights)
+        before = meta.get("card", {})
     targets_path = None if args.checkpoint is None else args.checkpoint + ".targets.json"
     targets = {}
     if targets_path and os.path.isfile(targets_path):
@@ -67,7 +75,8 @@ def run(args) -> int:
             json.dump(targets, f)
     build_s = time.perf_counter() - t0
     params, info = train_universal(problems, updates=args.updates, budget_s=args.budget_s,
-                                   seed=args.seed, checkpoint=args.checkpoint, progress=say)
+                                   seed=args.seed, checkpoint=args.checkpoint, progress=say,
+                                   params=init)
     gaps = [p.best_s for p in problems]
     card = {
         "summary": f"{info['updates']} updates over {len(problems)} problems, seed "
@@ -81,6 +90,12 @@ def run(args) -> int:
         "host": platform.node(), "cpus": os.cpu_count(),
         "date": datetime.date.today().isoformat(), "best_s": dict(zip(
             [p.name for p in problems], gaps, strict=True))}
+    if before is not None:
+        # What the starting weights had been trained on stays on the card.
+        card["continued_from"] = {"weights": args.init_weights,
+                                  **{k: before.get(k) for k in ("summary", "command", "updates",
+                                                                "train_wall_s", "seed", "date",
+                                                                "note")}}
     save_weights(args.out, params, card)
     say(f"wrote {args.out}: {card['summary']}, {info['wall_s']:.0f} s of training")
     return 0
