@@ -27,7 +27,7 @@ import inspect
 import sys
 import types
 
-from simplace.validate.drift import FIT_PARAMS, DriftFit, fit_drift, raw_model
+from simplace.validate.drift import FIT_PARAMS, DriftFit, fit_drift, priced_with_raw, raw_model
 from simplace.validate.hardware import ValidationReport, ValidationRow, validate
 from simplace.validate.hook import SearchValidation, ValidationCallback, make_validation_callback
 from simplace.validate.metrics import kendall_tau, mape
@@ -44,8 +44,8 @@ from simplace.validate.records import (
 __all__ = ["FIT_PARAMS", "RECORD_SCHEMA", "RECORD_SCHEMA_VERSION", "DriftFit",
            "SearchValidation", "ValidationCallback", "ValidationReport", "ValidationRow",
            "append_records", "calibration_dir", "fit_drift", "kendall_tau",
-           "make_validation_callback", "mape", "raw_model", "read_records", "split_records",
-           "validate", "validation_path"]
+           "make_validation_callback", "mape", "priced_with_raw", "raw_model", "read_records",
+           "split_records", "validate", "validation_path"]
 
 
 class _CallableModule(types.ModuleType):

@@ -125,6 +125,7 @@ def run(args) -> int:
         validate,
         validation_path,
     )
+    from simplace.validate.drift import priced_with_raw
 
     if not 0 <= args.held_out < 1:
         raise SimplaceError(f"--held-out must be in [0, 1) (0: no held-out check), got "
@@ -152,7 +153,8 @@ def run(args) -> int:
     if args.top_k is not None:
         if args.top_k < 1:
             raise SimplaceError(f"--top-k must be >= 1, got {args.top_k}.")
-        pred = [simulate(graph, cost_model, p.assignment).step_time_s for p in placements]
+        priced, _ = priced_with_raw(graph, cost_model)  # validate reuses the raw problem
+        pred = [simulate(graph, priced, p.assignment).step_time_s for p in placements]
         placements = [placements[k] for k in np.argsort(pred, kind="stable")[:args.top_k]]
     records_path = validation_path(cost_model.name, args.records_dir)
 
@@ -247,10 +249,11 @@ def report_winner(best, graph, cost_model, options: dict) -> str:
         placed = cb.program.place(best.placement, cost_model=model)
         measured = measure(placed, cb.run_args, **cb.timing).step_time_s
     from simplace.sim import simulate
-    from simplace.validate import raw_model
+    from simplace.validate.drift import priced_with_raw
 
-    raw = float(simulate(graph, raw_model(cost_model), best.placement).step_time_s)
-    pred = float(simulate(graph, model, best.placement).step_time_s)
+    priced, raw_priced = priced_with_raw(graph, model)  # the search's raw problem, reused
+    raw = float(simulate(graph, raw_priced, best.placement).step_time_s)
+    pred = float(simulate(graph, priced, best.placement).step_time_s)
 
     def err(t):
         return f"{100 * (t - measured) / measured:+.1f}%"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -26,10 +27,20 @@ from simplace.cost_model import CostModel
 from simplace.errors import SimplaceError
 from simplace.graph import OpGraph
 from simplace.placement import check_placement
-from simplace.scales import COVERS, KINDS, SHAPES, Scales, Step, fit_scales, predict_steps
+from simplace.scales import (
+    COVERS,
+    KINDS,
+    SHAPES,
+    Scales,
+    Step,
+    apply_scales,
+    fit_scales,
+    predict_steps,
+)
+from simplace.sim.inputs import SimInputs
 from simplace.validate.metrics import fmt_pct, fmt_tau, kendall_tau, mape
 
-__all__ = ["FIT_PARAMS", "DriftFit", "fit_drift", "raw_model"]
+__all__ = ["FIT_PARAMS", "DriftFit", "fit_drift", "priced_with_raw", "raw_model"]
 
 FIT_PARAMS = KINDS
 # The kinds' names before one Scales served calibration and validation alike.
@@ -132,11 +143,38 @@ def _scores(pred_raw, pred_previous, pred_corrected, meas) -> dict:
             "tau_corrected": kendall_tau(pred_corrected, meas)}
 
 
+# The raw model of each corrected model alive: one object per corrected model, so that
+# a validation and its drift fits price the raw problem once (``CostModel.price`` caches
+# per model object). Keyed by id, with a weak reference that drops the entry with it.
+_RAW: dict[int, tuple[weakref.ref, CostModel]] = {}
+
+
 def raw_model(cost_model: CostModel) -> CostModel:
-    """``cost_model`` without drift corrections (itself when it has none)."""
+    """``cost_model`` without drift corrections (itself when it has none); the same object
+    for the same ``cost_model``, so its priced problems are shared."""
     if cost_model.corrections.is_identity:
         return cost_model
-    return cost_model.with_corrections(Scales.identity(cost_model.num_devices))
+    hit = _RAW.get(id(cost_model))
+    if hit is not None and hit[0]() is cost_model:
+        return hit[1]
+    return _remember_raw(cost_model,
+                         cost_model.with_corrections(Scales.identity(cost_model.num_devices)))
+
+
+def _remember_raw(corrected: CostModel, raw: CostModel) -> CostModel:
+    """Note ``raw`` (``corrected`` with identity corrections) as ``corrected``'s raw model."""
+    key = id(corrected)
+    _RAW[key] = (weakref.ref(corrected, lambda _, key=key: _RAW.pop(key, None)), raw)
+    return raw
+
+
+def priced_with_raw(graph: OpGraph, cost_model: CostModel) -> tuple[SimInputs, SimInputs]:
+    """``(cost_model.price(graph), raw_model(cost_model).price(graph))`` from one pricing:
+    the raw problem, with the corrections applied to it as ``CostModel.price`` applies
+    them last (``simplace.scales.apply_scales``); both the same object when the model
+    carries no corrections."""
+    raw = raw_model(cost_model).price(graph)
+    return apply_scales(raw, cost_model.corrections), raw
 
 
 def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[OpGraph],
@@ -216,7 +254,10 @@ def fit_drift(records: Sequence[dict], graphs: Mapping[str, OpGraph] | Sequence[
     entry["fit"] = _jsonable(fit_s)
     entry["held_out"] = _jsonable(held)
     corr = dataclasses.replace(fit.scales, history=cost_model.corrections.history + (entry,))
-    return DriftFit(cost_model.with_corrections(corr), corr, fit_s, held, entry)
+    corrected = cost_model.with_corrections(corr)
+    if not corr.is_identity:  # its raw model is the one fitted on, already priced
+        _remember_raw(corrected, base)
+    return DriftFit(corrected, corr, fit_s, held, entry)
 
 
 def _scores_of(steps: Sequence[Step], previous: Scales, fitted: Scales) -> dict:

@@ -25,7 +25,7 @@ from simplace.errors import PlacementError, SimplaceError
 from simplace.graph import OpGraph
 from simplace.hardware.records import ValidationRecord
 from simplace.placement import Placement, check_placement
-from simplace.validate.drift import raw_model
+from simplace.validate.drift import priced_with_raw
 from simplace.validate.metrics import fmt_pct, fmt_tau, kendall_tau, mape
 from simplace.validate.records import append_records
 
@@ -278,7 +278,7 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
         devices = resolve_devices(cost_model.device_names)
     timing = dict(timing or {})
     rows, records = [], []
-    raw_cm = raw_model(cost_model)
+    priced, raw_priced = priced_with_raw(graph, cost_model)
     host = platform.node()
     jobs = []
     for k, (a, method, label) in enumerate(items):
@@ -286,9 +286,10 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
             label = labels[k]
         if methods is not None:
             method = methods[k]
-        sim = simulate(graph, cost_model, a)
+        sim = simulate(graph, priced, a)
         pred = float(sim.step_time_s)
-        raw = pred if raw_cm is cost_model else float(simulate(graph, raw_cm, a).step_time_s)
+        raw = pred if raw_priced is priced else float(
+            simulate(graph, raw_priced, a).step_time_s)
         placed = program.place(a, devices=devices, transfers=transfers)
         jobs.append((a, method, label, (pred, raw, sim), placed))
     samples, meas_first = _time_in_rounds([j[-1] for j in jobs], run_args, timing, rounds)
@@ -313,12 +314,12 @@ def validate(graph: OpGraph, cost_model: CostModel, placements, *, fn=None, args
             sim_num_transfers=sim.num_transfers, sim_bytes_moved=sim.bytes_moved,
             sim_host_s=sim.host_s).to_dict())
         if progress:
-            corr = "" if raw_cm is cost_model else f", corrected {pred * 1e3:.3f} ms " \
+            corr = "" if raw_priced is priced else f", corrected {pred * 1e3:.3f} ms " \
                 f"({100 * row.rel_error:+.1f}%)"
             progress(f"{label}: measured {step.median_s * 1e3:.3f} ms, predicted raw "
                      f"{raw * 1e3:.3f} ms ({100 * row.raw_rel_error:+.1f}%){corr}")
     if records_path is not None:
         append_records(records_path, records)
     return ValidationReport(cost_model.name, graph.name, tuple(rows), tuple(records),
-                            corrected=raw_cm is not cost_model)
+                            corrected=not cost_model.corrections.is_identity)
 
