@@ -1,20 +1,25 @@
 """Placement quality and speed: every method on zoo models and datasheet machines.
 
     python bench/placers.py [--models nmt_2layer,rnnlm,...] [--machines haswell_k40x2,...]
-                            [--budget-s 30] [--small] [--out placers.json]
+                            [--budget-s 30] [--list-in-budget] [--small] [--out placers.json]
     python bench/placers.py --summary-of a.json b.json   # the summary of saved rows
 
 For each (model, machine) it prints the table of `simplace optimize --method all`: step
 time, speedup over `single`, gap to the lower bound, peak memory / OOM, wall time of the
-method. At the end, a summary: each method's speedup over `single` per row (a list
-scheduler below 1.00x breaks its promise), what each list scheduler returned (its own
-schedule or the single device it fell back to), and Baechi's claim "m-SCT within 6% of
-expert" row by row. Wall times are for the machine it runs on, and the load average
-(printed at the start and the end) says how busy it was: quote both with the figures.
+method, and the row's wall time against the budget: ``compare``'s (every method in the
+budget, the re-simulation of their results included) and, apart, the list schedulers run
+before it without one (``--list-in-budget``: inside the budget, as ``simplace optimize
+--method all`` runs them). At the end, a summary: each method's speedup over `single`
+per row (a list scheduler below 1.00x breaks its promise), what each list scheduler
+returned (its own schedule or the single device it fell back to), and Baechi's claim
+"m-SCT within 6% of expert" row by row. Wall times are for the machine it runs on, and
+the load average (printed at the start, per row and at the end) says how busy it was:
+quote both with the figures.
 """
 
 import argparse
 import json
+import time
 
 from report import load_average, machine_line
 
@@ -37,6 +42,9 @@ def main():
     ap.add_argument("--budget-s", type=float, default=30.0,
                     help="budget of the search methods (`local`, rl-*); list schedulers "
                          "named in --methods run without one")
+    ap.add_argument("--list-in-budget", action="store_true",
+                    help="run the list schedulers inside compare's budget, as `simplace "
+                         "optimize --method all` does (default: before it, without one)")
     ap.add_argument("--small", action="store_true", help="tiny model sizes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write all rows as JSON")
@@ -61,9 +69,16 @@ def main():
             cm = simplace.CostModel.load(machine)
             bound_s = lower_bound(graph, cm)
             methods = args.methods.split(",") if args.methods else None
-            results = _run(graph, cm, methods, args)
+            results, walls = _run(graph, cm, methods, args)
             print(f"\n{model} (train, {graph.num_ops:,} ops) on {machine}:")
             print(results_table(results, bound_s))
+            print(f"  wall: compare {walls['compare_wall_s']:.2f} s of its "
+                  f"{args.budget_s:g} s budget"
+                  + (f", list schedulers before it (no budget) "
+                     f"{walls['prior_wall_s']:.2f} s" if walls["prior_wall_s"] else "")
+                  + f"; best {min(r.step_time_s for r in results) * 1e3:.3f} ms"
+                  f" ({min(results, key=lambda r: r.step_time_s).method}); "
+                  f"load average {load_average()}")
             for r in results:
                 rows.append({"model": model, "ops": graph.num_ops, "machine": machine,
                              "method": r.method, "step_time_s": r.step_time_s,
@@ -71,7 +86,8 @@ def main():
                              "lower_bound_s": bound_s,
                              "returned": r.info.get("returned"),
                              "unit": r.info.get("unit"),
-                             "segments": r.num_segments})
+                             "segments": r.num_segments, "budget_s": args.budget_s,
+                             **walls})
     print(summary(rows))
     print(f"\nload average at the end: {load_average()}")
     if args.out:
@@ -79,19 +95,24 @@ def main():
             json.dump(rows, f, indent=1)
 
 
-def _run(graph, cm, methods, args) -> list:
+def _run(graph, cm, methods, args) -> tuple[list, dict]:
     """``compare``'s results, except that list schedulers run first, without a time
     budget (``--budget-s`` is the search methods'; given one, a list scheduler stops
     starting runs when it is spent, and its result would depend on the machine's load).
     Their results go to ``compare`` as ``prior``: the searches start from them, as they
-    would from any method run before them."""
+    would from any method run before them. With ``--list-in-budget`` they run inside
+    ``compare`` like the others. Also the wall times (seconds) of the list schedulers
+    run before and of ``compare``."""
     if methods is None:
         methods = [m for m in all_methods() if m != "exact"]
-    prior = [optimize(graph, cm, m, seed=args.seed) for m in methods
-             if m in LIST_SCHEDULERS]
+    t0 = time.perf_counter()
+    prior = [] if args.list_in_budget else [
+        optimize(graph, cm, m, seed=args.seed) for m in methods if m in LIST_SCHEDULERS]
+    t1 = time.perf_counter()
     done = {r.method: r for r in compare(graph, cm, methods, seed=args.seed,
                                          budget_s=args.budget_s, prior=prior)}
-    return [done[m] for m in methods if m in done]
+    walls = {"prior_wall_s": t1 - t0, "compare_wall_s": time.perf_counter() - t1}
+    return [done[m] for m in methods if m in done], walls
 
 
 

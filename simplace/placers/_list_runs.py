@@ -29,6 +29,8 @@ BLOCK_COUNTS = (8, 32, 128, 512, 1024, 2048)
 MODULE_DEPTHS = (1, 2, 3, 4)
 # Re-runs over the segments of the best placement so far (each one only while it helps).
 REPASSES = 3
+# A run checks the clock every this many units (a unit costs microseconds per device).
+_CLOCK_UNITS = 16
 # The keyword options every list scheduler takes (``optimize`` refuses others).
 COMMON_OPTIONS = {
     "memory": "memory model: 'auto' (default: conservative, then liveness if memory was "
@@ -224,6 +226,10 @@ def blocks(work: np.ndarray, k: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=False) if b > a]
 
 
+class _Late(Exception):
+    """A run given up because the time budget is spent (another run had completed)."""
+
+
 class _Run:
     """One pass of a device rule over units in graph order: the placement it builds, the
     simulated step time, the ops that fit nowhere."""
@@ -275,15 +281,19 @@ class _Run:
             self.mem.commit(i, d)
             self.prog.commit(i, d)
 
-    def run(self, units, choose, *, lookahead: bool = False) -> None:
+    def run(self, units, choose, *, lookahead: bool = False, late=None) -> None:
         """``choose(a, b, eligible) -> device`` for each unit that fits somewhere; units
         that fit nowhere as a whole go op by op (an op that fits nowhere: the device with
-        the most free memory). ``lookahead``: ``ends`` looks one unit ahead."""
+        the most free memory). ``lookahead``: ``ends`` looks one unit ahead. ``late``: a
+        clock (``() -> bool``) read every ``_CLOCK_UNITS`` units; ``_Late`` once it says
+        the budget is spent."""
         if lookahead:
             self.next_unit = {a: nxt for (a, _), nxt in zip(units, units[1:], strict=False)}
         mem = self.mem
         alldev = range(self.prog.d)
-        for a, b in units:
+        for n, (a, b) in enumerate(units):
+            if late is not None and n % _CLOCK_UNITS == 0 and late():
+                raise _Late
             eligible = [d for d in alldev if mem.fits(d, mem.need(a, b, d))]
             if len(eligible) < len(alldev):
                 self.constrained = True
@@ -369,25 +379,38 @@ class Setup:
         self.m, self.d = self.inp.num_ops, self.inp.num_devices
         self.prog = IncrementalProgram(ctx.graph, self.inp)
         self.work = self.inp.op_time_s.min(axis=1) if self.m else np.zeros(0)
-        # A time budget (``budget_s``, e.g. when ``local`` runs this as a start) stops new
-        # runs once spent; without one the method is deterministic. A whole call took 1-10 s
-        # on graphs of a few thousand ops, 20-60 s on nmt_2layer and nmt_4layer (13k, 22k
-        # ops) on a 2-core VM at load 10
-        # (bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt).
-        self.deadline = (time.perf_counter() + float(ctx.budget_s)
+        # A time budget (``budget_s``, e.g. when ``local`` runs this as a start or
+        # ``compare`` gives it a part) stops new runs once spent and gives up the run under
+        # way (but the first); without one the method is deterministic. A whole call took
+        # 1-10 s on graphs of a few thousand ops, 20-60 s on nmt_2layer and nmt_4layer (13k,
+        # 22k ops) on a 2-core VM at load 10
+        # (bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt). The
+        # budget runs from the call of ``optimize`` (``ctx.t_begin``): pricing and m_sct's
+        # LP count against it.
+        self.deadline = (ctx.t_begin + float(ctx.budget_s)
                          if ctx.budget_s is not None else None)
-        self.skipped = 0
+        self.skipped = 0  # runs not started: the budget was spent
+        self.stopped = 0  # runs given up half way: the budget was spent
+        self.completed = 0
 
     def late(self) -> bool:
         """True once the time budget is spent (never without one)."""
         return self.deadline is not None and time.perf_counter() > self.deadline
 
     def run(self, units, choose, *, lookahead: bool = False,
-            memory: str = "conservative") -> dict:
+            memory: str = "conservative") -> dict | None:
         """One run of ``choose(run, a, b, eligible) -> device`` over ``units``: its
-        placement, simulated step time, unplaceable ops, and how it was made."""
+        placement, simulated step time, unplaceable ops, and how it was made. None when
+        the time budget ran out during the run (never the first run: a method always
+        has one schedule)."""
         r = _Run(self.graph, self.inp, self.prog, liveness=memory == "liveness")
-        r.run(units, lambda a, b, eligible: choose(r, a, b, eligible), lookahead=lookahead)
+        try:
+            r.run(units, lambda a, b, eligible: choose(r, a, b, eligible),
+                  lookahead=lookahead, late=self.late if self.completed else None)
+        except _Late:
+            self.stopped += 1
+            return None
+        self.completed += 1
         return {"placement": np.asarray(self.prog.p, dtype=np.int32),
                 "estimated_s": self.prog.step_time(), "unplaceable": r.unplaceable,
                 "lookahead": lookahead, "memory": memory, "constrained": r.constrained}
@@ -427,14 +450,16 @@ class Setup:
                     continue
                 seen.add(key)
                 for look in looks if len(units) < m else (False,):
-                    if runs and self.late():
+                    if self.completed and self.late():
                         self.skipped += 1
                         continue
                     r = self.run(units, choose, lookahead=look, memory=memory)
+                    if r is None:
+                        continue
                     r["unit"] = label + (" + lookahead" if look else "")
                     runs.append(r)
             for _ in range(repasses):
-                if self.late():
+                if self.late() or not runs:
                     break
                 best = min(runs, key=lambda r: r["estimated_s"])
                 units = segments_of(best["placement"])
@@ -443,6 +468,8 @@ class Setup:
                     break
                 seen.add(key)
                 r = self.run(units, choose, lookahead=best["lookahead"], memory=memory)
+                if r is None:
+                    break
                 r["unit"] = f"segments of {best['unit']}"
                 runs.append(r)
                 if r["estimated_s"] >= best["estimated_s"]:
@@ -487,10 +514,13 @@ class Setup:
                "checked": checked}
         out.update(info or {})
         out.update(best.get("info", {}))
-        if self.skipped:
+        if self.skipped or self.stopped:
             out["runs_skipped"] = self.skipped
+            out["runs_stopped"] = self.stopped
             out["note_budget"] = (f"the time budget ({ctx.budget_s:g} s) was spent: "
-                                  f"{self.skipped} runs were not started")
+                                  f"{self.skipped} runs were not started"
+                                  + (f", {self.stopped} given up half way" if self.stopped
+                                     else ""))
         if best["unplaceable"]:
             i = best["unplaceable"][0]
             more = len(best["unplaceable"]) - 1

@@ -118,6 +118,41 @@ COMPARE_DEFAULT_BUDGET_S = 60.0
 # Of a shared budget, the part the fast methods (heuristics, partitioners, list
 # schedulers) may use before the searches get the rest.
 _FAST_SHARE = 0.4
+# The order the fast methods run in: cheap ones first, then the list schedulers best
+# first (m_etf and m_sct beat heft on all 21 rows of
+# bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt), the pretrained
+# policy (it compiles for about 2 s) and ideals (its cost grows as the square of the
+# ops) last; methods not named follow by name. Under a short budget the last are the
+# ones skipped.
+FAST_ORDER = ("single", "expert", "scotch", "metis", "pipeline", "m_topo", "m_etf", "m_sct",
+              "rl-pretrained", "heft", "ideals")
+# What a fast method costs at the least on M ops and D devices, in seconds:
+# ``fixed + per_op_device * M * D + per_op2 * M^2``: the whole method for those that take
+# no budget; one run (setup, its first run, the final checks; m_sct's LP) for the list
+# schedulers, which stop there when their budget is spent; for ideals, its first window
+# (prefixes: about M^2 / 2 pairs per threshold), before which it has nothing of its own.
+# Measured on the 2-core VM at load 2-3 with budgets of 0.01 s (mlp, resnet50, rnnlm on
+# haswell_k40x4 and haswell_k40x8, 2026-11-27), rounded up; ``compare`` rescales them by
+# what the methods without a budget took here (``_Pace``).
+_FAST_COST = {  # method: (fixed_s, per_op_device_s, per_op2_s)
+    "single": (0.0, 1e-5, 0.0), "expert": (0.0, 5e-6, 0.0), "scotch": (0.0, 1e-5, 0.0),
+    "metis": (0.0, 1.5e-5, 0.0), "pipeline": (0.3, 1.5e-5, 0.0),
+    "m_topo": (0.0, 1.2e-5, 0.0), "m_etf": (0.0, 1.5e-5, 0.0), "m_sct": (0.2, 3e-5, 0.0),
+    "heft": (0.0, 1.6e-5, 0.0), "rl-pretrained": (2.0, 1e-6, 0.0),
+    "ideals": (0.0, 0.0, 1.2e-7)}
+# A fast method not in the table (a new or a user's one).
+_DEFAULT_FAST_COST = (0.0, 2e-5, 0.0)
+# Methods whose wall time is their whole cost whatever the budget (no anytime runs, no
+# compilation): what they took against their estimate rescales the others' estimates.
+_PACE_METHODS = ("single", "expert", "scotch", "metis")
+# Only estimates of at least this much say something about the pace (below it, fixed
+# overheads such as imports dominate), and the pace stays within these bounds.
+_PACE_MIN_S = 0.05
+_PACE_BOUNDS = (1 / 3, 3.0)
+# Fast methods estimated under this go first (in ``FAST_ORDER``): on a small graph the
+# pretrained policy's compilation, which may take several seconds on a loaded machine,
+# then comes after every other method.
+_CHEAP_S = 0.25
 # A search is not started with less than this (it could not build its first batch).
 _MIN_SEARCH_S = 1.0
 # An RL policy compiles before its first batch (5-13 s for the zoo's training graphs on
@@ -134,7 +169,13 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     """Run several methods (default: every one except ``exact``) on one problem, within
     one shared wall-time budget (default ``COMPARE_DEFAULT_BUDGET_S``).
 
-    The fast methods run first, together within 40% of the budget; then the searches
+    The fast methods run first, together within 40% of the budget, cheap ones first
+    (those estimated under ``_CHEAP_S``, then the others, each group in ``FAST_ORDER``),
+    each given an equal part of the fast share left (unused time goes
+    to those after it) but at least its estimated cost (``fast_cost_s``, rescaled by
+    what the methods that take no budget took here); one whose estimate does not fit
+    the fast share left is skipped and reported (on a small graph every one runs). The
+    list schedulers and ``ideals`` stop at the end of their part; then the searches
     share what is left, each taking an equal part of the time remaining when it starts:
     ``local`` first, starting from every placement found before it (none is
     recomputed), then the ``rl-*`` methods, warm-started from every placement found so
@@ -173,7 +214,9 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
                             f"Available: {', '.join(known)}.")
     done = {r.method for r in prior}
     methods_ = [m for m in methods_ if m not in done]
-    fast = [m for m in methods_ if not is_search(m)]
+    num_ops, num_devices = int(graph.num_ops), int(cost_model.num_devices)
+    fast = sorted((m for m in methods_ if not is_search(m)), key=lambda m: (
+        fast_cost_s(m, num_ops, num_devices) >= _CHEAP_S, fast_rank(m)))
     # The annealer first (it starts from every placement found), then the policies.
     searches = sorted((m for m in methods_ if is_search(m)),
                       key=lambda m: (method_kind(m) != "annealer", m))
@@ -201,12 +244,30 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
             progress(f"interrupted: skipped {', '.join(rest)}")
         return True
 
+    fast_s = fast_until - t0
+    pace = _Pace()
     for k, m in enumerate(fast):
         if interrupted(fast[k:] + searches):
             return results
-        # Fast methods that honour a budget (the list schedulers) stop starting runs
-        # when the fast share is spent; the others ignore it.
-        run(m, max(fast_until - time.perf_counter(), 0.05 * total_s))
+        # Each fast method gets an equal part of the fast share left (what one leaves
+        # unused goes to those after it), but at least its estimated cost: the list
+        # schedulers and ideals stop at the end of their part, the others run to their
+        # end. One whose estimate does not fit the fast share left is skipped: it would
+        # overrun it, and the searches after it would pay.
+        left_s = fast_until - time.perf_counter()
+        need_s = pace.factor * fast_cost_s(m, num_ops, num_devices)
+        if need_s > left_s:
+            if progress:
+                progress(f"{m} skipped: it takes about {need_s:.1f} s on {num_ops:,} ops and "
+                         f"{num_devices} devices, and {max(left_s, 0.0):.1f} s of the fast "
+                         f"methods' {fast_s:.1f} s share of the {total_s:g} s budget is "
+                         "left (give more with --budget-s)")
+            continue
+        n_before = len(results)
+        run(m, max(left_s / (len(fast) - k), need_s))
+        if len(results) > n_before:
+            pace.add(m, fast_cost_s(m, num_ops, num_devices),
+                     getattr(results[-1], "wall_s", None))
     if interrupted(searches):
         return results
     searches = _plan_searches(searches, t0 + total_s - time.perf_counter(), total_s,
@@ -244,6 +305,40 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
                          f"{results[-1].info.get('first_batch_s') or 0.0:.1f} s); the "
                          "searches after it share what is left")
     return results
+
+
+def fast_cost_s(method: str, num_ops: int, num_devices: int) -> float:
+    """The least wall time (seconds) fast method ``method`` is expected to take on a
+    graph of ``num_ops`` ops and a machine of ``num_devices`` devices on the 2-core VM
+    (``_FAST_COST``): ``compare`` and ``local``'s starts do not start a method whose
+    estimate does not fit the time left."""
+    fixed, per_op_device, per_op2 = _FAST_COST.get(method, _DEFAULT_FAST_COST)
+    m, d = float(num_ops), float(num_devices)
+    return fixed + per_op_device * m * d + per_op2 * m * m
+
+
+def fast_rank(method: str) -> tuple[int, str]:
+    """Sort key of the fast methods: ``FAST_ORDER``, then the others by name."""
+    return (FAST_ORDER.index(method) if method in FAST_ORDER else len(FAST_ORDER), method)
+
+
+class _Pace:
+    """How much slower than the estimates (``fast_cost_s``) this machine runs now: the
+    geometric mean of wall / estimate of the methods of ``_PACE_METHODS`` run so far
+    (estimates of at least ``_PACE_MIN_S``), within ``_PACE_BOUNDS``; 1 before any."""
+
+    def __init__(self):
+        self.logs: list[float] = []
+
+    def add(self, method: str, estimate_s: float, wall_s: float | None) -> None:
+        if method in _PACE_METHODS and estimate_s >= _PACE_MIN_S and wall_s:
+            self.logs.append(float(np.log(wall_s / estimate_s)))
+
+    @property
+    def factor(self) -> float:
+        if not self.logs:
+            return 1.0
+        return float(np.clip(np.exp(np.mean(self.logs)), *_PACE_BOUNDS))
 
 
 def _plan_searches(searches: list[str], left_s: float, total_s: float,

@@ -58,6 +58,8 @@ DEFAULT_MAX_IDEALS = 100_000
 DEFAULT_MAX_PAIRS = 100_000_000
 # A run returns to check the clock after about this many pairs (a few tens of ms).
 SLICE_PAIRS = 500_000
+# Enumerating ideals reads the clock every this many ideals of a level (a few ms).
+_CLOCK_IDEALS = 1024
 # Each failed threshold multiplies it by this. A run's cost grows with its threshold (at
 # least linearly), so doubling keeps the failed runs together below the last one, which
 # overshoots the answer at most twofold; the first run that finds a chain is exact.
@@ -92,7 +94,11 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     info = {"stages": 1, "stop": "done", "pairs": 0, "blocks": nb, "ideals": 0, "window": 0}
     spent = 0  # pairs the last window's runs visited
     for window in _windows(nb):
-        lattice = enumerate_ideals(nb, edges, max_ideals, window)
+        try:
+            lattice = enumerate_ideals(nb, edges, max_ideals, window, deadline=deadline)
+        except _TimeUp:
+            _stopped(deadline, info)
+            break
         if lattice is None:
             info["stop"] = "max_ideals"
             break
@@ -383,13 +389,20 @@ def _topological_rank(nb, ea, eb, block):
     return rank
 
 
-def enumerate_ideals(nb: int, edges: np.ndarray, max_ideals: int, window: int):
+class _TimeUp(Exception):
+    """The time budget ran out while ideals were being enumerated."""
+
+
+def enumerate_ideals(nb: int, edges: np.ndarray, max_ideals: int, window: int, *,
+                     deadline: float = math.inf):
     """The ideals of the blocks' DAG (``edges``: int[E, 2], blocks numbered in a
     topological order) within ``window`` blocks: every block before the first one
     missing is in, none ``window`` or more past it. Returns (list of int bitsets, ideal 0
     empty and the last the full set, ordered by size; int64[N + 1] offsets; int64[L]
     the lower covers ``J = I - {b}`` of each ideal I: J's number; int64[L] b), or None
-    where there are more than ``max_ideals``."""
+    where there are more than ``max_ideals``. Raises ``_TimeUp`` past ``deadline``
+    (``time.perf_counter()`` time, read once per level of ideals and every
+    ``_CLOCK_IDEALS`` ideals: a wide graph's first window alone took seconds)."""
     preds = [0] * nb
     succ = [[] for _ in range(nb)]
     for a, b in np.asarray(edges, dtype=np.int64).reshape(-1, 2).tolist():
@@ -400,9 +413,15 @@ def enumerate_ideals(nb: int, edges: np.ndarray, max_ideals: int, window: int):
     addable = [tuple(v for v in range(nb) if preds[v] == 0)]
     lower = [[]]
     level = [0]
+    timed = math.isfinite(deadline)
     while level:
+        if timed and (stop_requested() or time.perf_counter() > deadline):
+            raise _TimeUp
         nxt = []
-        for i in level:
+        for n_done, i in enumerate(level):
+            if timed and n_done % _CLOCK_IDEALS == _CLOCK_IDEALS - 1 and (
+                    stop_requested() or time.perf_counter() > deadline):
+                raise _TimeUp
             cur = bits[i]
             for v in addable[i]:
                 new = cur | (1 << v)

@@ -75,8 +75,11 @@ program's semantics**:
   step times in ``info``.
 
 Every method is a deterministic function of the graph and machine (no random choice)
-unless given a time budget (``budget_s``; ``local`` gives its starts one): then no new
-run starts once it is spent (at least one run always completes; ``info["runs_skipped"]``).
+unless given a time budget (``budget_s``, counted from the call of ``optimize``; ``local``
+gives its starts one, ``compare`` its fast methods): then no new run starts once it is
+spent, and a run under way is given up (``info["runs_skipped"]``, ``info["runs_stopped"]``);
+the first run always completes, so a budget too short for one run is overrun by it
+(``compare`` does not start a method whose cost estimate does not fit its time left).
 Cost: O(M D) Python steps per run (O(M D^2) with lookahead), about 20
 runs per memory model: seconds on graphs of a few thousand ops, longer on the zoo's
 biggest graphs.
@@ -145,7 +148,7 @@ def m_topo(ctx: PlacerContext) -> PlacerOutput:
     def runs_under(memory: str) -> list[dict]:
         runs = []
         for k in range(1, s.d + 1):
-            if runs and s.late():
+            if s.completed and s.late():
                 s.skipped += 1
                 continue
             order = ranked[:k]
@@ -180,6 +183,8 @@ def m_topo(ctx: PlacerContext) -> PlacerOutput:
                 return d
 
             r = s.run(blocks(s.work, 0), choose, memory=memory)
+            if r is None:  # the budget ran out during the run
+                continue
             r.update(unit=f"{k} devices", info={
                 "devices_used": k, "device_order": order,
                 "share_s": [float(cap[d]) for d in order]})

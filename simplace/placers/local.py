@@ -1,9 +1,11 @@
 """``local``: simulated annealing over the batched simulator, racing the best heuristics.
 
 Starts: the placements given by the methods named in option ``starts`` (a list, or one
-string of comma-separated names; default: every method of kind heuristic; methods that
-fail are skipped and reported in ``info["starts"]``) and by ``single``. ``starts`` may
-also hold placements (int[M] arrays) to start from.
+string of comma-separated names; default: every method of kind heuristic, in
+``simplace.placers.front.FAST_ORDER``; methods that fail are skipped
+and reported in ``info["starts"]``) and by ``single`` (unless a given placement puts
+every op on one device: ``compare`` passes single's among those it found). ``starts``
+may also hold placements (int[M] arrays) to start from.
 
 The race (option ``race``, default 3): the search anneals from the ``race`` best
 (lowest score, see below) distinct starts at once, one lane each, taking rounds in turn.
@@ -60,10 +62,12 @@ scored; with it and no ``budget_s`` the search is deterministic for a fixed seed
 same placement on any machine). With a time budget (``budget_s``, default 30 s when no
 ``max_evaluations`` is given) the number of rounds, hence the result, depends on the
 machine's speed. The budget runs from the call of ``optimize``: start heuristics (no more
-are started once half of it is spent, ``single`` always runs) and compilation count
-against it, and a round is started only when it is expected to end in time (see
-``simplace.search``). ``request_stop()`` (Ctrl-C in the CLI) ends the search at the next
-round with the best placement so far (stop reason ``"interrupted"``).
+are started once half of it is spent, nor one whose estimated cost does not fit what is
+left of that half; each gets at most a quarter of the budget and stops there if it
+takes one; ``single`` always runs) and compilation count against it, and a round is
+started only when it is expected to end in time (see ``simplace.search``).
+``request_stop()`` (Ctrl-C in the CLI) ends the search at the next round with the best
+placement so far (stop reason ``"interrupted"``).
 
 The clock, the best placement, the kept candidates, history, progress and validation are
 a ``simplace.search.SearchSession``: with option ``validate`` (a hook ``(round,
@@ -186,23 +190,19 @@ def _score_fixed(ctx: PlacerContext, placements: np.ndarray, batch: int):
 
 
 # ---------------------------------------------------------------- starts
-# Default order of the heuristic starts (others follow by name).
-_START_RANK = {m: i for i, m in enumerate(
-    ("single", "expert", "metis", "scotch", "m_topo", "m_etf", "m_sct", "heft"))}
 
 
 def _start_list(ctx: PlacerContext) -> list:
     starts = ctx.options.get("starts")
     if starts is None:
         from simplace.placers import methods_of_kind
+        from simplace.placers.front import fast_rank
 
         # Policies train for a minute each: usable as starts only when named. Starts stop
-        # being begun at half the budget, so the cheap ones go first, then the list
-        # schedulers best first (m_etf and m_sct beat heft on all 21 rows of
-        # bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt, and
-        # each takes seconds on a 10k-op graph).
-        names = methods_of_kind("heuristic")
-        starts = sorted(names, key=lambda m: (_START_RANK.get(m, len(_START_RANK)), m))
+        # being begun at half the budget, so they go in ``compare``'s order: the cheap
+        # ones first, then the list schedulers best first, the pretrained policy and
+        # ideals last (``simplace.placers.front.FAST_ORDER``).
+        starts = sorted(methods_of_kind("heuristic"), key=fast_rank)
     elif isinstance(starts, str):  # one method name or several, comma-separated
         starts = [name.strip() for name in starts.split(",") if name.strip()]
     elif isinstance(starts, np.ndarray):
@@ -211,16 +211,29 @@ def _start_list(ctx: PlacerContext) -> list:
         starts = list(starts)
         if starts and all(isinstance(x, int | np.integer) for x in starts):
             starts = [np.asarray(starts)]  # one placement given as a list of ints
-    if not any(isinstance(x, str) and x == "single" for x in starts):
+    # ``single`` always, unless named or given: a placement of every op on one device
+    # stands for it (``compare`` passes single's placement among those it found, and a
+    # list scheduler that fell back to one device returned single's).
+    if not any((isinstance(x, str) and x == "single")
+               or (not isinstance(x, str) and _one_device(x)) for x in starts):
         starts.append("single")
     return starts
 
 
+def _one_device(placement) -> bool:
+    p = np.asarray(placement)
+    return p.ndim == 1 and p.size > 0 and bool(np.all(p == p.flat[0]))
+
+
 def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None):
     """[(label, placement)] and a report row per start. Heuristics are not started after
-    ``starts_until`` (perf_counter time) or once a stop is requested (``single`` is)."""
+    ``starts_until`` (perf_counter time), nor when their estimated cost
+    (``simplace.placers.front.fast_cost_s``) does not fit the time left until then, nor
+    once a stop is requested (``single`` is); each is given ``sub_budget`` or the time
+    left until ``starts_until``, whichever is less, but at least its estimate."""
     from simplace.placement import check_placement
     from simplace.placers import method_kind, methods, run_method
+    from simplace.placers.front import fast_cost_s
 
     m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
     found, report = [], []
@@ -230,15 +243,22 @@ def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | Non
             if s == "all" or (s in known and method_kind(s) in ("annealer", "exhaustive")):
                 report.append({"start": s, "error": "not usable as a start"})
                 continue
-            if s != "single" and (time.perf_counter() > starts_until or stop_requested()):
+            left_s = starts_until - time.perf_counter()
+            need_s = fast_cost_s(s, m, d)
+            if s != "single" and (left_s <= 0 or stop_requested()):
                 report.append({"start": s, "error": "skipped: time budget spent" if
                                not stop_requested() else "skipped: interrupted"})
+                continue
+            if s != "single" and need_s > left_s:
+                report.append({"start": s, "error": f"skipped: it takes about {need_s:.1f} s "
+                               f"here, {left_s:.1f} s of the starts' time left"})
                 continue
             t = time.perf_counter()
             try:
                 # The raw placement: the search scores every start itself, in one batch.
                 out, _ = run_method(ctx.graph, ctx.cost_model, s, seed=ctx.seed,
-                                budget_s=sub_budget)
+                                    budget_s=None if sub_budget is None else
+                                    max(min(sub_budget, left_s), need_s))
                 p = check_placement(out.placement, m, d)
             except Exception as err:  # a failing heuristic must not sink the search
                 report.append({"start": s, "error": f"{type(err).__name__}: {err}"})
