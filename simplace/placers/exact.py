@@ -20,9 +20,11 @@ import time
 
 import numpy as np
 
+from simplace._argtypes import MAX_BATCH
 from simplace.errors import SimplaceError
 from simplace.groups import check_groups, expand, normalize
 from simplace.placers import OOM_PENALTY, PlacerContext, PlacerOutput, register
+from simplace.placers.registry import Option, int_option, option_values
 
 DEFAULT_MAX_PLACEMENTS = 2**20
 
@@ -45,14 +47,17 @@ def placements_of(indices, num_units: int, num_devices: int) -> np.ndarray:
 
 
 @register("exact", kind="exhaustive", options={
-    "groups": "int[M] group id per op; ops of a group share a device",
-    "max_placements": "refuse a larger space (default 2**20)",
-    "batch": "placements per simulator call (default 1024)"})
+    # Checked against the graph (simplace.groups.check_groups), which the option lacks.
+    "groups": Option("int[M] group id per op; ops of a group share a device"),
+    "max_placements": int_option("refuse a larger space (default 2**20)",
+                                 DEFAULT_MAX_PLACEMENTS, 1),
+    "batch": int_option("placements per simulator call (default 1024)", 1024, 1, MAX_BATCH)})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """The best placement of all ``D**M`` (or ``D**G`` with ``groups``), found by enumeration; see
     the module docstring."""
     groups, n, d = _space(ctx)
-    limit = int(ctx.options.get("max_placements", DEFAULT_MAX_PLACEMENTS))
+    opts = option_values("exact", ctx.options)
+    limit = opts["max_placements"]
     total = d ** n  # a Python int: exact however large
     what = "groups" if groups is not None else "ops"
     if total > limit:
@@ -60,10 +65,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             f"exact: {d} devices ** {n} {what} = {total:.4g} placements, more than "
             f"max_placements={limit}. Brute force is for tiny graphs: group the ops "
             "(groups=...), raise max_placements, or use a search method such as 'local'.")
-    batch = int(ctx.options.get("batch", 1024))
-    if batch < 1:
-        raise SimplaceError(f"exact: batch must be >= 1, got {batch}.")
-    batch = min(batch, total)
+    batch = min(opts["batch"], total)
     t0 = time.perf_counter()
     best_k, best_score = 0, np.inf
     history = []

@@ -30,6 +30,7 @@ import numpy as np
 from simplace.graph import split_name_path
 from simplace.placers import PlacerContext, PlacerOutput, register
 from simplace.placers.partitioners import evaluate, gpu_devices, repair_memory
+from simplace.placers.registry import choice_option, option_values
 from simplace.placers.single import single_device_candidates
 
 _LAYER = re.compile(r"^layer_(\d+)$")
@@ -196,7 +197,8 @@ def _dense_or_none(groups: np.ndarray) -> np.ndarray:
     return out
 
 
-@register("expert", options={"embed": "LSTM models: the embedding's device, 'gpu' or 'cpu'"})
+@register("expert", options={"embed": choice_option(
+    "LSTM models: the embedding's device, 'gpu' or 'cpu'", "gpu", ("gpu", "cpu"))})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """The hand-written placement for the model (see the module docstring)."""
     g, cm = ctx.graph, ctx.cost_model
@@ -207,7 +209,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         return PlacerOutput(np.zeros(0, dtype=np.int32), info={"rule": "empty"})
 
     if is_lstm_model(g):
-        p, info = lstm_placement(ctx, embed=ctx.options.get("embed", "gpu"))
+        p, info = lstm_placement(ctx, embed=option_values("expert", ctx.options)["embed"])
         groups, _ = module_groups(g, len(gpus))
         p, rep = repair_memory(ctx, p, _dense_or_none(groups))
         if rep.get("repair_rounds"):

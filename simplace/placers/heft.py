@@ -12,6 +12,7 @@ import numpy as np
 
 from simplace.placers import PlacerContext, PlacerOutput, register
 from simplace.placers._list_runs import COMMON_OPTIONS, Problem, Setup, earliest
+from simplace.placers.registry import bool_option, option_values
 
 # HEFT's insertion search looks at most this many idle gaps per device before appending
 # (bounds the worst case on graphs with very fragmented timelines).
@@ -216,7 +217,8 @@ def heft_proposal(ctx: PlacerContext, memory: str, *, fifo_links: bool = False
 
 @register("heft", options={
     **COMMON_OPTIONS,
-    "fifo_links": "HEFT's own schedule models links as FIFOs (default False: contention-free)"})
+    "fifo_links": bool_option("HEFT's own schedule models links as FIFOs (default False: "
+                              "contention-free)", False)})
 def heft(ctx: PlacerContext) -> PlacerOutput:
     """HEFT's device choices, scheduled in the program's order.
 
@@ -229,7 +231,7 @@ def heft(ctx: PlacerContext) -> PlacerOutput:
     if s.m == 0:
         return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
                           "unplaceable": []}])
-    fifo = bool(ctx.options.get("fifo_links", False))
+    fifo = option_values("heft", ctx.options)["fifo_links"]
     proposals: dict[bool, tuple[list[int], float]] = {}  # per memory model (liveness?)
 
     def proposal(liveness: bool) -> list[int]:

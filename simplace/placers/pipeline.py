@@ -28,9 +28,9 @@ import time
 
 import numpy as np
 
-from simplace._argtypes import check_int
 from simplace._numba import njit
 from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers.registry import int_option, option_values
 from simplace.search import stop_requested
 
 DEFAULT_ROUNDS = 3
@@ -41,13 +41,15 @@ RANGE_DP_MAX_OPS = 2500
 
 
 @register("pipeline", options={
-    "rounds": f"rounds of moving each boundary to its best place (default {DEFAULT_ROUNDS})",
-    "positions": f"places tried per boundary move, at most (default {DEFAULT_POSITIONS})"})
+    "rounds": int_option(f"rounds of moving each boundary to its best place (default "
+                         f"{DEFAULT_ROUNDS})", DEFAULT_ROUNDS, 0),
+    "positions": int_option(f"places tried per boundary move, at most (default "
+                            f"{DEFAULT_POSITIONS})", DEFAULT_POSITIONS, 1)})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """Contiguous balanced stages over the fastest devices (see the module)."""
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
-    rounds = check_int(ctx.options.get("rounds", DEFAULT_ROUNDS), "rounds", 0)
-    positions = check_int(ctx.options.get("positions", DEFAULT_POSITIONS), "positions", 1)
+    opts = option_values("pipeline", ctx.options)
+    rounds, positions = opts["rounds"], opts["positions"]
     if m == 0:
         return PlacerOutput(np.zeros(0, dtype=np.int32), info={"stages": 0})
     t_all = np.asarray(ctx.op_times, dtype=np.float64)
