@@ -81,8 +81,17 @@ def _public(tree):
                         yield f"{node.name}.{sub.name}", sub
 
 
+# A benchmark figure in a docstring: a figure measured on the development VM, a
+# speed-up, a percentage gain. Such figures go in comments beside the code or in
+# bench/results, where their date and machine are kept.
+BENCHMARK_FIGURE = re.compile(
+    r"\b\d+-core VM\b[^.]*\d"
+    r"|\b\d+(\.\d+)?x (faster|slower|over|better|worse)\b"
+    r"|\b\d+(\.\d+)?\s?% (faster|slower|better|worse)\b")
+
+
 def test_every_public_object_has_a_docstring_without_dates():
-    missing, dated = [], []
+    missing, dated, figures = [], [], []
     for name, _, tree in MODULES:
         for obj, node in _public(tree):
             if not ast.get_docstring(node):
@@ -90,10 +99,26 @@ def test_every_public_object_has_a_docstring_without_dates():
         for node in ast.walk(tree):
             if isinstance(node, ast.Module | ast.FunctionDef | ast.ClassDef):
                 doc = ast.get_docstring(node) or ""
+                where = f"{name}:{getattr(node, 'name', '<module>')}"
                 if re.search(r"20\d\d-\d\d-\d\d|bench/results", doc):
-                    dated.append(f"{name}:{getattr(node, 'name', '<module>')}")
+                    dated.append(where)
+                if BENCHMARK_FIGURE.search(" ".join(doc.split())):
+                    figures.append(where)
     assert not missing, f"public objects without a docstring: {missing}"
     assert not dated, f"docstrings quoting a date or a results file: {dated}"
+    assert not figures, f"docstrings quoting a benchmark figure: {figures}"
+
+
+@pytest.mark.parametrize("doc, quotes", [
+    ("on the 2-core VM: 0-3 us against 30-79 us alone", True),
+    ("local wins every row, 14.35x over single", True),
+    ("m_etf is 12% faster than heft", True),
+    ("on the 2-core VM (``_FAST_COST``): compare skips it", False),
+    ("a 10 us segment counts as much as a 10 ms one", False),
+    ("1x1 -> 3x3 -> 1x1 (4x wider)", False),
+])
+def test_benchmark_figures_are_told_apart(doc, quotes):
+    assert bool(BENCHMARK_FIGURE.search(doc)) is quotes
 
 
 def test_modules_and_functions_stay_within_their_limits():

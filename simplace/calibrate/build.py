@@ -63,6 +63,9 @@ def _pays_wake_up(rec: Mapping, base_s: float) -> bool:
     return float(np.percentile(samples, PARALLEL_PERCENTILE)) - base_s > PARALLEL_MIN_EXTRA_S
 
 
+# On the 2-core development VM the ops' flops decide whatever their primitive: a
+# threshold of 1,008 explains all 578 ops timed alone (bench/cpu_inline_rule.py
+# --single-ops).
 def parallel_min_flops(op_records: Sequence[dict], base_s: float
                        ) -> tuple[float | None, float]:
     """``(flops, agreement)``: the flops from which a computation runs on a worker thread
@@ -70,9 +73,8 @@ def parallel_min_flops(op_records: Sequence[dict], base_s: float
     rule explains. Flops as XLA counts them: the traced FLOPs less transcendentals
     (``xla_flops``). XLA:CPU runs a small computation inline in the calling thread and
     hands a larger one to a worker thread (PjRt's CPU client decides by XLA's flop
-    count, ``cheap_computation_``: under 1000 runs inline); on the 2-core VM the ops'
-    flops decide whatever their primitive (1,008 explains all 578 ops timed alone;
-    ``bench/cpu_inline_rule.py --single-ops``). An op pays when the
+    count, ``cheap_computation_``: under 1000 runs inline), whatever the op's
+    primitive. An op pays when the
     ``PARALLEL_PERCENTILE`` of its samples is ``PARALLEL_MIN_EXTRA_S`` over an empty
     call; the threshold is the split of the ops' flops that agrees with the most of
     them, at the geometric mean of the two flops values around it. None when the split
@@ -595,6 +597,8 @@ def measured_put_waits(recs: Mapping[tuple, dict], names: Sequence[str],
     return out
 
 
+# On the 2-core development VM a chained copy of 256 bytes cost 0-3 us per hop, against
+# 30-79 us timed alone.
 def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
                     kind_of: Sequence[str], lat: np.ndarray, bw: np.ndarray,
                     report: dict) -> np.ndarray:
@@ -602,8 +606,8 @@ def context_latency(chains: Mapping[tuple, dict], names: Sequence[str],
 
     A copy timed alone (``link`` records) waits for the receiving side to wake up; in a
     chain of segments that alternate between two devices it costs
-    ``(chain - (alone_a + alone_b) / 2) / hops`` per hop (on the 2-core VM: 0-3 us
-    against 30-79 us alone, for 256 bytes). Each device-bound pair gives the factor
+    ``(chain - (alone_a + alone_b) / 2) / hops`` per hop, which can be far less than a
+    copy timed alone. Each device-bound pair gives the factor
     that makes the model's mean copy of its smallest chained size (latency plus bytes
     over bandwidth, both directions) cost what the chain measured; the latencies of
     every pair of the same kinds of device are scaled by the median factor of those
