@@ -13,8 +13,8 @@ import pytest
 import simplace
 import simplace.placers as placers
 from simplace import zoo
-from simplace.placers import compare, front, optimize
-from simplace.placers.registry import _METHODS, Method
+from simplace.placers import compare, front, optimize, registry
+from simplace.placers.registry import _METHODS, Cost, Method
 
 # What compare's own checks need of a graph and a machine when optimize is faked.
 _MACHINE = types.SimpleNamespace(num_devices=5)
@@ -39,6 +39,14 @@ def _fake_optimize(clock, ran, cost_s):
     return fake
 
 
+@pytest.fixture(autouse=True)
+def first_calls(monkeypatch):
+    """No method has run in this process yet, as far as estimates go (first-call costs
+    such as the pretrained policy's loading count): the orders below do not depend on
+    which tests ran before."""
+    monkeypatch.setattr(registry, "_CALLED", set())
+
+
 @pytest.fixture()
 def clock(monkeypatch):
     now = [0.0]
@@ -57,7 +65,8 @@ def test_fast_methods_run_cheap_first_each_in_a_part_of_the_fast_share(clock, mo
                                    "rl-pretrained"]
     ran.clear()
     compare(_graph(6000), _MACHINE, fast, budget_s=1000.0)  # ideals: seconds here
-    assert [m for m, _ in ran] == ["expert", "single", "metis", "m_sct", "rl-pretrained",
+    # the pretrained policy is the best start on big graphs: early, by its rank
+    assert [m for m, _ in ran] == ["expert", "single", "rl-pretrained", "metis", "m_sct",
                                    "heft", "ideals"]
     ran.clear()
     compare(_graph(100), _MACHINE, fast, budget_s=10.0)
@@ -116,8 +125,8 @@ def test_a_fake_slow_heuristic_is_skipped_under_a_short_budget_and_runs_under_a_
         calls.append(ctx.budget_s)
         return placers.PlacerOutput(np.zeros(ctx.graph.num_ops, np.int32))
 
-    monkeypatch.setitem(_METHODS, "zz_slow", Method("zz_slow", slow, "heuristic", {}))
-    monkeypatch.setitem(front._FAST_COST, "zz_slow", (100.0, 0.0, 0.0))
+    monkeypatch.setitem(_METHODS, "zz_slow", Method("zz_slow", slow, "heuristic", {},
+                                                    cost=Cost(100.0, 0.0)))
     fn, args = zoo.get("mlp", small=True)
     g = simplace.trace(fn, *args)
     cm = simplace.CostModel.load("haswell_k40x4")
@@ -151,6 +160,8 @@ def test_the_pace_rescales_estimates_by_what_methods_without_a_budget_took(clock
     pace.add("single", 1.0, 100.0)
     assert pace.factor == front._PACE_BOUNDS[1]
     pace.add("m_etf", 1.0, 1e-6)  # anytime methods say nothing about the pace
+    assert pace.factor == front._PACE_BOUNDS[1]
+    pace.add("rl-pretrained", 1.0, 1e-6)  # nor do compiling ones
     assert pace.factor == front._PACE_BOUNDS[1]
 
 
@@ -213,18 +224,35 @@ def test_local_does_not_rerun_single_when_given_a_one_device_placement():
     assert not any(isinstance(s, str) for s in starts)
     starts = _start_list(types.SimpleNamespace(options={"starts": [two]}))
     assert starts[-1] == "single"
-    # Its default starts: compare's order (cheap first, the pretrained policy and
-    # ideals last).
+    # Its default starts: by registered rank (the pretrained policy early, ideals last).
     starts = _start_list(types.SimpleNamespace(options={}))
-    assert starts == sorted(starts, key=front.fast_rank)
-    assert starts.index("pipeline") < starts.index("m_etf") < starts.index("ideals")
+    assert starts == sorted(starts, key=registry.fast_rank)
+    assert starts.index("rl-pretrained") < starts.index("pipeline") < starts.index("m_etf")
+    assert starts[-1] == "ideals"
 
 
 def test_local_skips_a_start_whose_estimate_does_not_fit_its_starts_time(nmt, k40x4,
                                                                         monkeypatch):
-    monkeypatch.setitem(front._FAST_COST, "m_sct", (1000.0, 0.0, 0.0))
+    import dataclasses
+
+    monkeypatch.setitem(_METHODS, "m_sct", dataclasses.replace(_METHODS["m_sct"],
+                                                               cost=Cost(1000.0, 0.0)))
     res = optimize(nmt, k40x4, "local", budget_s=30.0, starts=["m_sct", "expert"],
                    max_evaluations=64, batch=8)
     rows = {r["start"]: r for r in res.info["starts"]}
     assert "takes about 1000" in rows["m_sct"]["error"]
     assert "error" not in rows["expert"] and "error" not in rows["single"]
+
+
+def test_a_first_call_cost_is_paid_once_per_process(monkeypatch):
+    """The pretrained policy's estimate carries its loading until it has run here."""
+    cold = registry.fast_cost_s("rl-pretrained", 5000, 5)
+    registry.note_called("rl-pretrained")
+    warm = registry.fast_cost_s("rl-pretrained", 5000, 5)
+    first = _METHODS["rl-pretrained"].cost.first_call_s
+    assert first > 0 and cold - warm == pytest.approx(first)
+    assert registry.fast_cost_s("single", 5000, 5) == pytest.approx(
+        _METHODS["single"].cost.seconds(5000, 5))
+    # an unregistered name gets the default estimate
+    assert registry.fast_cost_s("nope", 10, 2) == pytest.approx(
+        registry.DEFAULT_COST.seconds(10, 2))

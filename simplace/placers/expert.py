@@ -30,7 +30,7 @@ import numpy as np
 from simplace.graph import split_name_path
 from simplace.placers import PlacerContext, PlacerOutput, register
 from simplace.placers.partitioners import evaluate, gpu_devices, repair_memory
-from simplace.placers.registry import choice_option, option_values
+from simplace.placers.registry import Cost, choice_option, option_values
 from simplace.placers.single import single_device_candidates
 
 _LAYER = re.compile(r"^layer_(\d+)$")
@@ -197,7 +197,7 @@ def _dense_or_none(groups: np.ndarray) -> np.ndarray:
     return out
 
 
-@register("expert", options={"embed": choice_option(
+@register("expert", cost=Cost(0.0, 5e-6, paces=True), rank=1, options={"embed": choice_option(
     "LSTM models: the embedding's device, 'gpu' or 'cpu'", "gpu", ("gpu", "cpu"))})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """The hand-written placement for the model (see the module docstring)."""

@@ -18,9 +18,13 @@ from simplace.placers.context import OptimizeResult, PlacerContext, PlacerOutput
 from simplace.placers.registry import (
     _load_methods,
     check_options,
+    fast_cost_s,
+    fast_rank,
     is_search,
     method_kind,
     methods,
+    note_called,
+    paces,
 )
 from simplace.placers.registry import method as registered
 from simplace.search import stop_requested
@@ -108,7 +112,10 @@ def run_method(graph, cost_model, method: str, *, seed: int = 0,
     check_options(method, options)
     ctx = PlacerContext(graph, cost_model, seed=seed, budget_s=budget_s, options=options,
                         progress=progress, t_begin=t_begin)
-    return entry.fn(ctx), ctx
+    try:
+        return entry.fn(ctx), ctx
+    finally:
+        note_called(method)
 
 
 
@@ -118,40 +125,13 @@ COMPARE_DEFAULT_BUDGET_S = 60.0
 # Of a shared budget, the part the fast methods (heuristics, partitioners, list
 # schedulers) may use before the searches get the rest.
 _FAST_SHARE = 0.4
-# The order the fast methods run in: cheap ones first, then the list schedulers best
-# first (m_etf and m_sct beat heft on all 21 rows of
-# bench/results/placers_2026-11-23_list-schedulers_vm-2core-loaded.txt), the pretrained
-# policy (it compiles for about 2 s) and ideals (its cost grows as the square of the
-# ops) last; methods not named follow by name. Under a short budget the last are the
-# ones skipped.
-FAST_ORDER = ("single", "expert", "scotch", "metis", "pipeline", "m_topo", "m_etf", "m_sct",
-              "rl-pretrained", "heft", "ideals")
-# What a fast method costs at the least on M ops and D devices, in seconds:
-# ``fixed + per_op_device * M * D + per_op2 * M^2``: the whole method for those that take
-# no budget; one run (setup, its first run, the final checks; m_sct's LP) for the list
-# schedulers, which stop there when their budget is spent; for ideals, its first window
-# (prefixes: about M^2 / 2 pairs per threshold), before which it has nothing of its own.
-# Measured on the 2-core VM at load 2-3 with budgets of 0.01 s (mlp, resnet50, rnnlm on
-# haswell_k40x4 and haswell_k40x8, 2026-11-27), rounded up; ``compare`` rescales them by
-# what the methods without a budget took here (``_Pace``).
-_FAST_COST = {  # method: (fixed_s, per_op_device_s, per_op2_s)
-    "single": (0.0, 1e-5, 0.0), "expert": (0.0, 5e-6, 0.0), "scotch": (0.0, 1e-5, 0.0),
-    "metis": (0.0, 1.5e-5, 0.0), "pipeline": (0.3, 1.5e-5, 0.0),
-    "m_topo": (0.0, 1.2e-5, 0.0), "m_etf": (0.0, 1.5e-5, 0.0), "m_sct": (0.2, 3e-5, 0.0),
-    "heft": (0.0, 1.6e-5, 0.0), "rl-pretrained": (2.0, 1e-6, 0.0),
-    "ideals": (0.0, 0.0, 1.2e-7)}
-# A fast method not in the table (a new or a user's one).
-_DEFAULT_FAST_COST = (0.0, 2e-5, 0.0)
-# Methods whose wall time is their whole cost whatever the budget (no anytime runs, no
-# compilation): what they took against their estimate rescales the others' estimates.
-_PACE_METHODS = ("single", "expert", "scotch", "metis")
 # Only estimates of at least this much say something about the pace (below it, fixed
 # overheads such as imports dominate), and the pace stays within these bounds.
 _PACE_MIN_S = 0.05
 _PACE_BOUNDS = (1 / 3, 3.0)
-# Fast methods estimated under this go first (in ``FAST_ORDER``): on a small graph the
-# pretrained policy's compilation, which may take several seconds on a loaded machine,
-# then comes after every other method.
+# Fast methods estimated under this go first (by registered rank): on a small graph the
+# pretrained policy's first call in a process (compilation and caches loaded, which may
+# take several seconds on a loaded machine) then comes after every other method.
 _CHEAP_S = 0.25
 # A search is not started with less than this (it could not build its first batch).
 _MIN_SEARCH_S = 1.0
@@ -170,7 +150,8 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     one shared wall-time budget (default ``COMPARE_DEFAULT_BUDGET_S``).
 
     The fast methods run first, together within 40% of the budget, cheap ones first
-    (those estimated under ``_CHEAP_S``, then the others, each group in ``FAST_ORDER``),
+    (those estimated under ``_CHEAP_S``, then the others, each group by registered
+    ``rank``),
     each given an equal part of the fast share left (unused time goes
     to those after it) but at least its estimated cost (``fast_cost_s``, rescaled by
     what the methods that take no budget took here); one whose estimate does not fit
@@ -201,6 +182,24 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     ``compare`` returns, e.g. on an interrupt). Returns the results in the order run.
     """
     _check_problem(graph, cost_model, seed, budget_s, progress)
+    methods_ = _methods_to_compare(methods_, prior)
+    num_ops, num_devices = int(graph.num_ops), int(cost_model.num_devices)
+    fast = sorted((m for m in methods_ if not is_search(m)), key=lambda m: (
+        fast_cost_s(m, num_ops, num_devices) >= _CHEAP_S, fast_rank(m)))
+    # The annealer first (it starts from every placement found), then the policies.
+    searches = sorted((m for m in methods_ if is_search(m)),
+                      key=lambda m: (method_kind(m) != "annealer", m))
+    run = _Comparison(graph, cost_model, seed, progress, found, prior,
+                      COMPARE_DEFAULT_BUDGET_S if budget_s is None else float(budget_s))
+    fast_s = _FAST_SHARE * run.total_s if searches else run.total_s
+    if run.fast_methods(fast, fast_s, searches) and not run.interrupted(searches):
+        run.searches(_plan_searches(searches, run.left_s(), run.total_s, progress))
+    return run.results
+
+
+def _methods_to_compare(methods_, prior) -> list[str]:
+    """``compare``'s methods checked (default: all but the exhaustive), less those
+    ``prior`` has results of."""
     _load_methods()
     if methods_ is None:
         methods_ = [m for m in methods() if method_kind(m) != "exhaustive"]
@@ -213,125 +212,124 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
         raise SimplaceError(f"Unknown placement method(s) {', '.join(map(repr, unknown))}. "
                             f"Available: {', '.join(known)}.")
     done = {r.method for r in prior}
-    methods_ = [m for m in methods_ if m not in done]
-    num_ops, num_devices = int(graph.num_ops), int(cost_model.num_devices)
-    fast = sorted((m for m in methods_ if not is_search(m)), key=lambda m: (
-        fast_cost_s(m, num_ops, num_devices) >= _CHEAP_S, fast_rank(m)))
-    # The annealer first (it starts from every placement found), then the policies.
-    searches = sorted((m for m in methods_ if is_search(m)),
-                      key=lambda m: (method_kind(m) != "annealer", m))
-    total_s = COMPARE_DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
-    t0 = time.perf_counter()
-    fast_until = t0 + (_FAST_SHARE * total_s if searches else total_s)
-    results = found if found is not None else []
-    results.extend(prior)
+    return [m for m in methods_ if m not in done]
 
-    def run(m, budget, **options):
-        if progress:
-            progress(f"running {m} ({budget:.1f} s budget)...")
+
+class _Comparison:
+    """One ``compare`` run: the problem, the shared clock and the results so far."""
+
+    def __init__(self, graph, cost_model, seed, progress, found, prior, total_s: float):
+        self.graph, self.cost_model, self.seed = graph, cost_model, seed
+        self.progress = progress
+        self.results = found if found is not None else []
+        self.results.extend(prior)
+        self.total_s = total_s
+        self.t0 = time.perf_counter()
+
+    def left_s(self) -> float:
+        """Seconds of the whole budget left."""
+        return self.t0 + self.total_s - time.perf_counter()
+
+    def say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
+
+    def run(self, m: str, budget: float, **options) -> OptimizeResult | None:
+        """Run ``m`` within ``budget``; its result (also appended), or None if it failed
+        (said through ``progress``)."""
+        self.say(f"running {m} ({budget:.1f} s budget)...")
         try:
-            results.append(optimize(graph, cost_model, m, seed=seed, budget_s=budget,
-                                    progress=progress, **options))
+            r = optimize(self.graph, self.cost_model, m, seed=self.seed, budget_s=budget,
+                         progress=self.progress, **options)
         except SimplaceError as err:
-            if progress:
-                progress(f"{m} failed: {err}")
+            self.say(f"{m} failed: {err}")
+            return None
+        self.results.append(r)
+        return r
 
-    def interrupted(rest: list[str]) -> bool:
+    def interrupted(self, rest: list[str]) -> bool:
         """After a stop request, the methods not begun are skipped (and said so)."""
         if not stop_requested():
             return False
-        if progress and rest:
-            progress(f"interrupted: skipped {', '.join(rest)}")
+        if rest:
+            self.say(f"interrupted: skipped {', '.join(rest)}")
         return True
 
-    fast_s = fast_until - t0
-    pace = _Pace()
-    for k, m in enumerate(fast):
-        if interrupted(fast[k:] + searches):
-            return results
-        # Each fast method gets an equal part of the fast share left (what one leaves
-        # unused goes to those after it), but at least its estimated cost: the list
-        # schedulers and ideals stop at the end of their part, the others run to their
-        # end. One whose estimate does not fit the fast share left is skipped: it would
-        # overrun it, and the searches after it would pay.
-        left_s = fast_until - time.perf_counter()
-        need_s = pace.factor * fast_cost_s(m, num_ops, num_devices)
-        if need_s > left_s:
-            if progress:
-                progress(f"{m} skipped: it takes about {need_s:.1f} s on {num_ops:,} ops and "
-                         f"{num_devices} devices, and {max(left_s, 0.0):.1f} s of the fast "
-                         f"methods' {fast_s:.1f} s share of the {total_s:g} s budget is "
-                         "left (give more with --budget-s)")
-            continue
-        n_before = len(results)
-        run(m, max(left_s / (len(fast) - k), need_s))
-        if len(results) > n_before:
-            pace.add(m, fast_cost_s(m, num_ops, num_devices),
-                     getattr(results[-1], "wall_s", None))
-    if interrupted(searches):
-        return results
-    searches = _plan_searches(searches, t0 + total_s - time.perf_counter(), total_s,
-                              progress)
-    first_batch_s = 0.0  # the longest first batch of the searches run so far
-    for i, m in enumerate(searches):
-        if interrupted(searches[i:]):
-            return results
-        left_s = t0 + total_s - time.perf_counter()
-        share_s = left_s / (len(searches) - i)
-        if share_s < max(_MIN_SEARCH_S, first_batch_s):
-            if progress:
+    def fast_methods(self, fast: list[str], fast_s: float, searches: list[str]) -> bool:
+        """Run the fast methods within ``fast_s`` seconds; False if interrupted."""
+        num_ops, num_devices = int(self.graph.num_ops), int(self.cost_model.num_devices)
+        fast_until = self.t0 + fast_s
+        pace = _Pace()
+        for k, m in enumerate(fast):
+            if self.interrupted(fast[k:] + searches):
+                return False
+            # Each fast method gets an equal part of the fast share left (what one leaves
+            # unused goes to those after it), but at least its estimated cost: the list
+            # schedulers and ideals stop at the end of their part, the others run to
+            # their end. One whose estimate does not fit the fast share left is skipped:
+            # it would overrun it, and the searches after it would pay.
+            left_s = fast_until - time.perf_counter()
+            estimate_s = fast_cost_s(m, num_ops, num_devices)
+            need_s = pace.factor * estimate_s
+            if need_s > left_s:
+                self.say(f"{m} skipped: it takes about {need_s:.1f} s on {num_ops:,} ops "
+                         f"and {num_devices} devices, and {max(left_s, 0.0):.1f} s of the "
+                         f"fast methods' {fast_s:.1f} s share of the {self.total_s:g} s "
+                         "budget is left (give more with --budget-s)")
+                continue
+            r = self.run(m, max(left_s / (len(fast) - k), need_s))
+            if r is not None:
+                pace.add(m, estimate_s, getattr(r, "wall_s", None))
+        return True
+
+    def searches(self, searches: list[str]) -> None:
+        """Run the searches, each in an equal part of the time left when it starts."""
+        first_batch_s = 0.0  # the longest first batch of the searches run so far
+        for i, m in enumerate(searches):
+            if self.interrupted(searches[i:]):
+                return
+            left_s = self.left_s()
+            share_s = left_s / (len(searches) - i)
+            if share_s < max(_MIN_SEARCH_S, first_batch_s):
                 why = (f"; a search's first batch took {first_batch_s:.1f} s here"
                        if first_batch_s > _MIN_SEARCH_S else "")
-                progress(f"{m} skipped: {max(left_s, 0.0):.1f} s of the {total_s:g} s "
+                self.say(f"{m} skipped: {max(left_s, 0.0):.1f} s of the {self.total_s:g} s "
                          f"budget left{why} (give more with --budget-s)")
-            continue
-        found = [r for r in results if not r.oom] or results
-        if method_kind(m) == "annealer":
-            options = {"starts": [r.placement for r in results]} if results else {}
-        else:
-            # Every placement found so far, best first: the policy starts from the best
-            # and its portfolio restarts from the next distinct ones (other basins).
-            ranked = sorted(found, key=lambda r: r.step_time_s)
-            options = {"warm_start": np.stack([r.placement for r in ranked])} \
-                if ranked else {}
-        n_before = len(results)
-        run(m, share_s, **options)
-        if len(results) > n_before:
-            first_batch_s = max(first_batch_s, results[-1].info.get("first_batch_s") or 0.0)
-            wall_s = getattr(results[-1], "wall_s", None) or 0.0
-            if progress and wall_s - share_s > max(0.1 * share_s, 1.0):
-                progress(f"{m} ran {wall_s:.1f} s of a {share_s:.1f} s part "
-                         f"(its first batch, compilation included, took "
-                         f"{results[-1].info.get('first_batch_s') or 0.0:.1f} s); the "
+                continue
+            r = self.run(m, share_s, **self._search_options(m))
+            if r is None:
+                continue
+            batch_s = r.info.get("first_batch_s") or 0.0
+            first_batch_s = max(first_batch_s, batch_s)
+            wall_s = getattr(r, "wall_s", None) or 0.0
+            if wall_s - share_s > max(0.1 * share_s, 1.0):
+                self.say(f"{m} ran {wall_s:.1f} s of a {share_s:.1f} s part (its first "
+                         f"batch, compilation included, took {batch_s:.1f} s); the "
                          "searches after it share what is left")
-    return results
 
-
-def fast_cost_s(method: str, num_ops: int, num_devices: int) -> float:
-    """The least wall time (seconds) fast method ``method`` is expected to take on a
-    graph of ``num_ops`` ops and a machine of ``num_devices`` devices on the 2-core VM
-    (``_FAST_COST``): ``compare`` and ``local``'s starts do not start a method whose
-    estimate does not fit the time left."""
-    fixed, per_op_device, per_op2 = _FAST_COST.get(method, _DEFAULT_FAST_COST)
-    m, d = float(num_ops), float(num_devices)
-    return fixed + per_op_device * m * d + per_op2 * m * m
-
-
-def fast_rank(method: str) -> tuple[int, str]:
-    """Sort key of the fast methods: ``FAST_ORDER``, then the others by name."""
-    return (FAST_ORDER.index(method) if method in FAST_ORDER else len(FAST_ORDER), method)
+    def _search_options(self, m: str) -> dict:
+        results = self.results
+        if not results:
+            return {}
+        if method_kind(m) == "annealer":
+            return {"starts": [r.placement for r in results]}
+        # Every placement found so far, best first: the policy starts from the best and
+        # its portfolio restarts from the next distinct ones (other basins).
+        found = [r for r in results if not r.oom] or results
+        ranked = sorted(found, key=lambda r: r.step_time_s)
+        return {"warm_start": np.stack([r.placement for r in ranked])}
 
 
 class _Pace:
     """How much slower than the estimates (``fast_cost_s``) this machine runs now: the
-    geometric mean of wall / estimate of the methods of ``_PACE_METHODS`` run so far
+    geometric mean of wall / estimate of the methods of ``Cost.paces`` run so far
     (estimates of at least ``_PACE_MIN_S``), within ``_PACE_BOUNDS``; 1 before any."""
 
     def __init__(self):
         self.logs: list[float] = []
 
     def add(self, method: str, estimate_s: float, wall_s: float | None) -> None:
-        if method in _PACE_METHODS and estimate_s >= _PACE_MIN_S and wall_s:
+        if paces(method) and estimate_s >= _PACE_MIN_S and wall_s:
             self.logs.append(float(np.log(wall_s / estimate_s)))
 
     @property

@@ -12,7 +12,7 @@ import numpy as np
 
 from simplace.placers import PlacerContext, PlacerOutput, register
 from simplace.placers._list_runs import COMMON_OPTIONS, Problem, Setup, earliest
-from simplace.placers.registry import bool_option, option_values
+from simplace.placers.registry import Cost, bool_option, option_values
 
 # HEFT's insertion search looks at most this many idle gaps per device before appending
 # (bounds the worst case on graphs with very fragmented timelines).
@@ -215,7 +215,7 @@ def heft_proposal(ctx: PlacerContext, memory: str, *, fifo_links: bool = False
     return np.asarray(st.dev, dtype=np.int32), st.makespan()
 
 
-@register("heft", options={
+@register("heft", cost=Cost(0.0, 1.6e-5), rank=9, options={
     **COMMON_OPTIONS,
     "fifo_links": bool_option("HEFT's own schedule models links as FIFOs (default False: "
                               "contention-free)", False)})

@@ -51,7 +51,7 @@ import numpy as np
 
 from simplace._argtypes import check_int
 from simplace._numba import njit
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, register
 from simplace.search import stop_requested
 
 DEFAULT_MAX_IDEALS = 100_000
@@ -69,7 +69,7 @@ THRESHOLD_GROWTH = 2.0
 MAX_COUNT_VECTORS = 4096
 
 
-@register("ideals", options={
+@register("ideals", cost=Cost(0.0, 0.0, 1.2e-7), rank=10, options={
     "max_ideals": f"ideals at most, else a window of the order (default {DEFAULT_MAX_IDEALS})",
     "max_pairs": f"(ideal, smaller ideal) pairs visited in all, at most (default "
                  f"{DEFAULT_MAX_PAIRS})"})

@@ -106,7 +106,7 @@ import math
 
 import numpy as np
 
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, register
 from simplace.placers import heft as _heft  # noqa: F401 (registers heft)
 from simplace.placers import sct as _sct  # noqa: F401 (registers m_sct)
 from simplace.placers._list_runs import COMMON_OPTIONS, Setup, blocks, earliest
@@ -117,7 +117,7 @@ from simplace.sim.incremental import IncrementalProgram as _Program  # noqa: F40
 
 
 # --------------------------------------------------------------------------- m-TOPO
-@register("m_topo", options={"memory": COMMON_OPTIONS["memory"],
+@register("m_topo", cost=Cost(0.0, 1.2e-5), rank=6, options={"memory": COMMON_OPTIONS["memory"],
                              "fallback_single": COMMON_OPTIONS["fallback_single"]})
 def m_topo(ctx: PlacerContext) -> PlacerOutput:
     """Baechi's m-TOPO: fill devices in turn, in graph order, under memory caps.
@@ -195,7 +195,7 @@ def m_topo(ctx: PlacerContext) -> PlacerOutput:
 
 
 # --------------------------------------------------------------------------- ETF family
-@register("m_etf", options=COMMON_OPTIONS)
+@register("m_etf", cost=Cost(0.0, 1.5e-5), rank=7, options=COMMON_OPTIONS)
 def m_etf(ctx: PlacerContext) -> PlacerOutput:
     """Baechi's m-ETF in the program's order: each unit to the device where it ends first.
 

@@ -2,7 +2,7 @@
 
 Starts: the placements given by the methods named in option ``starts`` (a list, or one
 string of comma-separated names; default: every method of kind heuristic, in
-``simplace.placers.front.FAST_ORDER``; methods that fail are skipped
+registered ``rank``; methods that fail are skipped
 and reported in ``info["starts"]``) and by ``single`` (unless a given placement puts
 every op on one device: ``compare`` passes single's among those it found). ``starts``
 may also hold placements (int[M] arrays) to start from.
@@ -196,12 +196,13 @@ def _start_list(ctx: PlacerContext) -> list:
     starts = ctx.options.get("starts")
     if starts is None:
         from simplace.placers import methods_of_kind
-        from simplace.placers.front import fast_rank
+        from simplace.placers.registry import fast_rank
 
         # Policies train for a minute each: usable as starts only when named. Starts stop
-        # being begun at half the budget, so they go in ``compare``'s order: the cheap
-        # ones first, then the list schedulers best first, the pretrained policy and
-        # ideals last (``simplace.placers.front.FAST_ORDER``).
+        # being begun at half the budget, so they go in their registered ``rank``: the
+        # cheapest, then the pretrained policy (the best start on big graphs at equal
+        # wall time: bench/results/pretrained_2026-11-27_vm_equal-time.txt), then the
+        # partitioners and the list schedulers best first, ideals last.
         starts = sorted(methods_of_kind("heuristic"), key=fast_rank)
     elif isinstance(starts, str):  # one method name or several, comma-separated
         starts = [name.strip() for name in starts.split(",") if name.strip()]
@@ -228,12 +229,12 @@ def _one_device(placement) -> bool:
 def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None):
     """[(label, placement)] and a report row per start. Heuristics are not started after
     ``starts_until`` (perf_counter time), nor when their estimated cost
-    (``simplace.placers.front.fast_cost_s``) does not fit the time left until then, nor
+    (``simplace.placers.registry.fast_cost_s``) does not fit the time left until then, nor
     once a stop is requested (``single`` is); each is given ``sub_budget`` or the time
     left until ``starts_until``, whichever is less, but at least its estimate."""
     from simplace.placement import check_placement
     from simplace.placers import method_kind, methods, run_method
-    from simplace.placers.front import fast_cost_s
+    from simplace.placers.registry import fast_cost_s
 
     m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
     found, report = [], []

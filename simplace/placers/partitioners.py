@@ -39,7 +39,7 @@ import numpy as np
 
 from simplace import groups as G
 from simplace.errors import SimplaceError
-from simplace.placers import PlacerContext, PlacerOutput, penalised, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, penalised, register
 from simplace.sim.inputs import put_waits_of
 
 # Integer scales for the libraries' weights: totals stay far below 2**31 (METIS may be
@@ -340,7 +340,7 @@ def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> Placer
     return _finish(ctx, best, ug.groups, info, history)
 
 
-@register("metis")
+@register("metis", cost=Cost(0.0, 1.5e-5, paces=True), rank=4)
 def place_metis(ctx: PlacerContext) -> PlacerOutput:
     """METIS min-cut partition, parts sized by device speed, mapped onto the devices."""
     speed = device_speed(ctx)
@@ -462,7 +462,7 @@ def _scotch_parts(ctx: PlacerContext, ug: _Undirected, devices: list[int]) -> np
     return _scotch_map(pyscotch, ug, lambda: _scotch_arch(ctx, devices, typical), ctx.seed)
 
 
-@register("scotch")
+@register("scotch", cost=Cost(0.0, 1e-5, paces=True), rank=3)
 def place_scotch(ctx: PlacerContext) -> PlacerOutput:
     """Scotch static mapping onto the machine's devices and links."""
     everything = list(range(ctx.cost_model.num_devices))

@@ -30,7 +30,7 @@ import numpy as np
 
 from simplace._numba import njit
 from simplace.placers import PlacerContext, PlacerOutput, register
-from simplace.placers.registry import int_option, option_values
+from simplace.placers.registry import Cost, int_option, option_values
 from simplace.search import stop_requested
 
 DEFAULT_ROUNDS = 3
@@ -40,7 +40,7 @@ DEFAULT_POSITIONS = 128
 RANGE_DP_MAX_OPS = 2500
 
 
-@register("pipeline", options={
+@register("pipeline", cost=Cost(0.3, 1.5e-5), rank=5, options={
     "rounds": int_option(f"rounds of moving each boundary to its best place (default "
                          f"{DEFAULT_ROUNDS})", DEFAULT_ROUNDS, 0),
     "positions": int_option(f"places tried per boundary move, at most (default "

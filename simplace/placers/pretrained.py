@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from simplace.errors import SimplaceError
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, register
 
 FALLBACK = "heft"
 DEFAULT_UPDATES = 200
@@ -45,7 +45,7 @@ DEFAULT_UPDATES = 200
 POLISH_SHARE = 0.7
 
 
-@register("rl-pretrained", options={
+@register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, options={
     "samples": "sampled placements scored besides the greedy one (default 64)",
     "weights": "policy weights file (simplace train-policy; default: the shipped ones)"})
 def place(ctx: PlacerContext) -> PlacerOutput:

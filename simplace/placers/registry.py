@@ -106,6 +106,40 @@ def choice_option(doc: str, default: str, choices: Sequence[str]) -> Option:
 
 
 @dataclasses.dataclass(frozen=True)
+class Cost:
+    """What a fast method takes at the least on a graph of M ops and a machine of D
+    devices, in seconds on the machine the costs were measured on (``DEFAULT_COST``'s
+    comment): ``fixed_s + per_op_device_s * M * D + per_op2_s * M^2``, plus
+    ``first_call_s`` on its first run in a process (compilation, caches loaded). The
+    whole method for one that takes no budget; its first answer for one that stops at
+    its budget. ``compare`` and ``local``'s starts skip a method whose estimate does not
+    fit the time left. ``paces``: the method's wall time is its whole cost whatever the
+    budget (no anytime runs, no compilation), so what it took against its estimate tells
+    ``compare`` how fast the machine runs now."""
+
+    fixed_s: float = 0.0
+    per_op_device_s: float = 2e-5
+    per_op2_s: float = 0.0
+    first_call_s: float = 0.0
+    paces: bool = False
+
+    def seconds(self, num_ops: int, num_devices: int, *, first_call: bool = False) -> float:
+        """The estimate on ``num_ops`` ops and ``num_devices`` devices."""
+        m, d = float(num_ops), float(num_devices)
+        return (self.fixed_s + self.per_op_device_s * m * d + self.per_op2_s * m * m
+                + (self.first_call_s if first_call else 0.0))
+
+
+# A method registered without a cost (a new one, or a user's). The registered costs were
+# measured on the 2-core VM at load 2-3 with budgets of 0.01 s (mlp, resnet50, rnnlm on
+# haswell_k40x4 and haswell_k40x8) and rounded up; ``compare`` rescales them by what the
+# methods that take no budget took in the same run (``front._Pace``).
+DEFAULT_COST = Cost()
+# Methods registered without a rank run after the ranked ones, by name.
+DEFAULT_RANK = 1000
+
+
+@dataclasses.dataclass(frozen=True)
 class Method:
     """One registered method: ``fn(ctx) -> PlacerOutput``, its kind (one of ``KINDS``),
     ``{option: Option}`` of the keyword options it reads, and ``untyped``: the options
@@ -116,6 +150,8 @@ class Method:
     kind: str
     options: dict
     untyped: frozenset = frozenset()
+    cost: Cost = DEFAULT_COST
+    rank: int = DEFAULT_RANK
 
 
 _METHODS: dict[str, Method] = {}
@@ -127,13 +163,17 @@ _METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "pipel
 
 
 def register(name: str, *, kind: str = "heuristic",
-             options: Mapping[str, Option | str] | None = None):
+             options: Mapping[str, Option | str] | None = None,
+             cost: Cost | None = None, rank: int = DEFAULT_RANK):
     """Decorator: make ``fn(ctx) -> PlacerOutput`` available as ``optimize(method=name)``.
 
     ``kind``: one of ``KINDS`` (see the module docstring). ``options``: ``{option name:
     Option}`` of every keyword option the method reads from ``ctx.options`` (a string:
     an untyped option with that doc); ``optimize`` refuses any other, and a value its
-    ``Option`` does not parse."""
+    ``Option`` does not parse. For a fast method: ``cost``, what it takes (``Cost``;
+    default ``DEFAULT_COST``), and ``rank``, where it comes among the fast methods that
+    ``compare`` and ``local``'s starts run (lowest first: the best starts for the time
+    they take go early, so that a short budget keeps them)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     declared = {k: v if isinstance(v, Option) else Option(str(v))
@@ -141,7 +181,8 @@ def register(name: str, *, kind: str = "heuristic",
     untyped = frozenset(k for k, v in (options or {}).items() if not isinstance(v, Option))
 
     def deco(fn):
-        _METHODS[name] = Method(name, fn, kind, declared, untyped)
+        _METHODS[name] = Method(name, fn, kind, declared, untyped,
+                                DEFAULT_COST if cost is None else cost, int(rank))
         return fn
 
     return deco
@@ -154,6 +195,36 @@ def method(name: str) -> Method:
         raise SimplaceError(f"Unknown placement method {name!r}. Available: "
                             f"{', '.join(sorted(_METHODS))} (or 'all').")
     return _METHODS[name]
+
+
+# The methods run in this process: a method's ``Cost.first_call_s`` is paid once.
+_CALLED: set[str] = set()
+
+
+def note_called(name: str) -> None:
+    """Record that ``name`` ran in this process (the front end calls it)."""
+    _CALLED.add(name)
+
+
+def fast_cost_s(name: str, num_ops: int, num_devices: int) -> float:
+    """The least wall time (seconds) fast method ``name`` is expected to take on a graph
+    of ``num_ops`` ops and a machine of ``num_devices`` devices (its ``Cost``, with its
+    first-call cost until it has run in this process)."""
+    entry = _METHODS.get(name) if isinstance(name, str) else None
+    cost = DEFAULT_COST if entry is None else entry.cost
+    return cost.seconds(num_ops, num_devices, first_call=name not in _CALLED)
+
+
+def paces(name: str) -> bool:
+    """Whether ``name``'s wall time measures the machine's pace (``Cost.paces``)."""
+    entry = _METHODS.get(name)
+    return entry is not None and entry.cost.paces
+
+
+def fast_rank(name: str) -> tuple[int, str]:
+    """Sort key of the fast methods: their registered ``rank``, then their name."""
+    entry = _METHODS.get(name)
+    return (DEFAULT_RANK if entry is None else entry.rank, name)
 
 
 def method_kind(name: str) -> str:

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, register
 from simplace.placers._list_runs import COMMON_OPTIONS, Problem, Setup, earliest
 
 # Connected op pairs above which the favourite-child LP gives way to the greedy favourite.
@@ -136,7 +136,7 @@ def favourite_children_greedy(pb: Problem) -> tuple[list[int], dict]:
                         "favourite_pairs": sum(1 for q in fav_parent if q >= 0)}
 
 
-@register("m_sct", options={
+@register("m_sct", cost=Cost(0.2, 3e-5), rank=8, options={
     **COMMON_OPTIONS,
     "lp_max_edges": "connected op pairs above which the favourite-child LP gives way to the "
                     "greedy favourite (default 20,000)"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, register
 
 
 def single_device_step_s(ctx: PlacerContext) -> np.ndarray:
@@ -27,7 +27,7 @@ def single_device_candidates(ctx: PlacerContext) -> list[int]:
     return [int(d) for d in np.argsort(single_device_step_s(ctx), kind="stable")]
 
 
-@register("single")
+@register("single", cost=Cost(0.0, 1e-5, paces=True), rank=0)
 def place(ctx: PlacerContext) -> PlacerOutput:
     """Every op on the fastest device that holds the model; if none does, on the device with the
     most memory (``info['fits']`` False)."""
