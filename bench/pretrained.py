@@ -65,9 +65,7 @@ def _best_heuristic(g, inp, seed):
     from simplace.placers import methods_of_kind, optimize
 
     best = None
-    for name in methods_of_kind("heuristic"):
-        if name == "rl-pretrained":
-            continue
+    for name in methods_of_kind("heuristic", learned=False):
         try:
             r = optimize(g, inp, name, seed=seed)
         except Exception as err:  # noqa: BLE001 - a failing heuristic is reported, not fatal
@@ -150,7 +148,7 @@ def main() -> None:
     for m in (200, 3000):
         g0 = dist.random_dag(m, 0)
         optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained", **wopt)
-    starts = ",".join(m for m in methods_of_kind("heuristic") if m != "rl-pretrained")
+    starts = methods_of_kind("heuristic", learned=False)
     results = []
     kept = {}
     if args.baselines and os.path.isfile(args.baselines):

@@ -323,3 +323,13 @@ def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_
     assert r.step_time_s <= r.info["fine_tuned_s"] * (1 + 1e-9)
     assert r.step_time_s <= r.info["zero_shot_s"] * (1 + 1e-9)
     assert r.info["updates"] >= 1
+
+
+def test_the_pretrained_policy_is_a_learned_heuristic():
+    # Training targets and the held-out baselines leave it out by this flag, not its name.
+    from simplace.placers import methods_of_kind
+
+    assert methods_of_kind("heuristic", learned=True) == ["rl-pretrained"]
+    plain = methods_of_kind("heuristic", learned=False)
+    assert "rl-pretrained" not in plain and {"heft", "m_etf", "single"} <= set(plain)
+    assert sorted(plain + ["rl-pretrained"]) == methods_of_kind("heuristic")

@@ -45,7 +45,8 @@ DEFAULT_UPDATES = 200
 POLISH_SHARE = 0.7
 
 
-@register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, options={
+@register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, learned=True,
+          options={
     "samples": "sampled placements scored besides the greedy one (default 64)",
     "weights": "policy weights file (simplace train-policy; default: the shipped ones)"})
 def place(ctx: PlacerContext) -> PlacerOutput:

@@ -152,6 +152,7 @@ class Method:
     untyped: frozenset = frozenset()
     cost: Cost = DEFAULT_COST
     rank: int = DEFAULT_RANK
+    learned: bool = False
 
 
 _METHODS: dict[str, Method] = {}
@@ -164,7 +165,7 @@ _METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "pipel
 
 def register(name: str, *, kind: str = "heuristic",
              options: Mapping[str, Option | str] | None = None,
-             cost: Cost | None = None, rank: int = DEFAULT_RANK):
+             cost: Cost | None = None, rank: int = DEFAULT_RANK, learned: bool = False):
     """Decorator: make ``fn(ctx) -> PlacerOutput`` available as ``optimize(method=name)``.
 
     ``kind``: one of ``KINDS`` (see the module docstring). ``options``: ``{option name:
@@ -173,7 +174,9 @@ def register(name: str, *, kind: str = "heuristic",
     ``Option`` does not parse. For a fast method: ``cost``, what it takes (``Cost``;
     default ``DEFAULT_COST``), and ``rank``, where it comes among the fast methods that
     ``compare`` and ``local``'s starts run (lowest first: the best starts for the time
-    they take go early, so that a short budget keeps them)."""
+    they take go early, so that a short budget keeps them). ``learned``: it places with
+    weights trained beforehand on other graphs (what those weights are trained from and
+    judged against leaves it out)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     declared = {k: v if isinstance(v, Option) else Option(str(v))
@@ -182,7 +185,8 @@ def register(name: str, *, kind: str = "heuristic",
 
     def deco(fn):
         _METHODS[name] = Method(name, fn, kind, declared, untyped,
-                                DEFAULT_COST if cost is None else cost, int(rank))
+                                DEFAULT_COST if cost is None else cost, int(rank),
+                                bool(learned))
         return fn
 
     return deco
@@ -232,10 +236,13 @@ def method_kind(name: str) -> str:
     return method(name).kind
 
 
-def methods_of_kind(*kinds: str) -> list[str]:
-    """Names of the methods of the given kinds, sorted."""
+def methods_of_kind(*kinds: str, learned: bool | None = None) -> list[str]:
+    """Names of the methods of the given kinds, sorted; ``learned`` False (True): only
+    those that place without (with) weights trained beforehand (``register``'s
+    ``learned``), e.g. the baselines a pretrained policy is judged against."""
     _load_methods()
-    return sorted(n for n, m in _METHODS.items() if m.kind in kinds)
+    return sorted(n for n, m in _METHODS.items()
+                  if m.kind in kinds and (learned is None or m.learned == learned))
 
 
 def is_search(name: str) -> bool:

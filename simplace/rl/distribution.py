@@ -171,7 +171,7 @@ def _target(graph, inputs, budget_s: float, seed: int):
     imitation target)."""
     from simplace.placers import methods_of_kind, optimize
 
-    starts = [m for m in methods_of_kind("heuristic") if m != "rl-pretrained"]
+    starts = methods_of_kind("heuristic", learned=False)
     return optimize(graph, inputs, "local", seed=seed, budget_s=budget_s,
                     starts=",".join(starts)).placement
 
