@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from simplace._argtypes import check_int
 from simplace.progress import Line, Throttle
 from simplace.progress import bar as bar_text
 
@@ -53,12 +54,24 @@ OOM_PENALTY = 1e6
 # cost model to go on against, or None. ``step`` is -1 on the call at the end.
 ValidationHook = Callable[[int, Sequence[np.ndarray], Any], Any]
 
-# The options every search method takes (declared by each of them, see
-# ``simplace.placers.register``).
+
+def _hook(value):
+    if not callable(value):
+        raise TypeError(f"value must be a callable (step, candidates, cost_model) -> "
+                        f"CostModel | None, got {type(value).__name__}.")
+    return value
+
+
+# The options every search method takes, each as ``(doc, default, parse)``: the fields of
+# a typed ``simplace.placers.Option``, which each search method declares
+# (``Option(*spec)``; the registry sits above this module, which cannot import it).
 SESSION_OPTIONS = {
-    "validate": "validation hook (step, candidates, cost_model) -> CostModel | None",
-    "validate_every": "call the hook every N steps (rounds or updates); 0: at the end only",
-    "top_k": "distinct best placements kept and handed to the hook (default 5)",
+    "validate": ("validation hook (step, candidates, cost_model) -> CostModel | None",
+                 None, _hook),
+    "validate_every": ("call the hook every N steps (rounds or updates); 0 (the default): "
+                       "at the end only", 0, lambda v: check_int(v, "value", 0)),
+    "top_k": ("distinct best placements kept and handed to the hook (default 5)", 5,
+              lambda v: check_int(v, "value", 1)),
 }
 PROGRESS_EVERY_S = 3.0  # seconds between progress messages
 _RECENT = 3  # steps whose longest duration predicts the next one's

@@ -271,7 +271,7 @@ def test_local_races_distinct_starts_and_halves_them():
     one = optimize(g, cm, seed=2, **{**kw, "race": 1})
     assert [r["start"] for r in one.info["lanes"]] == [lanes[0]["start"]]
     assert one.info["lanes"][0]["end"] == "ran to the end"
-    with pytest.raises(SimplaceError, match="race must be an integer"):
+    with pytest.raises(SimplaceError, match="'race' must be an integer"):
         optimize(g, cm, seed=2, **{**kw, "race": 0})
 
 

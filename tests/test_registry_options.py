@@ -26,13 +26,11 @@ from simplace.placers.registry import (
     option_values,
 )
 
-# Options declared by a plain string today, per method: at most this many (issue 34:
-# typed options for every method). Type them in the method's register(...) call
-# (int_option, float_option, bool_option, choice_option, or Option(doc) for a value
-# only the method can check) and lower the figure here.
-UNTYPED_AT_MOST = {"heft": 6, "ideals": 2, "local": 13, "m_etf": 6, "m_sct": 7, "m_topo": 2,
-                   "rl-gnn": 41, "rl-hierarchical": 41, "rl-pretrained": 2, "rl-seq2seq": 40,
-                   "rl-universal": 5}
+# Options declared by a plain string, per method: at most this many (issue 34: typed
+# options for every method; none is left). Declare an option with a typed Option in the
+# method's register(...) call (int_option, float_option, bool_option, choice_option, or
+# Option(doc, default) for a value only the method can check).
+UNTYPED_AT_MOST: dict[str, int] = {}
 
 
 @pytest.mark.parametrize("name", methods())
@@ -63,6 +61,15 @@ def test_option_values_fill_in_the_defaults():
     assert option_values("exact", {"batch": 8})["max_placements"] == 2**20
     assert option_values("expert", {"embed": "cpu"}) == {"embed": "cpu"}
     assert option_values("heft", {"fifo_links": np.bool_(True)})["fifo_links"] is True
+    local = option_values("local", {"module_depths": np.array([2, 1])})
+    assert local["module_depths"] == (2, 1) and local["screen"] == "auto"
+    assert local["batch"] is None and local["validate_every"] == 0 and local["top_k"] == 5
+    assert option_values("m_etf", {"units": [32, 0]})["units"] == (32, 0)
+    rl = option_values("rl-gnn", {"samples": np.int64(8)})
+    assert rl["samples"] == 8 and rl["lr"] == 3e-3 and rl["max_units"] == 1024
+    assert rl["units"] == "auto" and rl["hidden"] is None
+    assert option_values("rl-seq2seq", {})["max_units"] == 256
+    assert option_values("rl-universal", {})["warm_start"] == "pretrained"
 
 
 @pytest.mark.parametrize("name, options, says", [
@@ -73,6 +80,28 @@ def test_option_values_fill_in_the_defaults():
     ("expert", {"embed": "tpu"}, ["'expert'", "'embed'", "'gpu', 'cpu'", "'tpu'"]),
     ("exact", {"batch": 0}, ["'exact'", "'batch'", "1..2147483647"]),
     ("exact", {"max_placements": 2.5}, ["'max_placements'", "2.5"]),
+    ("local", {"screen": "yes"}, ["'local'", "'screen'", "'auto', True or False", "('auto')"]),
+    ("local", {"module_depths": "12"}, ["'module_depths'", "list of integers >= 0"]),
+    ("local", {"t0": 0.0}, ["'t0'", "> 0", "(0.01)"]),
+    ("local", {"validate": 3}, ["'validate'", "callable"]),
+    ("local", {"top_k": 0}, ["'top_k'", "integer >= 1", "(5)"]),
+    ("heft", {"units": []}, ["'heft'", "'units'", "non-empty list of integers >= 0"]),
+    ("m_etf", {"repasses": True}, ["'repasses'", "integer >= 0"]),
+    ("m_topo", {"memory": "off"}, ["'memory'", "'auto', 'conservative', 'liveness'"]),
+    ("m_sct", {"lp_max_edges": 1.5}, ["'m_sct'", "'lp_max_edges'", "(20000)"]),
+    ("ideals", {"max_pairs": 0}, ["'ideals'", "'max_pairs'", "integer >= 1"]),
+    ("rl-gnn", {"lr": "fast"}, ["'rl-gnn'", "'lr'", "must be a finite number", "(0.003)"]),
+    ("rl-gnn", {"lr": 0.0}, ["'lr'", "RLConfig's check"]),
+    ("rl-gnn", {"reward": "exp"}, ["'reward'", "neg, sqrt, log", "('sqrt')"]),
+    ("rl-gnn", {"normalize": 1}, ["'normalize'", "True or False"]),
+    ("rl-seq2seq", {"samples": 10_000}, ["'samples'", "1..8192"]),
+    ("rl-seq2seq", {"units": "groups"}, ["'units'", "'auto', 'ops'"]),
+    ("rl-hierarchical", {"validate_every": -1}, ["'validate_every'", "integer >= 0"]),
+    ("rl-hierarchical", {"checkpoint": 5}, ["'checkpoint'", "file path"]),
+    ("rl-gnn", {"layers": 1.5}, ["'layers'", "integer in 0.."]),
+    ("rl-universal", {"polish_share": 1.0}, ["'polish_share'", "< 1", "(0.7)"]),
+    ("rl-universal", {"samples": 1}, ["'samples'", "2..8192"]),
+    ("rl-pretrained", {"weights": 3}, ["'weights'", "file path"]),
 ])
 def test_a_wrong_type_names_the_method_the_option_and_the_default(name, options, says):
     with pytest.raises(OptionError) as err:

@@ -218,17 +218,17 @@ def test_bad_input_is_a_clear_error(small_case):
         make_policy("lstm", None, 2)
     with pytest.raises(SimplaceError, match="Unknown warm-start method 'heft2'"):
         optimize(g, cm, method="rl-gnn", episodes=16, warm_start="heft2")
-    with pytest.raises(SimplaceError, match=r"samples must be an integer in 1\.\.8192, got 0"):
+    with pytest.raises(SimplaceError, match=r"'samples' must be an integer in 1\.\.8192, got 0"):
         optimize(g, cm, method="rl-gnn", episodes=16, samples=0)
     with pytest.raises(SimplaceError, match="reward must be one of neg, sqrt, log"):
         RLConfig(reward="exp")
-    with pytest.raises(SimplaceError, match=r"episodes must be an integer in 1\.\."):
+    with pytest.raises(SimplaceError, match=r"'episodes' must be an integer in 1\.\."):
         optimize(g, cm, method="rl-gnn", episodes=0)
-    with pytest.raises(SimplaceError, match="samples must be an integer in 1..8192, got 'many'"):
+    with pytest.raises(SimplaceError, match="'samples' must be an integer in 1..8192, got 'many'"):
         optimize(g, cm, method="rl-gnn", episodes=16, samples="many")
-    with pytest.raises(SimplaceError, match=r"explore .* must be > 0, got 0"):
+    with pytest.raises(SimplaceError, match=r"'explore' must be a finite number > 0, got 0"):
         optimize(g, cm, method="rl-gnn", episodes=16, explore=0)
-    with pytest.raises(SimplaceError, match=r"explore .* must be > 0, got 'many'"):
+    with pytest.raises(SimplaceError, match=r"'explore' must be a finite number > 0, got 'many'"):
         optimize(g, cm, method="rl-seq2seq", episodes=16, explore="many")
     with pytest.raises(SimplaceError, match="explore"):  # gnn's and seq2seq's only
         optimize(g, cm, method="rl-hierarchical", episodes=16, explore=2)

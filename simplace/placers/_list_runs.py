@@ -8,13 +8,20 @@ simulator and of ``single`` (``Setup``). The module docstring of
 from __future__ import annotations
 
 import math
+import numbers
 import time
 
 import numpy as np
 
-from simplace.errors import SimplaceError
+from simplace.errors import OptionError
 from simplace.graph import split_name_path
 from simplace.placers import PlacerContext, PlacerOutput, penalised
+from simplace.placers.registry import (
+    Option,
+    bool_option,
+    choice_option,
+    int_option,
+)
 from simplace.sim.incremental import IncrementalProgram
 from simplace.sim.reference import segments_of
 
@@ -31,19 +38,51 @@ MODULE_DEPTHS = (1, 2, 3, 4)
 REPASSES = 3
 # A run checks the clock every this many units (a unit costs microseconds per device).
 _CLOCK_UNITS = 16
+
+
+def int_list_option(doc: str, default, lo: int, *, nonempty: bool = False) -> Option:
+    """An option that takes a list of integers ``>= lo`` (any iterable of them but a
+    string; ``nonempty``: at least one), read as a tuple in the order given."""
+    def parse(value):
+        try:
+            items = None if isinstance(value, str | bytes) else list(value)
+        except TypeError:  # not iterable
+            items = None
+        if items is None or (nonempty and not items) or not all(
+                isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= lo
+                for v in items):
+            raise OptionError(f"value must be a {'non-empty ' * nonempty}list of integers "
+                              f">= {lo}, got {value!r}.")
+        return tuple(int(v) for v in items)
+
+    return Option(doc, default, parse)
+
+
 # The keyword options every list scheduler takes (``optimize`` refuses others).
 COMMON_OPTIONS = {
-    "memory": "memory model: 'auto' (default: conservative, then liveness if memory was "
-              "tight), 'conservative' (nothing freed) or 'liveness'",
-    "units": "block counts of the unit runs, 0 for op units (default [0, 8, 32, 128, 512, "
-             "1024, 2048], those below the number of ops)",
-    "module_depths": "module-path depths whose runs are tried as units (default [1, 2, 3, 4])",
-    "repasses": "re-runs over the best placement's segments (default 3)",
-    "lookahead": "also run each unit family (but op units) looking one unit ahead "
-                 "(default True)",
-    "fallback_single": "return the fastest single device that fits when it is faster "
-                       "(default True)",
+    "memory": choice_option("memory model: 'auto' (default: conservative, then liveness if "
+                            "memory was tight), 'conservative' (nothing freed) or "
+                            "'liveness'", "auto", MEMORY_MODELS),
+    "units": int_list_option("block counts of the unit runs, 0 for op units (default [0, 8, "
+                             "32, 128, 512, 1024, 2048], those below the number of ops)",
+                             None, 0, nonempty=True),
+    "module_depths": int_list_option("module-path depths whose runs are tried as units "
+                                     "(default [1, 2, 3, 4]; [] for none)", MODULE_DEPTHS, 1),
+    "repasses": int_option(f"re-runs over the best placement's segments (default {REPASSES})",
+                           REPASSES, 0),
+    "lookahead": bool_option("also run each unit family (but op units) looking one unit "
+                             "ahead (default True)", True),
+    "fallback_single": bool_option("return the fastest single device that fits when it is "
+                                   "faster (default True)", True),
 }
+
+
+def common_option(ctx: PlacerContext, name: str):
+    """List-scheduler option ``name`` as ``COMMON_OPTIONS`` parses it (``optimize`` has
+    checked it), or its default."""
+    opt = COMMON_OPTIONS[name]
+    return opt.check("list scheduler", name, ctx.options[name]) if name in ctx.options \
+        else opt.default
 
 
 # --------------------------------------------------------------------------- problem data
@@ -319,40 +358,11 @@ def earliest(run: _Run, a: int, b: int, eligible) -> tuple[int, dict[int, float]
 
 
 # --------------------------------------------------------------------------- runs and result
-def _memory_option(ctx: PlacerContext) -> str:
-    memory = ctx.options.get("memory", "auto")
-    if memory not in MEMORY_MODELS:
-        raise SimplaceError(f"memory={memory!r} is not a memory model; use one of "
-                            f"{', '.join(MEMORY_MODELS)}.")
-    return memory
-
-
 def _unit_counts(ctx: PlacerContext, m: int) -> list[int]:
-    units = ctx.options.get("units")
+    units = common_option(ctx, "units")
     if units is None:
         return [0] + [k for k in BLOCK_COUNTS if k < m]
-    try:
-        counts = sorted({int(k) for k in units})
-    except (TypeError, ValueError):
-        raise SimplaceError(f"units={units!r}: give a list of block counts (0 for op "
-                            "units), e.g. units=[0, 32].") from None
-    if not counts or counts[0] < 0:
-        raise SimplaceError(f"units={units!r}: give a non-empty list of block counts >= 0 "
-                            "(0 for op units).")
-    return counts
-
-
-def _module_depths(ctx: PlacerContext) -> list[int]:
-    depths = ctx.options.get("module_depths", MODULE_DEPTHS)
-    try:
-        depths = sorted({int(k) for k in depths})
-    except (TypeError, ValueError):
-        raise SimplaceError(f"module_depths={depths!r}: give a list of depths >= 1, "
-                            "e.g. module_depths=[2, 3].") from None
-    if depths and depths[0] < 1:
-        raise SimplaceError(f"module_depths={depths!r}: depths start at 1 (the top "
-                            "module); give [] for none.")
-    return depths
+    return sorted(set(units))
 
 
 def _module_runs(graph, depth: int) -> list[tuple[int, int]]:
@@ -373,7 +383,7 @@ class Setup:
 
     def __init__(self, ctx: PlacerContext):
         self.ctx = ctx
-        self.memory = _memory_option(ctx)
+        self.memory = common_option(ctx, "memory")
         self.inp = ctx.inputs
         self.graph = ctx.graph
         self.m, self.d = self.inp.num_ops, self.inp.num_devices
@@ -437,10 +447,10 @@ class Setup:
         ctx, m = self.ctx, self.m
         families = [(_unit_label(k, m), blocks(self.work, k))
                     for k in _unit_counts(ctx, m)]
-        for depth in _module_depths(ctx):
+        for depth in sorted(set(common_option(ctx, "module_depths"))):
             families.append((f"module depth {depth}", _module_runs(self.graph, depth)))
-        looks = (False, True) if ctx.options.get("lookahead", True) else (False,)
-        repasses = int(ctx.options.get("repasses", REPASSES))
+        looks = (False, True) if common_option(ctx, "lookahead") else (False,)
+        repasses = common_option(ctx, "repasses")
 
         def runs_under(memory: str) -> list[dict]:
             runs, seen = [], set()
@@ -536,7 +546,7 @@ class Setup:
         score = float(penalised(res.step_time_s, res.oom))
         out["returned"] = "schedule"
         out["schedule_step_time_s"] = float(res.step_time_s)
-        if not ctx.options.get("fallback_single", True):
+        if not common_option(ctx, "fallback_single"):
             return PlacerOutput(placement, info=out)
         alone = single_device_step_s(ctx)
         for d in single_device_candidates(ctx):

@@ -49,9 +49,9 @@ import time
 
 import numpy as np
 
-from simplace._argtypes import check_int
 from simplace._numba import njit
-from simplace.placers import Cost, PlacerContext, PlacerOutput, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, int_option, register
+from simplace.placers.registry import option_values
 from simplace.search import stop_requested
 
 DEFAULT_MAX_IDEALS = 100_000
@@ -70,14 +70,15 @@ MAX_COUNT_VECTORS = 4096
 
 
 @register("ideals", cost=Cost(0.0, 0.0, 1.2e-7), rank=10, options={
-    "max_ideals": f"ideals at most, else a window of the order (default {DEFAULT_MAX_IDEALS})",
-    "max_pairs": f"(ideal, smaller ideal) pairs visited in all, at most (default "
-                 f"{DEFAULT_MAX_PAIRS})"})
+    "max_ideals": int_option(f"ideals at most, else a window of the order (default "
+                             f"{DEFAULT_MAX_IDEALS})", DEFAULT_MAX_IDEALS, 1),
+    "max_pairs": int_option(f"(ideal, smaller ideal) pairs visited in all, at most (default "
+                            f"{DEFAULT_MAX_PAIRS})", DEFAULT_MAX_PAIRS, 1)})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """Stages as differences of nested ideals, by a DP (see the module)."""
     m = ctx.graph.num_ops
-    max_ideals = check_int(ctx.options.get("max_ideals", DEFAULT_MAX_IDEALS), "max_ideals", 1)
-    max_pairs = check_int(ctx.options.get("max_pairs", DEFAULT_MAX_PAIRS), "max_pairs", 1)
+    opts = option_values("ideals", ctx.options)
+    max_ideals, max_pairs = opts["max_ideals"], opts["max_pairs"]
     if m == 0:
         return PlacerOutput(np.zeros(0, dtype=np.int32), info={"stages": 0})
     deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)

@@ -87,11 +87,12 @@ import time
 
 import numpy as np
 
-from simplace._argtypes import check_float, check_int
-from simplace.errors import SimplaceError
+from simplace.errors import OptionError, SimplaceError
 from simplace.graph import split_name_path
 from simplace.groups import by_module, chain_collapse, colocate_free_ops, target_count
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers import Option, PlacerContext, PlacerOutput, float_option, int_option, register
+from simplace.placers._list_runs import int_list_option
+from simplace.placers.registry import option_values
 from simplace.search import OOM_PENALTY, SESSION_OPTIONS, penalised, stop_requested
 from simplace.sim.objective import Ruler
 
@@ -109,22 +110,40 @@ STARTS_SHARE = 0.5
 # at 394 and 407 ms, from single's 5,168 ms at 346 and 382 ms
 # (bench/results/headroom_2026-11-24_vm.txt).
 DEFAULT_RACE = 3
+_BIG = 2**31 - 1  # counts that become array sizes
+
+
+def _screen(value):
+    if isinstance(value, str) and value == "auto":
+        return value
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise OptionError(f"value must be 'auto', True or False, got {value!r}.")
+
+
 OPTIONS = {
-    "starts": "method names and/or int[M] placements to start from (default: every fast "
-              "heuristic, and single)",
-    "max_evaluations": "stop after this many placements scored (deterministic without "
-                       "budget_s)",
-    "patience": "rounds without a new best before stopping, or before a restart while "
-                "a time budget has time left (default 200)",
-    "batch": "neighbours proposed and scored per round (default 256)",
-    "screen": "'auto', True or False: rank neighbours without memory, check the fastest",
-    "screen_checks": "neighbours checked for memory per screened call (default 2)",
-    "t0": "start temperature, a fraction of the start's step time (default 0.01)",
-    "t1": "final temperature, a fraction of it (default 1e-4)",
-    "module_depths": "module-path depths whose groups are moved (default (1, 2, 3, 4))",
-    "race": f"anneal from this many of the best distinct starts at once, halving them "
-            f"as the search goes (default {DEFAULT_RACE}; 1: the best start only)",
-    **SESSION_OPTIONS,
+    "starts": Option("method names and/or int[M] placements to start from (default: every "
+                     "fast heuristic, and single)"),
+    "max_evaluations": int_option("stop after this many placements scored (deterministic "
+                                  "without budget_s)", None, 1, 2**62),
+    "patience": int_option("rounds without a new best before stopping, or before a restart "
+                           "while a time budget has time left (default 200)", 200, 1, _BIG),
+    "batch": int_option("neighbours proposed and scored per round (default 256; fewer on "
+                        "big graphs without screening)", None, 1, _BIG),
+    "screen": Option("'auto' (default), True or False: rank neighbours without memory, check "
+                     "the fastest", "auto", _screen),
+    "screen_checks": int_option("neighbours checked for memory per screened call (default 2)",
+                                2, 1, _BIG),
+    "t0": float_option("start temperature, a fraction of the start's step time (default "
+                       "0.01)", 0.01, 0.0, lo_open=True),
+    "t1": float_option("final temperature, a fraction of it (default 1e-4)", 1e-4, 0.0,
+                       lo_open=True),
+    "module_depths": int_list_option("module-path depths whose groups are moved (default "
+                                     "(1, 2, 3, 4))", (1, 2, 3, 4), 0),
+    "race": int_option(f"anneal from this many of the best distinct starts at once, halving "
+                       f"them as the search goes (default {DEFAULT_RACE}; 1: the best start "
+                       f"only)", DEFAULT_RACE, 1, _BIG),
+    **{name: Option(*spec) for name, spec in SESSION_OPTIONS.items()},
 }
 
 
@@ -312,8 +331,9 @@ def _csr(labels: np.ndarray):
     return order.astype(np.int64), ptr
 
 
-def _groupings(ctx: PlacerContext) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """[(name, order, ptr)] of the groupings whose groups are moved and swapped."""
+def _groupings(ctx: PlacerContext, module_depths) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """[(name, order, ptr)] of the groupings whose groups are moved and swapped (module
+    groupings at ``module_depths``)."""
     g = ctx.graph
     m, d = g.num_ops, ctx.cost_model.num_devices
     cands = []
@@ -328,7 +348,7 @@ def _groupings(ctx: PlacerContext) -> list[tuple[str, np.ndarray, np.ndarray]]:
     for k in (4 * d, 16 * d, 64 * d):
         if k < n_chains:
             cands.append((f"ranges{k}", target_count(g, k, chains)))
-    for depth in ctx.options.get("module_depths", (1, 2, 3, 4)):
+    for depth in module_depths:
         cands.append((f"module{depth}", by_module(g, int(depth))))
     out, seen = [], set()
     for name, labels in cands:
@@ -383,11 +403,11 @@ class _Mover:
 
     KINDS = ("op", "cut", "group", "swap", "subtree")
 
-    def __init__(self, ctx: PlacerContext):
+    def __init__(self, ctx: PlacerContext, module_depths=(1, 2, 3, 4)):
         g = ctx.graph
         self.m, self.d = g.num_ops, int(ctx.cost_model.num_devices)
         self.src, self.dst = np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64)
-        self.groupings = _groupings(ctx)
+        self.groupings = _groupings(ctx, module_depths)
         self.subtrees = _subtrees(ctx)
         # A ruler's colocation classes (simplace.sim.objective) run where their first op
         # does: an op or cut move takes the op's whole class along, or it would change
@@ -492,28 +512,15 @@ def _reference_scores(ctx: PlacerContext, placements: np.ndarray) -> np.ndarray:
 @register("local", kind="annealer", options=OPTIONS)
 def place(ctx: PlacerContext) -> PlacerOutput:
     """``local``: simulated annealing over the batched simulator, from the best heuristic."""
-    g, opts = ctx.graph, ctx.options
+    g, opts = ctx.graph, option_values("local", ctx.options)
     m, d = g.num_ops, int(ctx.cost_model.num_devices)
-    # Counts and temperatures checked as the command line checks numbers: no True for
-    # 1, no 2.5 truncated to 2, no NaN.
-    big = 2**31 - 1
-    max_evals = opts.get("max_evaluations")
-    max_evals = None if max_evals is None else check_int(max_evals, "local: max_evaluations",
-                                                         1, 2**62)
+    max_evals = opts["max_evaluations"]
     session = ctx.session("local", default_budget_s=DEFAULT_BUDGET_S if max_evals is None
                           else None)
     budget = session.budget_s
-    patience = check_int(opts.get("patience", 200), "local: patience", 1, big)
-    checks = check_int(opts.get("screen_checks", 2), "local: screen_checks", 1, big)
-    t0_rel = check_float(opts.get("t0", 0.01), "local: t0", 0.0, lo_open=True)
-    t1_rel = check_float(opts.get("t1", 1e-4), "local: t1", 0.0, lo_open=True)
-    screen = opts.get("screen", "auto")
-    race = check_int(opts.get("race", DEFAULT_RACE), "local: race", 1, big,
-                     "an integer (1: anneal from the best start only)")
-    if opts.get("batch") is not None:
-        check_int(opts["batch"], "local: batch", 1, big)
-    if screen != "auto" and not isinstance(screen, bool):
-        raise SimplaceError(f"local: screen must be 'auto', True or False, got {screen!r}.")
+    patience, checks = opts["patience"], opts["screen_checks"]
+    t0_rel, t1_rel = opts["t0"], opts["t1"]
+    screen, race = opts["screen"], opts["race"]
 
     found, start_report = _run_starts(
         ctx, session.t_begin + (math.inf if budget is None else STARTS_SHARE * budget),
@@ -534,9 +541,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     score_s = time.perf_counter() - t_score
     if screen == "auto":
         screen = bool(suspect.mean() >= 0.5)
-    batch = int(opts.get("batch", _default_batch(m, screen)))
-    if batch < 1:
-        raise SimplaceError(f"local: batch must be >= 1, got {batch}.")
+    batch = _default_batch(m, screen) if opts["batch"] is None else opts["batch"]
     for row, s in zip((r for r in start_report if "error" not in r), start_s, strict=True):
         row["score"] = float(s)
     j = int(np.argmin(start_s))
@@ -554,7 +559,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     # Temperatures are fractions of the first fitting best's step time; while nothing
     # fits the search is greedy (uphill steps would only add memory excess).
     ref = session.best_score if session.best_score < OOM_PENALTY else None
-    mover = _Mover(ctx)
+    mover = _Mover(ctx, opts["module_depths"])
     rng = ctx.rng
     # The first round compiles the screening simulator (or the bigger batch): expect it
     # to take about as long as scoring the starts (their compilation) did.

@@ -33,10 +33,15 @@ or history: a fine-tune is seconds.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from simplace.errors import SimplaceError
-from simplace.placers import Cost, PlacerContext, PlacerOutput, register
+from simplace._argtypes import check_float
+from simplace.errors import OptionError, SimplaceError
+from simplace.placers import Cost, Option, PlacerContext, PlacerOutput, int_option, register
+from simplace.placers.registry import option_values
+from simplace.rl.cli_args import MAX_SAMPLES
 
 FALLBACK = "heft"
 DEFAULT_UPDATES = 200
@@ -45,17 +50,24 @@ DEFAULT_UPDATES = 200
 POLISH_SHARE = 0.7
 
 
+def _weights(value):
+    if not isinstance(value, str | os.PathLike):
+        raise OptionError(f"value must be a weights file path, got {value!r}.")
+    return value
+
+
 @register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, learned=True,
           options={
-    "samples": "sampled placements scored besides the greedy one (default 64)",
-    "weights": "policy weights file (simplace train-policy; default: the shipped ones)"})
+    "samples": int_option("sampled placements scored besides the greedy one (default 64)",
+                          64, 0, MAX_SAMPLES),
+    "weights": Option("policy weights file (simplace train-policy; default: the shipped "
+                      "ones)", None, _weights)})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """``rl-pretrained``: the pretrained universal policy, zero-shot (no training)."""
-    from simplace._argtypes import check_int
     from simplace.rl.pretrained import zero_shot
 
-    samples = check_int(ctx.options.get("samples", 64), "samples", 0, 8192)
-    weights = ctx.options.get("weights")
+    opts = option_values("rl-pretrained", ctx.options)
+    samples, weights = opts["samples"], opts["weights"]
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if m == 0 or d == 1:
         return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
@@ -74,29 +86,28 @@ def place(ctx: PlacerContext) -> PlacerOutput:
 
 
 @register("rl-universal", kind="policy", options={
-    "samples": "placements per update (default 64)",
-    "weights": "weights to start from: a weights file, or 'none' (default: the shipped)",
-    "warm_start": "'pretrained' (the default), or as rl-gnn's: method names, 'best' or "
-                  "placements, the best of which (or the zero-shot one) it starts from",
-    "polish_share": "share of the time left for local search from the fine-tuned "
-                    f"placement (default {POLISH_SHARE})",
-    "updates": f"training updates without a budget (default {DEFAULT_UPDATES})"})
+    "samples": int_option("placements per update (default 64)", 64, 2, MAX_SAMPLES),
+    "weights": Option("weights to start from: a weights file, or 'none' (default: the "
+                      "shipped)", None, _weights),
+    "warm_start": Option("'pretrained' (the default), or as rl-gnn's: method names, 'best' "
+                         "or placements, the best of which (or the zero-shot one) it starts "
+                         "from", "pretrained"),
+    "polish_share": Option(f"share of the time left for local search from the fine-tuned "
+                           f"placement (default {POLISH_SHARE})", POLISH_SHARE,
+                           lambda v: check_float(v, "value", 0.0, 1.0, hi_open=True)),
+    "updates": int_option(f"training updates without a budget (default {DEFAULT_UPDATES})",
+                          DEFAULT_UPDATES, 1)})
 def place_universal(ctx: PlacerContext) -> PlacerOutput:
     """``rl-universal``: the pretrained universal policy fine-tuned on this graph."""
     import math
-    import os
     import time
 
-    from simplace._argtypes import check_float, check_int
     from simplace.rl.pretrain import PretrainConfig, make_training_problem, train_universal
     from simplace.rl.pretrained import SHIPPED, cached_weights
     from simplace.rl.refine import polish
 
-    opts = ctx.options
-    samples = check_int(opts.get("samples", 64), "samples", 2, 8192)
-    share = check_float(opts.get("polish_share", POLISH_SHARE), "polish_share", 0.0, 1.0,
-                        hi_open=True)
-    weights = opts.get("weights")
+    opts = option_values("rl-universal", ctx.options)
+    samples, share, weights = opts["samples"], opts["polish_share"], opts["weights"]
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if m == 0 or d == 1:
         return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
@@ -105,7 +116,7 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     best = np.asarray(start.placement, np.int32)
     best_s = float(ctx.score(best[None])[0])
     info = {"zero_shot_s": best_s, "zero_shot": start.info}
-    ws = opts.get("warm_start", "pretrained")
+    ws = opts["warm_start"]
     if not (isinstance(ws, str) and ws in ("pretrained", "rl-pretrained")):
         from simplace.placers.rl import _warm_starts
 
@@ -125,8 +136,7 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best,
                                simulator=ctx.batched)
     budget = None if not math.isfinite(left) else max(left * (1 - share), 0.0)
-    updates = None if budget is not None else check_int(
-        opts.get("updates", DEFAULT_UPDATES), "updates", 1)
+    updates = None if budget is not None else opts["updates"]
     trained = {"updates": 0}
     if budget is None or budget > 0:
         _, trained = train_universal([tp], updates=updates, budget_s=budget or None,

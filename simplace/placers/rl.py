@@ -44,13 +44,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import time
 
 import numpy as np
 
-from simplace.errors import SimplaceError
-from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace._argtypes import MAX_BATCH, check_int
+from simplace.errors import OptionError, SimplaceError
+from simplace.placers import (
+    Option,
+    PlacerContext,
+    PlacerOutput,
+    bool_option,
+    float_option,
+    int_option,
+    register,
+)
+from simplace.placers.registry import option_values
 from simplace.search import OOM_PENALTY, SESSION_OPTIONS
 
 DEFAULT_MAX_UNITS = {"seq2seq": 256, "hierarchical": 1024, "gnn": 1024}
@@ -61,29 +72,86 @@ WARM_SHARE = 0.3
 _POLICY_KW = {"seq2seq": ("hidden", "attention", "explore"),
               "hierarchical": ("hidden", "groups", "grouper_hidden", "attention"),
               "gnn": ("hidden", "groups", "layers", "explore")}
-_POLICY_DOC = {"hidden": "hidden width of the policy", "attention": "use attention",
-               "groups": "groups the grouper pools units into",
-               "grouper_hidden": "hidden width of the grouper", "layers": "GNN layers",
-               "explore": "deviations per sample after a warm start (default 2)"}
+# The policies' sizes: None (the default) leaves the policy's own default.
+_POLICY_OPTIONS = {
+    "hidden": int_option("hidden width of the policy (default: the policy's)", None, 1,
+                         MAX_BATCH),
+    "attention": int_option("attention width (default: the policy's)", None, 1, MAX_BATCH),
+    "groups": int_option("groups the grouper pools units into (default: the policy's)", None,
+                         1, MAX_BATCH),
+    "grouper_hidden": int_option("hidden width of the grouper (default: the policy's)", None,
+                                 1, MAX_BATCH),
+    "layers": int_option("GNN layers (default: the policy's)", None, 0, MAX_BATCH),
+    "explore": float_option("deviations per sample after a warm start (default 2)", None,
+                            0.0, lo_open=True),
+}
 
 
-def _options(policy: str) -> dict[str, str]:
+def _config_option(field: dataclasses.Field) -> Option:
+    """``RLConfig.<field>`` as an option: a value is checked by ``RLConfig`` itself (that
+    field set, the others at their defaults), so the checks live in one place."""
+    from simplace.rl.cli_args import MAX_SAMPLES
+    from simplace.rl.config import RLConfig
+
+    name = field.name
+
+    def parse(value):
+        if name == "samples":  # the command line's bound (an array dimension)
+            check_int(value, "value", 1, MAX_SAMPLES)
+        try:
+            return getattr(RLConfig(**{name: value}), name)
+        except SimplaceError as err:
+            why = str(err)
+            raise OptionError(f"value {why.removeprefix(name + ' ')}" if why.startswith(
+                name + " ") else f"value must pass RLConfig's check: {why}") from None
+
+    return Option(f"REINFORCE setting (RLConfig.{name}, default {field.default!r})",
+                  field.default, parse)
+
+
+def _path(value):
+    if not isinstance(value, str | os.PathLike):
+        raise OptionError(f"value must be a file path, got {value!r}.")
+    return value
+
+
+def _units(value):
+    if isinstance(value, str) and value in ("auto", "ops"):
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return check_int(value, "value", 1, MAX_BATCH, "a number of units")
+    if isinstance(value, list | tuple | np.ndarray):
+        return value  # an int[M] grouping: the method checks it against the graph
+    raise OptionError(f"value must be 'auto', 'ops', a number of units >= 1 or an int[M] "
+                      f"grouping, got {value!r}.")
+
+
+def _options(policy: str) -> dict[str, Option]:
     """The options an ``rl-<policy>`` method declares."""
-    from simplace.rl.reinforce import RLConfig
+    from simplace.rl.config import RLConfig
 
-    opts = {f.name: f"REINFORCE setting (RLConfig.{f.name})"
-            for f in dataclasses.fields(RLConfig)}
+    opts = {f.name: _config_option(f) for f in dataclasses.fields(RLConfig)}
     opts.update({
-        "episodes": "sampled placements in all (deterministic for a seed)",
-        "warm_start": "method name(s), 'best' or an int[M] placement to start from",
-        "units": "'auto', 'ops' or a number of units", "max_units": "units at most",
-        "history": "JSON path of the reward curve", "plot": "PNG path of its plot",
-        "checkpoint": ".npz path to resume from and save to",
-        "checkpoint_every": "save every N updates (default 50)",
-        "checkpoint_every_s": "save every S seconds (default 30)",
-        "stop_after_updates": "stop after N updates (resume later)",
-        "progress_bar": "draw a progress bar on stderr",
-        **{k: _POLICY_DOC[k] for k in _POLICY_KW[policy]}, **SESSION_OPTIONS})
+        "episodes": int_option("sampled placements in all (deterministic for a seed; "
+                               "default: until the budget, or 2,048 without one)", None, 1,
+                               MAX_BATCH),
+        "warm_start": Option("method name(s), 'pretrained', 'best' or int[M] placement(s) "
+                             "to start from (default: none)"),
+        "units": Option("'auto' (default), 'ops', a number of units or an int[M] grouping",
+                        "auto", _units),
+        "max_units": int_option(f"units at most (default {DEFAULT_MAX_UNITS[policy]})",
+                                DEFAULT_MAX_UNITS[policy], 1, MAX_BATCH),
+        "history": Option("JSON path of the reward curve", None, _path),
+        "plot": Option("PNG path of its plot (default: the history's with .png)", None, _path),
+        "checkpoint": Option(".npz path to resume from and save to", None, _path),
+        "checkpoint_every": int_option("save every N updates (default 50)", 50, 1, MAX_BATCH),
+        "checkpoint_every_s": float_option("save every S seconds (default 30)", 30.0, 0.0,
+                                           lo_open=True),
+        "stop_after_updates": int_option("stop after N updates (resume later)", None, 1,
+                                         MAX_BATCH),
+        "progress_bar": bool_option("draw a progress bar on stderr (default False)", False),
+        **{k: _POLICY_OPTIONS[k] for k in _POLICY_KW[policy]},
+        **{k: Option(*spec) for k, spec in SESSION_OPTIONS.items()}})
     return opts
 
 
@@ -199,42 +267,25 @@ def _prepolish(ctx: PlacerContext, session, cfg, warm, warm_scores):
     return out, scores, {"prepolished": done, "prepolish_s": time.perf_counter() - t0}
 
 
-def _check_options(opts: dict) -> None:
-    """The counts and times of the options, as the command line checks them."""
-    from simplace._argtypes import MAX_BATCH, check_float, check_int
-    from simplace.rl.cli_args import MAX_SAMPLES
-
-    limits = {"episodes": 1, "checkpoint_every": 1, "max_units": 1, "stop_after_updates": 1}
-    for name, lo in limits.items():
-        if opts.get(name) is not None:
-            check_int(opts[name], name, lo, MAX_BATCH)
-    if opts.get("samples") is not None:
-        check_int(opts["samples"], "samples", 1, MAX_SAMPLES)
-    if opts.get("checkpoint_every_s") is not None:
-        check_float(opts["checkpoint_every_s"], "checkpoint_every_s", 0.0, lo_open=True,
-                    what="number of seconds")
-
-
 def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     """Train ``policy_name`` on ``ctx``'s problem; see the module docstring."""
     from simplace.rl import RLConfig, Trainer, build_units, make_policy, train, unit_grouping
     from simplace.rl.history import plot_history, save_history
     from simplace.rl.reinforce import portfolio_starts
 
-    opts = ctx.options
-    _check_options(opts)
+    label = f"rl-{policy_name}"
+    opts = option_values(label, ctx.options)
     cfg = RLConfig.from_options(opts)
     g, d = ctx.graph, ctx.inputs.num_devices
-    episodes = opts.get("episodes")
+    episodes = opts["episodes"]
     if g.num_ops == 0 or d == 1:
         return PlacerOutput(np.zeros(g.num_ops, np.int32), info={"note": "nothing to place"})
-    session = ctx.session(f"rl-{policy_name}", bar=bool(opts.get("progress_bar", False)),
-                          unit="episodes")
+    session = ctx.session(label, bar=opts["progress_bar"], unit="episodes")
     warm, warm_scores = _warm_starts(ctx)
     # The policy trains from the portfolio's warm starts polished first (op-level moves,
     # RLConfig.polish_*): whatever training finds is then beyond the polish's reach.
     t_warm, t_scores, pre = _prepolish(ctx, session, cfg, warm, warm_scores)
-    max_units = int(opts.get("max_units", DEFAULT_MAX_UNITS[policy_name]))
+    max_units = opts["max_units"]
     # Units are cut where the warm starts the run trains from (the best, and the
     # portfolio's others: simplace.rl.reinforce, "Restarts") change device, so that the
     # policy can represent each exactly (a majority vote over coarser units can be far
@@ -244,21 +295,19 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     if starts:
         split = np.unique(np.stack([p for _, p in starts], axis=1), axis=0,
                           return_inverse=True)[1].reshape(-1)
-    units = build_units(g, ctx.op_times, unit_grouping(g, opts.get("units", "auto"),
+    units = build_units(g, ctx.op_times, unit_grouping(g, opts["units"],
                                                        max_units, split_by=split))
-    policy_kw = {k: opts[k] for k in _POLICY_KW[policy_name] if opts.get(k) is not None}
+    policy_kw = {k: opts[k] for k in _POLICY_KW[policy_name] if opts[k] is not None}
     policy = make_policy(policy_name, units, d, **policy_kw)
     trainer = Trainer(g, ctx.inputs, units, policy, cfg, seed=ctx.seed)
-    label = f"rl-{policy_name}"
     res = train(trainer, episodes=None if episodes is None else int(episodes),
                 session=session, warm_starts=t_warm, warm_scores=t_scores,
-                checkpoint=opts.get("checkpoint"),
-                checkpoint_every=int(opts.get("checkpoint_every", 50)),
-                checkpoint_every_s=float(opts.get("checkpoint_every_s", 30.0)),
-                stop_after_updates=opts.get("stop_after_updates"), policy_kw=policy_kw,
+                checkpoint=opts["checkpoint"], checkpoint_every=opts["checkpoint_every"],
+                checkpoint_every_s=opts["checkpoint_every_s"],
+                stop_after_updates=opts["stop_after_updates"], policy_kw=policy_kw,
                 label=label)
-    hist_path = opts.get("history")
-    plot_path = opts.get("plot") or (os.path.splitext(hist_path)[0] + ".png"
+    hist_path = opts["history"]
+    plot_path = opts["plot"] or (os.path.splitext(hist_path)[0] + ".png"
                                      if hist_path else None)
     # Only a saved history or plot shows the reference lines: computed for them alone.
     references = _references(ctx, warm, warm_scores) if hist_path or plot_path else {}
@@ -277,7 +326,7 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     info["run_wall_s"] = res.info["wall_s"]  # earlier legs (a resumed checkpoint) included
     if hist_path:
         info["history_path"] = hist_path
-    if opts.get("checkpoint"):
+    if opts["checkpoint"]:
         info["checkpoint_path"] = opts["checkpoint"]
     rows = [{**r, "step_time_s": r["best_step_time_s"]} for r in res.history]
     return PlacerOutput(res.best_placement.astype(np.int32), history=rows, info=info,

@@ -10,8 +10,9 @@ import time
 
 import numpy as np
 
-from simplace.placers import Cost, PlacerContext, PlacerOutput, register
+from simplace.placers import Cost, PlacerContext, PlacerOutput, int_option, register
 from simplace.placers._list_runs import COMMON_OPTIONS, Problem, Setup, earliest
+from simplace.placers.registry import option_values
 
 # Connected op pairs above which the favourite-child LP gives way to the greedy favourite.
 LP_MAX_EDGES = 20_000
@@ -138,8 +139,9 @@ def favourite_children_greedy(pb: Problem) -> tuple[list[int], dict]:
 
 @register("m_sct", cost=Cost(0.2, 3e-5), rank=8, options={
     **COMMON_OPTIONS,
-    "lp_max_edges": "connected op pairs above which the favourite-child LP gives way to the "
-                    "greedy favourite (default 20,000)"})
+    "lp_max_edges": int_option("connected op pairs above which the favourite-child LP "
+                               "gives way to the greedy favourite (default 20,000)",
+                               LP_MAX_EDGES, 0)})
 def m_sct(ctx: PlacerContext) -> PlacerOutput:
     """Baechi's m-SCT in the program's order: ``m_etf`` plus favourite children.
 
@@ -157,7 +159,7 @@ def m_sct(ctx: PlacerContext) -> PlacerOutput:
         return s.finish([{"placement": np.zeros(0, np.int32), "estimated_s": 0.0,
                           "unplaceable": []}], {"favourite_children": "none"})
     pb = Problem(ctx)
-    limit = int(ctx.options.get("lp_max_edges", LP_MAX_EDGES))
+    limit = option_values("m_sct", ctx.options)["lp_max_edges"]
     if len(pb.pair_src) == 0:
         fav, finfo = [-1] * pb.m, {"favourite_children": "lp", "favourite_pairs": 0}
     elif len(pb.pair_src) <= limit:
