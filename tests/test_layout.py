@@ -14,7 +14,7 @@ MODULE_MAX_LINES = 800
 FUNCTION_MAX_LINES = 120
 # Over the limits today (issue 34): at most this size until split.
 MODULES_OVER: dict[str, int] = {}
-FUNCTIONS_OVER = {"placers/local.py:place": 254}
+FUNCTIONS_OVER: dict[str, int] = {}
 # numba kernels exempt from FUNCTION_MAX_LINES: a kernel is one compiled loop whose
 # phases share dozens of scratch arrays, which helpers would pass around as arguments.
 # Named here one by one (a new kernel over the limit is a decision, not a default), each

@@ -88,13 +88,11 @@ import time
 import numpy as np
 
 from simplace.errors import OptionError, SimplaceError
-from simplace.graph import split_name_path
-from simplace.groups import by_module, chain_collapse, colocate_free_ops, target_count
 from simplace.placers import Option, PlacerContext, PlacerOutput, float_option, int_option, register
 from simplace.placers._list_runs import int_list_option
+from simplace.placers._moves import Mover
 from simplace.placers.registry import option_values
 from simplace.search import OOM_PENALTY, SESSION_OPTIONS, penalised, stop_requested
-from simplace.sim.objective import Ruler
 
 DEFAULT_BUDGET_S = 30.0
 SCREEN_ROUNDS = 4  # screened rounds: at most this many calls of screen_checks checks
@@ -322,171 +320,6 @@ class _Lane:
                 "rounds": self.rounds, "end": self.end}
 
 
-# ---------------------------------------------------------------- move structures
-def _csr(labels: np.ndarray):
-    """(order, ptr): members of group g are order[ptr[g]:ptr[g+1]]."""
-    order = np.argsort(labels, kind="stable")
-    ptr = np.zeros(int(labels.max()) + 2, dtype=np.int64)
-    np.cumsum(np.bincount(labels), out=ptr[1:])
-    return order.astype(np.int64), ptr
-
-
-def _groupings(ctx: PlacerContext, module_depths) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """[(name, order, ptr)] of the groupings whose groups are moved and swapped (module
-    groupings at ``module_depths``)."""
-    g = ctx.graph
-    m, d = g.num_ops, ctx.cost_model.num_devices
-    cands = []
-    chains = chain_collapse(g, colocate_free_ops(g))
-    cands.append(("chains", chains))
-    mates = _colocation_mates(ctx)
-    if mates is not None:  # a ruler's colocation classes: each a group (the rest apart)
-        cls = mates[2]
-        apart = np.where(cls >= 0, cls, cls.max() + 1 + np.arange(m))
-        cands.append(("colocation", np.unique(apart, return_inverse=True)[1].reshape(-1)))
-    n_chains = int(chains.max()) + 1
-    for k in (4 * d, 16 * d, 64 * d):
-        if k < n_chains:
-            cands.append((f"ranges{k}", target_count(g, k, chains)))
-    for depth in module_depths:
-        cands.append((f"module{depth}", by_module(g, int(depth))))
-    out, seen = [], set()
-    for name, labels in cands:
-        labels = np.asarray(labels, dtype=np.int64)
-        n = int(labels.max()) + 1
-        key = labels.tobytes()
-        if n < 2 or n >= m or key in seen:  # one group, or no coarser than single ops
-            continue
-        seen.add(key)
-        order, ptr = _csr(labels)
-        out.append((name, order, ptr))
-    return out
-
-
-def _colocation_mates(ctx: PlacerContext):
-    """``(order, ptr, class_of_op)`` of the colocation classes of the objective's ruler
-    (the ops of class c: ``order[ptr[c]:ptr[c + 1]]``; class -1: none), or None."""
-    objective = ctx.inputs.objective
-    colocation = objective.colocation if isinstance(objective, Ruler) else None
-    if colocation is None or not (np.asarray(colocation) >= 0).any():
-        return None
-    col = np.asarray(colocation, dtype=np.int64)
-    classes, cls = np.unique(col, return_inverse=True)
-    cls = cls.reshape(-1)
-    if classes[0] < 0:  # ops in no class: -1, the rest renumbered from 0
-        cls = cls - 1
-    order, ptr = _csr(np.where(cls >= 0, cls, cls.max() + 1))
-    return order, ptr, cls
-
-
-def _subtrees(ctx: PlacerContext) -> list[np.ndarray]:
-    """Op sets of module subtrees: every op whose path starts with a prefix, for forward
-    ops, backward ops and both; sets of all ops or of one op are left out."""
-    m = ctx.graph.num_ops
-    sets: dict[tuple, list[int]] = {}
-    for i, path in enumerate(ctx.graph.name_path.tolist()):
-        backward, parts = split_name_path(path)
-        for k in range(1, len(parts) + 1):
-            sets.setdefault(("bwd" if backward else "fwd", parts[:k]), []).append(i)
-            sets.setdefault(("any", parts[:k]), []).append(i)
-    out, seen = [], set()
-    for key in sorted(sets):
-        ops = np.asarray(sets[key], dtype=np.int64)
-        if 1 < len(ops) < m and ops.tobytes() not in seen:
-            seen.add(ops.tobytes())
-            out.append(ops)
-    return out
-
-
-class _Mover:
-    """Proposes neighbours of a placement (see the module docstring)."""
-
-    KINDS = ("op", "cut", "group", "swap", "subtree")
-
-    def __init__(self, ctx: PlacerContext, module_depths=(1, 2, 3, 4)):
-        g = ctx.graph
-        self.m, self.d = g.num_ops, int(ctx.cost_model.num_devices)
-        self.src, self.dst = np.asarray(g.src, np.int64), np.asarray(g.dst, np.int64)
-        self.groupings = _groupings(ctx, module_depths)
-        self.subtrees = _subtrees(ctx)
-        # A ruler's colocation classes (simplace.sim.objective) run where their first op
-        # does: an op or cut move takes the op's whole class along, or it would change
-        # nothing for every op but the first.
-        self.mates = _colocation_mates(ctx)
-        w = np.array([0.2, 0.2 if len(self.src) else 0.0, 0.3 if self.groupings else 0.0,
-                      0.15 if self.groupings else 0.0, 0.15 if self.subtrees else 0.0])
-        self.kind_p = w / w.sum()
-
-    def _mates(self, i: int):
-        """Op ``i`` and the ops of its colocation class (an index or an array)."""
-        if self.mates is None:
-            return i
-        order, ptr, cls = self.mates
-        c = cls[i]
-        return i if c < 0 else order[ptr[c]:ptr[c + 1]]
-
-    def _other_device(self, rng, dev: int) -> int:
-        return int((dev + 1 + rng.integers(self.d - 1)) % self.d)
-
-    def _set(self, rng, p: np.ndarray, ops: np.ndarray) -> None:
-        """Put ``ops`` on one random device, one where not all of them are already."""
-        dev = int(rng.integers(self.d))
-        if np.all(p[ops] == dev):
-            dev = self._other_device(rng, dev)
-        p[ops] = dev
-
-    def _group(self, rng):
-        order, ptr = self.groupings[int(rng.integers(len(self.groupings)))][1:]
-        k = int(rng.integers(len(ptr) - 1))
-        return order, ptr, k
-
-    def move(self, rng, p: np.ndarray, cut: np.ndarray) -> None:
-        """Apply one random move to ``p`` in place; ``cut``: edges across devices of the
-        current placement."""
-        kind = self.KINDS[int(rng.choice(len(self.KINDS), p=self.kind_p))]
-        if kind == "cut" and len(cut):
-            e = int(cut[int(rng.integers(len(cut)))])
-            a, b = int(self.src[e]), int(self.dst[e])
-            if rng.random() < 0.5:
-                a, b = b, a
-            if p[a] != p[b]:
-                p[self._mates(a)] = p[b]
-                return
-            kind = "op"
-        if kind in ("op", "cut"):
-            i = int(rng.integers(self.m))
-            p[self._mates(i)] = self._other_device(rng, int(p[i]))
-        elif kind == "group":
-            order, ptr, k = self._group(rng)
-            self._set(rng, p, order[ptr[k]:ptr[k + 1]])
-        elif kind == "swap":
-            order, ptr, k = self._group(rng)
-            a = order[ptr[k]:ptr[k + 1]]
-            k2 = int(rng.integers(len(ptr) - 1))
-            b = order[ptr[k2]:ptr[k2 + 1]]
-            da = int(np.bincount(p[a], minlength=self.d).argmax())
-            db = int(np.bincount(p[b], minlength=self.d).argmax())
-            if da == db or k == k2:
-                self._set(rng, p, a)
-            else:
-                p[a], p[b] = db, da
-        else:
-            self._set(rng, p, self.subtrees[int(rng.integers(len(self.subtrees)))])
-
-    def propose(self, rng, current: np.ndarray, batch: int) -> np.ndarray:
-        cut = np.flatnonzero(current[self.src] != current[self.dst])
-        out = np.repeat(current[None], batch, axis=0)
-        # Most neighbours are one move away; some two, some a kick of 3-6 moves, so that
-        # every batch also samples a wider ring around the current placement.
-        n_moves = rng.choice([1, 2, 3, 4, 5, 6], size=batch,
-                             p=[0.6, 0.2, 0.05, 0.05, 0.05, 0.05])
-        for b in range(batch):
-            p = out[b]
-            for _ in range(int(n_moves[b])):
-                self.move(rng, p, cut)
-        return out
-
-
 # ---------------------------------------------------------------- the search
 def _default_batch(m: int, screen: bool) -> int:
     # The simulator's cost per call grows with B * M. Without screening many
@@ -509,27 +342,9 @@ def _reference_scores(ctx: PlacerContext, placements: np.ndarray) -> np.ndarray:
                      (ctx.simulate(p) for p in placements)])
 
 
-@register("local", kind="annealer", options=OPTIONS)
-def place(ctx: PlacerContext) -> PlacerOutput:
-    """``local``: simulated annealing over the batched simulator, from the best heuristic."""
-    g, opts = ctx.graph, option_values("local", ctx.options)
-    m, d = g.num_ops, int(ctx.cost_model.num_devices)
-    max_evals = opts["max_evaluations"]
-    session = ctx.session("local", default_budget_s=DEFAULT_BUDGET_S if max_evals is None
-                          else None)
-    budget = session.budget_s
-    patience, checks = opts["patience"], opts["screen_checks"]
-    t0_rel, t1_rel = opts["t0"], opts["t1"]
-    screen, race = opts["screen"], opts["race"]
-
-    found, start_report = _run_starts(
-        ctx, session.t_begin + (math.inf if budget is None else STARTS_SHARE * budget),
-        None if budget is None else 0.25 * budget)
-    if m == 0 or d == 1 or not found:
-        p = found[0][1] if found else np.zeros(m, dtype=np.int32)
-        return PlacerOutput(p.astype(np.int32), info={"starts": start_report,
-                                                      "note": "nothing to search",
-                                                      **session.finish("nothing to search")})
+def _score_starts(ctx: PlacerContext, session, found: list, checks: int):
+    """(int32[S, M] start placements, their scores, which needed the exact memory check,
+    seconds the scoring took, compilation included)."""
     start_p = np.stack([p for _, p in found]).astype(np.int32)
     t_score = time.perf_counter()
     if stop_requested():  # interrupted before anything compiled: the reference simulator
@@ -538,175 +353,233 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         # Starts are scored in the same small fixed batch as the screened rounds' checks.
         start_s, suspect = _score_fixed(ctx, start_p, checks)
     session.first_batch_ready()
-    score_s = time.perf_counter() - t_score
+    return start_p, start_s, suspect, time.perf_counter() - t_score
+
+
+@register("local", kind="annealer", options=OPTIONS)
+def place(ctx: PlacerContext) -> PlacerOutput:
+    """``local``: simulated annealing over the batched simulator, from the best heuristic."""
+    opts = option_values("local", ctx.options)
+    m, d = ctx.graph.num_ops, int(ctx.cost_model.num_devices)
+    session = ctx.session("local", default_budget_s=DEFAULT_BUDGET_S
+                          if opts["max_evaluations"] is None else None)
+    budget = session.budget_s
+    found, start_report = _run_starts(
+        ctx, session.t_begin + (math.inf if budget is None else STARTS_SHARE * budget),
+        None if budget is None else 0.25 * budget)
+    if m == 0 or d == 1 or not found:
+        p = found[0][1] if found else np.zeros(m, dtype=np.int32)
+        return PlacerOutput(p.astype(np.int32), info={"starts": start_report,
+                                                      "note": "nothing to search",
+                                                      **session.finish("nothing to search")})
+    start_p, start_s, suspect, score_s = _score_starts(ctx, session, found,
+                                                       opts["screen_checks"])
+    screen = opts["screen"]
     if screen == "auto":
         screen = bool(suspect.mean() >= 0.5)
-    batch = _default_batch(m, screen) if opts["batch"] is None else opts["batch"]
     for row, s in zip((r for r in start_report if "error" not in r), start_s, strict=True):
         row["score"] = float(s)
-    j = int(np.argmin(start_s))
     for k in np.argsort(start_s, kind="stable"):
         session.offer(start_p[k], float(start_s[k]))
     lanes = [_Lane(found[k][0], start_p[k], float(start_s[k]))
-             for k in _race_starts(start_p, start_s, race)]
-    alive = list(lanes)
-    # Successive halving: the race runs in rungs of equal progress; at the end of each,
-    # the lanes whose best is in the slower half stop (the search's progress, as for the
-    # temperature, is the share of evaluations or of time used).
-    rungs = max(1, math.ceil(math.log2(len(lanes))) + 1)
-    rung = 1  # the rung running now; it ends at progress rung / rungs
-    evals, memory_checks = len(start_p), len(start_p)
-    # Temperatures are fractions of the first fitting best's step time; while nothing
-    # fits the search is greedy (uphill steps would only add memory excess).
-    ref = session.best_score if session.best_score < OOM_PENALTY else None
-    mover = _Mover(ctx, opts["module_depths"])
-    rng = ctx.rng
+             for k in _race_starts(start_p, start_s, opts["race"])]
+    search = _Search(ctx, session, opts, screen, lanes, len(start_p))
     # The first round compiles the screening simulator (or the bigger batch): expect it
     # to take about as long as scoring the starts (their compilation) did.
     session.expect_compile(score_s)
+    stop = search.run()
+    if session.hook is not None and stop != "interrupted":
+        search.validate(-1)
+    j = int(np.argmin(start_s))
+    return search.output(stop, {"starts": start_report, "start": found[j][0],
+                                "start_score": float(start_s[j])})
 
-    def fast_simulator(c: PlacerContext):
+
+class _Search:
+    """The annealing race from its lanes' starts (see the module docstring): its
+    context (a new one after a validation's new model), session, counters and the
+    temperature schedule."""
+
+    def __init__(self, ctx: PlacerContext, session, opts: dict, screen: bool, lanes: list,
+                 num_starts: int):
+        self.ctx, self.session, self.screen = ctx, session, screen
+        self.batch = _default_batch(ctx.graph.num_ops, screen) if opts["batch"] is None \
+            else opts["batch"]
+        self.checks, self.patience = opts["screen_checks"], opts["patience"]
+        self.t0_rel, self.t1_rel = opts["t0"], opts["t1"]
+        self.max_evals = opts["max_evaluations"]
+        self.lanes, self.alive = lanes, list(lanes)
+        self.lane = lanes[0]  # the lane of the last round
+        # Successive halving: the race runs in rungs of equal progress; at the end of
+        # each, the lanes whose best is in the slower half stop (the search's progress,
+        # as for the temperature, is the share of evaluations or of time used).
+        self.rungs = max(1, math.ceil(math.log2(len(lanes))) + 1)
+        self.rung = 1  # the rung running now; it ends at progress rung / rungs
+        self.num_starts = num_starts
+        self.evals = self.memory_checks = num_starts
+        self.rounds = self.accepted = self.restarts = 0
+        # Temperatures are fractions of the first fitting best's step time; while nothing
+        # fits the search is greedy (uphill steps would only add memory excess).
+        self.ref = session.best_score if session.best_score < OOM_PENALTY else None
+        self.mover = Mover(ctx, opts["module_depths"])
+        self.rng = ctx.rng
+        self.deadline = session.deadline
+        self.fast = None
+        self.t_search = self.t_phase = math.nan  # set when the search starts
+
+    def _fast_simulator(self):
         from simplace.sim import batched_simulator
 
-        return batched_simulator(g, c.cost_model, memory=False) if screen else None
+        return batched_simulator(self.ctx.graph, self.ctx.cost_model, memory=False) \
+            if self.screen else None
 
-    fast = fast_simulator(ctx)
-    t_search = time.perf_counter()
-    session.record({"evaluations": evals, "best_step_time_s": session.best_score,
-                    "current_step_time_s": alive[0].cur_s})
-    rounds = accepted = 0
-    deadline = session.deadline
-
-    def validate(round_index: int):
-        """Call the hook; on a new model: a new context, the lanes re-scored."""
-        nonlocal ctx, fast, ref
-        made = {}
-
-        def rescore(model, placements):
-            made["ctx"] = ctx.with_cost_model(model)  # never changes the context in use
-            return _score_fixed(made["ctx"], placements, checks)[0]
-
-        new = session.validate(round_index, rescore)
-        if new is None:
-            return
-        ctx = made["ctx"]
-        fast = fast_simulator(ctx)
-        scores = _score_fixed(ctx, np.stack([p for x in lanes for p in (x.cur, x.best)]),
-                              checks)[0]
-        for i, x in enumerate(lanes):
-            x.cur_s, x.best_s = float(scores[2 * i]), float(scores[2 * i + 1])
-        ref = session.best_score if session.best_score < OOM_PENALTY else None
-
-    def progress(since: float) -> float:
+    def progress(self, since: float) -> float:
         """Share of the search used: of evaluations, or of the time from ``since``."""
-        frac = 0.0 if max_evals is None else evals / max_evals
-        if budget is not None and deadline > since:
-            frac = max(frac, (time.perf_counter() - since) / (deadline - since))
+        frac = 0.0 if self.max_evals is None else self.evals / self.max_evals
+        if self.session.budget_s is not None and self.deadline > since:
+            frac = max(frac, (time.perf_counter() - since) / (self.deadline - since))
         return frac
 
-    stop = "budget"
-    restarts = 0
-    t_phase = t_search  # the temperature schedule's start: the search's, or a restart's
-    lane = alive[0]
-    while True:
-        if max_evals is not None and evals >= max_evals:
-            stop = "max_evaluations"
-            break
-        while len(alive) > 1 and progress(t_search) >= rung / rungs:
-            keep = sorted(alive, key=lambda x: x.best_s)[:(len(alive) + 1) // 2]
-            for x in alive:
-                if x not in keep:
-                    x.end = f"rung {rung}"
-            alive = [x for x in alive if x in keep]
-            rung += 1
-        # Round robin: the lane that has run the fewest rounds goes next.
-        lane = min(alive, key=lambda x: x.rounds)
-        if lane.stale >= patience and len(alive) > 1:
-            lane.end = "stalled"  # its time goes to the others
-            alive.remove(lane)
-            continue
-        if lane.stale >= patience:
-            # Without a budget of the caller's (the default one is a cap, not a promise),
-            # a converged search stops.
-            if ctx.budget_s is None or not _restart_worth_it(t_search, deadline):
-                stop = "patience"
-                break
-            # Iterated local search: the budget is a promise of time, and a stalled
-            # search that stops early leaves it unused. Kick the best placement a few
-            # random moves away and anneal again over the time left.
-            restarts += 1
-            lane.stale = 0
-            cur = session.best.copy()
-            for _ in range(RESTART_KICKS):
-                cur = mover.propose(rng, cur, 1)[0]
-            lane.cur, lane.cur_s = cur, float(_score_fixed(ctx, cur[None], checks)[0][0])
-            evals += 1
-            t_phase = time.perf_counter()
-        if session.should_stop():
-            stop = session.stop
-            break
-        session.step_started()
-        if ref is None and session.best_score < OOM_PENALTY:
-            ref = session.best_score
-        temp = 1e-300 if ref is None else max(
-            t0_rel * ref * (t1_rel / t0_rel) ** min(1.0, progress(t_phase)), 1e-300)
+    def _record(self, cur_s: float) -> None:
+        self.session.record({"evaluations": self.evals,
+                             "best_step_time_s": self.session.best_score,
+                             "current_step_time_s": cur_s})
 
-        cur, cur_s = lane.cur, lane.cur_s
-        cand = mover.propose(rng, cur, batch)
+    def run(self) -> str:
+        """Anneal round by round until a stop; the stop reason."""
+        session = self.session
+        self.fast = self._fast_simulator()
+        self.t_search = self.t_phase = time.perf_counter()
+        self._record(self.alive[0].cur_s)
+        while True:
+            if self.max_evals is not None and self.evals >= self.max_evals:
+                return "max_evaluations"
+            self._halve()
+            # Round robin: the lane that has run the fewest rounds goes next.
+            lane = self.lane = min(self.alive, key=lambda x: x.rounds)
+            if lane.stale >= self.patience and len(self.alive) > 1:
+                lane.end = "stalled"  # its time goes to the others
+                self.alive.remove(lane)
+                continue
+            if lane.stale >= self.patience:
+                # Without a budget of the caller's (the default one is a cap, not a
+                # promise), a converged search stops.
+                if self.ctx.budget_s is None or not _restart_worth_it(self.t_search,
+                                                                       self.deadline):
+                    return "patience"
+                self._restart(lane)
+            if session.should_stop():
+                return session.stop
+            self._round(lane)
+
+    def _halve(self) -> None:
+        """End the rungs the search's progress has passed: the slower half stops."""
+        while len(self.alive) > 1 and self.progress(self.t_search) >= self.rung / self.rungs:
+            keep = sorted(self.alive, key=lambda x: x.best_s)[:(len(self.alive) + 1) // 2]
+            for x in self.alive:
+                if x not in keep:
+                    x.end = f"rung {self.rung}"
+            self.alive = [x for x in self.alive if x in keep]
+            self.rung += 1
+
+    def _restart(self, lane: _Lane) -> None:
+        # Iterated local search: the budget is a promise of time, and a stalled search
+        # that stops early leaves it unused. Kick the best placement a few random moves
+        # away and anneal again over the time left.
+        self.restarts += 1
+        lane.stale = 0
+        cur = self.session.best.copy()
+        for _ in range(RESTART_KICKS):
+            cur = self.mover.propose(self.rng, cur, 1)[0]
+        lane.cur, lane.cur_s = cur, float(_score_fixed(self.ctx, cur[None], self.checks)[0][0])
+        self.evals += 1
+        self.t_phase = time.perf_counter()
+
+    def _round(self, lane: _Lane) -> None:
+        """One round of ``lane``: a batch of neighbours proposed, scored, one picked."""
+        session = self.session
+        session.step_started()
+        if self.ref is None and session.best_score < OOM_PENALTY:
+            self.ref = session.best_score
+        temp = 1e-300 if self.ref is None else max(
+            self.t0_rel * self.ref * (self.t1_rel / self.t0_rel)
+            ** min(1.0, self.progress(self.t_phase)), 1e-300)
+        cand = self.mover.propose(self.rng, lane.cur, self.batch)
         # A neighbour whose moves cancelled out is the current placement: never pick it,
         # or the search could not take an uphill step.
-        same = np.all(cand == cur[None], axis=1)
-        evals += batch
-        rounds += 1
+        same = np.all(cand == lane.cur[None], axis=1)
+        self.evals += self.batch
+        self.rounds += 1
         lane.rounds += 1
-        pick = None
-        if screen and cur_s >= OOM_PENALTY:
-            # Repair: the current placement is OOM, and the fastest neighbours tend to be
-            # too. Rank by the parameters' memory excess (a lower bound of the excess),
-            # then step time, and check the first few exactly.
-            steps = np.where(same, np.inf, fast(cand).step_time_s)
-            u = rng.random()
-            first = np.lexsort((steps, _param_excess(ctx, cand)))[:REPAIR_CHECKS]
-            obj, _ = _objective(ctx, _pad(cand[first], REPAIR_CHECKS))
-            obj = obj[:len(first)]
-            memory_checks += len(first)
-            pick = int(first[int(np.argmin(obj))]), float(obj.min())
-        elif screen:
-            # Step times of the whole batch without memory; the exact memory check only
-            # for the few fastest, and only when the fastest would be accepted.
-            steps = np.where(same, np.inf, fast(cand).step_time_s)
-            # Neighbours whose parameters alone overflow a device are surely OOM.
-            steps = np.where(_param_excess(ctx, cand) > 0, np.inf, steps)
-            u = rng.random()
-            ranked = np.argsort(steps, kind="stable")
-            ranked = ranked[np.isfinite(steps[ranked])][:checks * SCREEN_ROUNDS]
-            if len(ranked) and _accepts(float(steps[ranked[0]]) - cur_s, u, temp):
-                # Check the fastest few; if all are OOM, the next few (at a memory
-                # frontier the fastest neighbours are often the ones that overflow).
-                for c in range(0, len(ranked), checks):
-                    few = ranked[c:c + checks]
-                    obj, _ = _objective(ctx, _pad(cand[few], checks))
-                    obj = obj[:len(few)]
-                    memory_checks += len(few)
-                    k = int(np.argmin(obj))
-                    if pick is None or obj[k] < pick[1]:
-                        pick = int(few[k]), float(obj[k])
-                    if pick[1] < OOM_PENALTY:
-                        break
+        if self.screen and lane.cur_s >= OOM_PENALTY:
+            pick, u = self._pick_repair(cand, same)
+        elif self.screen:
+            pick, u = self._pick_screened(cand, same, lane.cur_s, temp)
         else:
-            obj, _ = _objective(ctx, cand)
-            obj = np.where(same, np.inf, obj)
-            u = rng.random()
+            obj = np.where(same, np.inf, _objective(self.ctx, cand)[0])
+            u = self.rng.random()
             k = int(np.argmin(obj))
             pick = k, float(obj[k])
-        if pick is not None and _accepts(pick[1] - cur_s, u, temp):
+        improved = self._settle(lane, cand, pick, u, temp)
+        session.step_done()
+        if session.validation_due(self.rounds):
+            self.validate(self.rounds)  # after the step: a new model compiles next
+        if improved or self.rounds % 10 == 0:  # rows by round count: deterministic
+            self._record(lane.cur_s)
+        elapsed = time.perf_counter() - self.t_search
+        session.show(self.evals, (self.evals - self.num_starts) / elapsed if elapsed > 0
+                     else 0.0, lane.cur_s)
+
+    def _pick_repair(self, cand: np.ndarray, same: np.ndarray):
+        """(index, score) of the neighbour picked while the current placement is OOM,
+        and the acceptance draw."""
+        # The fastest neighbours tend to be OOM too. Rank by the parameters' memory
+        # excess (a lower bound of the excess), then step time, and check the first few
+        # exactly.
+        steps = np.where(same, np.inf, self.fast(cand).step_time_s)
+        u = self.rng.random()
+        first = np.lexsort((steps, _param_excess(self.ctx, cand)))[:REPAIR_CHECKS]
+        obj = _objective(self.ctx, _pad(cand[first], REPAIR_CHECKS))[0][:len(first)]
+        self.memory_checks += len(first)
+        return (int(first[int(np.argmin(obj))]), float(obj.min())), u
+
+    def _pick_screened(self, cand: np.ndarray, same: np.ndarray, cur_s: float, temp: float):
+        """(index, score) of the neighbour picked by screening (None: the fastest would
+        not be accepted, or none is left), and the acceptance draw."""
+        # Step times of the whole batch without memory; the exact memory check only for
+        # the few fastest, and only when the fastest would be accepted.
+        steps = np.where(same, np.inf, self.fast(cand).step_time_s)
+        # Neighbours whose parameters alone overflow a device are surely OOM.
+        steps = np.where(_param_excess(self.ctx, cand) > 0, np.inf, steps)
+        u = self.rng.random()
+        ranked = np.argsort(steps, kind="stable")
+        ranked = ranked[np.isfinite(steps[ranked])][:self.checks * SCREEN_ROUNDS]
+        pick = None
+        if len(ranked) and _accepts(float(steps[ranked[0]]) - cur_s, u, temp):
+            # Check the fastest few; if all are OOM, the next few (at a memory frontier
+            # the fastest neighbours are often the ones that overflow).
+            for c in range(0, len(ranked), self.checks):
+                few = ranked[c:c + self.checks]
+                obj = _objective(self.ctx, _pad(cand[few], self.checks))[0][:len(few)]
+                self.memory_checks += len(few)
+                k = int(np.argmin(obj))
+                if pick is None or obj[k] < pick[1]:
+                    pick = int(few[k]), float(obj[k])
+                if pick[1] < OOM_PENALTY:
+                    break
+        return pick, u
+
+    def _settle(self, lane: _Lane, cand: np.ndarray, pick, u: float, temp: float) -> bool:
+        """Accept the pick or not, offer it to the session, count the lane's stale
+        rounds; whether it is a new best of the lane."""
+        if pick is not None and _accepts(pick[1] - lane.cur_s, u, temp):
             lane.cur, lane.cur_s = cand[pick[0]].copy(), pick[1]
-            accepted += 1
+            self.accepted += 1
         improved = False
         if pick is not None and math.isfinite(pick[1]):
             # A pick better than the lane's best is always accepted (its current
             # placement is never better than its best).
-            session.offer(cand[pick[0]], pick[1])
+            self.session.offer(cand[pick[0]], pick[1])
             if pick[1] < lane.best_s:
                 lane.best, lane.best_s = cand[pick[0]].copy(), pick[1]
                 improved = True
@@ -714,38 +587,53 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             lane.stale = 0
         else:
             lane.stale += 1
-            if lane.stale % max(1, patience // 4) == 0:
+            if lane.stale % max(1, self.patience // 4) == 0:
                 # back to the lane's best, from a new angle
                 lane.cur, lane.cur_s = lane.best.copy(), lane.best_s
-        session.step_done()
-        if session.validation_due(rounds):
-            validate(rounds)  # after the step: a new model's compilation is expected next
-        if improved or rounds % 10 == 0:  # rows by round count: deterministic
-            session.record({"evaluations": evals, "best_step_time_s": session.best_score,
-                            "current_step_time_s": lane.cur_s})
-        elapsed = time.perf_counter() - t_search
-        session.show(evals, (evals - len(start_p)) / elapsed if elapsed > 0 else 0.0,
-                     lane.cur_s)
-    if session.hook is not None and stop != "interrupted":
-        validate(-1)
-    session.record({"evaluations": evals, "best_step_time_s": session.best_score,
-                    "current_step_time_s": lane.cur_s})
-    search_s = time.perf_counter() - t_search
-    best, best_s = session.best, session.best_score
-    for lane in alive:
-        lane.end = "ran to the end"
-    info = {
-        "starts": start_report, "start": found[j][0], "start_score": float(start_s[j]),
-        "score": best_s, "fits": bool(best_s < OOM_PENALTY), "evaluations": evals,
-        "memory_checks": memory_checks if screen else evals, "screen": screen,
-        "rounds": rounds, "accepted": accepted, "restarts": restarts, "batch": batch,
-        "lanes": [x.row() for x in lanes],
-        "search_s": search_s,
-        "evaluations_per_s": (evals - len(start_p)) / search_s if search_s > 0 else None,
-        "groupings": {name: len(ptr) - 1 for name, _, ptr in mover.groupings},
-        "subtrees": len(mover.subtrees),
-        **session.finish(stop),
-    }
-    return PlacerOutput(best.astype(np.int32), history=session.history, info=info,
-                        cost_model=session.cost_model if session.validation["corrections"]
-                        else None)
+        return improved
+
+    def validate(self, round_index: int) -> None:
+        """Call the hook; on a new model: a new context, the lanes re-scored."""
+        made = {}
+
+        def rescore(model, placements):
+            made["ctx"] = self.ctx.with_cost_model(model)  # never the context in use
+            return _score_fixed(made["ctx"], placements, self.checks)[0]
+
+        if self.session.validate(round_index, rescore) is None:
+            return
+        self.ctx = made["ctx"]
+        self.fast = self._fast_simulator()
+        scores = _score_fixed(self.ctx, np.stack([p for x in self.lanes
+                                                  for p in (x.cur, x.best)]), self.checks)[0]
+        for i, x in enumerate(self.lanes):
+            x.cur_s, x.best_s = float(scores[2 * i]), float(scores[2 * i + 1])
+        best = self.session.best_score
+        self.ref = best if best < OOM_PENALTY else None
+
+    def output(self, stop: str, start_info: dict) -> PlacerOutput:
+        """The best placement ever scored, the history and ``info`` (``start_info``: the
+        starts' report, the best start and its score)."""
+        session = self.session
+        self._record(self.lane.cur_s)
+        search_s = time.perf_counter() - self.t_search
+        best, best_s = session.best, session.best_score
+        for lane in self.alive:
+            lane.end = "ran to the end"
+        info = {
+            **start_info,
+            "score": best_s, "fits": bool(best_s < OOM_PENALTY), "evaluations": self.evals,
+            "memory_checks": self.memory_checks if self.screen else self.evals,
+            "screen": self.screen, "rounds": self.rounds, "accepted": self.accepted,
+            "restarts": self.restarts, "batch": self.batch,
+            "lanes": [x.row() for x in self.lanes],
+            "search_s": search_s,
+            "evaluations_per_s": (self.evals - self.num_starts) / search_s if search_s > 0
+            else None,
+            "groupings": {name: len(ptr) - 1 for name, _, ptr in self.mover.groupings},
+            "subtrees": len(self.mover.subtrees),
+            **session.finish(stop),
+        }
+        return PlacerOutput(best.astype(np.int32), history=session.history, info=info,
+                            cost_model=session.cost_model
+                            if session.validation["corrections"] else None)
