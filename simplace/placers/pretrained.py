@@ -39,7 +39,15 @@ import numpy as np
 
 from simplace._argtypes import check_float
 from simplace.errors import OptionError, SimplaceError
-from simplace.placers import Cost, Option, PlacerContext, PlacerOutput, int_option, register
+from simplace.placers import (
+    Cost,
+    Option,
+    PlacerContext,
+    PlacerOutput,
+    int_option,
+    methods_of_kind,
+    register,
+)
 from simplace.placers.registry import option_values
 from simplace.rl.cli_args import MAX_SAMPLES
 
@@ -117,7 +125,8 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     best_s = float(ctx.score(best[None])[0])
     info = {"zero_shot_s": best_s, "zero_shot": start.info}
     ws = opts["warm_start"]
-    if not (isinstance(ws, str) and ws in ("pretrained", "rl-pretrained")):
+    if not (isinstance(ws, str) and (ws == "pretrained" or ws in methods_of_kind(
+            "heuristic", learned=True))):
         from simplace.placers.rl import _warm_starts
 
         found, scores = _warm_starts(ctx)  # the given placements or methods' (rl-* rules)

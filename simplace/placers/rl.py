@@ -172,8 +172,13 @@ def _warm_starts(ctx: PlacerContext):
         return [], []
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if isinstance(ws, str):
+        from simplace.placers import methods_of_kind
+
+        # "pretrained" names the learned heuristics (the pretrained policy)
         names = fast_heuristics() if ws == "best" else [
-            "rl-pretrained" if w.strip() == "pretrained" else w.strip() for w in ws.split(",")]
+            n for w in ws.split(",") if w.strip()
+            for n in (methods_of_kind("heuristic", learned=True) if w.strip() == "pretrained"
+                      else [w.strip()])]
         known = fast_heuristics()
         for n in names:
             if n not in known:
