@@ -333,3 +333,18 @@ def test_the_pretrained_policy_is_a_learned_heuristic():
     plain = methods_of_kind("heuristic", learned=False)
     assert "rl-pretrained" not in plain and {"heft", "m_etf", "single"} <= set(plain)
     assert sorted(plain + ["rl-pretrained"]) == methods_of_kind("heuristic")
+
+
+def test_the_optimize_command_runs_rl_universal(tmp_path, capsys):
+    # The command passed rl-gnn's progress bar to every policy, which rl-universal
+    # refused: the command always failed.
+    from simplace.cli import main
+
+    out = tmp_path / "p.json"
+    assert main(["optimize", "mlp", "--cost-model", "haswell_k40x4", "--method",
+                 "rl-universal", "--samples", "16", "--budget-s", "4", "--out",
+                 str(out)]) == 0
+    assert out.is_file() and "step time" in capsys.readouterr().out
+    assert main(["optimize", "mlp", "--cost-model", "haswell_k40x4", "--method",
+                 "rl-universal", "--history", "h.json"]) == 2
+    assert "--history does not apply to --method rl-universal" in capsys.readouterr().err

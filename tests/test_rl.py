@@ -260,6 +260,14 @@ def test_registry_and_cli_flags():
                                      "--checkpoint-every", "5"]))["checkpoint_every_s"] == 5.0
     with pytest.raises(SimplaceError, match="--checkpoint-every needs --checkpoint"):
         rl_options(ap.parse_args(["--method", "rl-gnn", "--checkpoint-every", "5"]))
+    # rl-universal takes its own options: no progress bar, episodes or history
+    assert rl_options(ap.parse_args(["--method", "rl-universal"])) == {}
+    assert rl_options(ap.parse_args(["--method", "rl-universal", "--samples", "16",
+                                     "--warm-start", "heft"])) == {"samples": 16,
+                                                                   "warm_start": "heft"}
+    with pytest.raises(SimplaceError, match="--episodes does not apply to --method "
+                       "rl-universal; of these flags it takes --samples, --warm-start"):
+        rl_options(ap.parse_args(["--method", "rl-universal", "--episodes", "5"]))
     # Out-of-range numbers are refused while parsing (argparse exits 2 with a message).
     with pytest.raises(SystemExit) as exit_info:
         ap.parse_args(["--method", "rl-gnn", "--samples", "0"])

@@ -42,11 +42,14 @@ def add_rl_args(parser: argparse.ArgumentParser) -> None:
                         "(default 30), so an interrupted run loses at most S seconds")
 
 
+# The options these flags give, by name.
+_FLAGS = ("episodes", "samples", "warm_start", "history", "checkpoint", "checkpoint_every_s")
+
+
 def rl_options(args: argparse.Namespace) -> dict:
     """``optimize`` options from the parsed flags; a progress bar when a method is rl-*."""
     opts = {}
-    for name in ("episodes", "samples", "warm_start", "history", "checkpoint",
-                 "checkpoint_every_s"):
+    for name in _FLAGS:
         val = getattr(args, name, None)
         if val is not None:
             opts[name] = val
@@ -65,5 +68,17 @@ def rl_options(args: argparse.Namespace) -> dict:
         raise SimplaceError(f"--{flag} applies to the rl-* "
                             f"methods only, not --method {method}.")
     if policy:
-        opts["progress_bar"] = True
+        from simplace.placers import method_options
+
+        # Each policy takes its own options: rl-universal has no episodes or history.
+        declared = method_options(method)
+        other = [k for k in opts if k not in declared]
+        if other:
+            flag = other[0].removesuffix("_s").replace("_", "-")
+            takes = [f"--{k.removesuffix('_s').replace('_', '-')}" for k in _FLAGS
+                     if k in declared]
+            raise SimplaceError(f"--{flag} does not apply to --method {method}; of these "
+                                f"flags it takes {', '.join(takes) or 'none'}.")
+        if "progress_bar" in declared:
+            opts["progress_bar"] = True
     return opts
