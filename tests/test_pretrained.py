@@ -313,6 +313,7 @@ def test_train_policy_command_writes_weights_and_refuses_no_budget(tmp_path, cap
     assert "No policy weights" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # seconds of budget, and a traced model
 def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_graph):
     from simplace.placers import optimize
 
@@ -335,6 +336,7 @@ def test_the_pretrained_policy_is_a_learned_heuristic():
     assert sorted(plain + ["rl-pretrained"]) == methods_of_kind("heuristic")
 
 
+@pytest.mark.slow  # seconds of budget, and a traced model
 def test_the_optimize_command_runs_rl_universal(tmp_path, capsys):
     # The command passed rl-gnn's progress bar to every policy, which rl-universal
     # refused: the command always failed.
