@@ -93,14 +93,18 @@ def _baselines(g, model, args, starts) -> dict:
     return row
 
 
+def _equal_keys(args) -> dict[str, float]:
+    """The equal-time baselines' row keys and their budgets."""
+    return {"local_2s": 2.0, f"local_{args.finetune_budget_s:g}s": args.finetune_budget_s}
+
+
 def _equal_time(g, model, args, starts, row) -> None:
     """``local`` at the zero-shot's and the fine-tune's wall times (2 s and
     ``--finetune-budget-s``): what a user gets from the same seconds without the policy
     (kept in ``row``, computed once)."""
     from simplace.placers import optimize
 
-    for key, budget in (("local_2s", 2.0), (f"local_{args.finetune_budget_s:g}s",
-                                            args.finetune_budget_s)):
+    for key, budget in _equal_keys(args).items():
         if key not in row:
             r = optimize(g, model, "local", seed=args.seed, budget_s=budget, starts=starts)
             row[key] = float(np.inf) if r.oom else r.step_time_s
@@ -162,7 +166,7 @@ def main() -> None:
             row.update(row=label, ops=g.num_ops, devices=inp.num_devices,
                        load=" ".join(f"{x:.2f}" for x in os.getloadavg()))
             kept[label] = row
-        if not all(k in row for k in ("local_2s", f"local_{args.finetune_budget_s:g}s")):
+        if not all(k in row for k in _equal_keys(args)):
             _equal_time(g, inp, args, starts, row)
             row["equal_time_load"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
         if args.baselines:

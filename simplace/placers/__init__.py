@@ -32,6 +32,7 @@ from simplace.placers.registry import (
     method_options,
     methods,
     methods_of_kind,
+    path_option,
     register,
 )
 from simplace.search import OOM_PENALTY, penalised
@@ -39,5 +40,5 @@ from simplace.search import OOM_PENALTY, penalised
 __all__ = ["COMPARE_DEFAULT_BUDGET_S", "KINDS", "OOM_PENALTY", "Cost", "Option",
            "OptimizeResult", "bool_option", "choice_option", "float_option", "int_option",
            "PlacerContext", "PlacerOutput", "best_of", "compare", "is_search", "method_docs",
-           "method_kind", "method_options", "methods", "methods_of_kind", "optimize",
+           "method_kind", "method_options", "methods", "methods_of_kind", "optimize", "path_option",
            "penalised", "register", "run_method"]

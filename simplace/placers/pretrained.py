@@ -37,15 +37,16 @@ import os
 
 import numpy as np
 
-from simplace._argtypes import check_float
-from simplace.errors import OptionError, SimplaceError
+from simplace.errors import SimplaceError
 from simplace.placers import (
     Cost,
     Option,
     PlacerContext,
     PlacerOutput,
+    float_option,
     int_option,
     methods_of_kind,
+    path_option,
     register,
 )
 from simplace.placers.registry import option_values
@@ -58,18 +59,13 @@ DEFAULT_UPDATES = 200
 POLISH_SHARE = 0.7
 
 
-def _weights(value):
-    if not isinstance(value, str | os.PathLike):
-        raise OptionError(f"value must be a weights file path, got {value!r}.")
-    return value
-
 
 @register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, learned=True,
           options={
     "samples": int_option("sampled placements scored besides the greedy one (default 64)",
                           64, 0, MAX_SAMPLES),
-    "weights": Option("policy weights file (simplace train-policy; default: the shipped "
-                      "ones)", None, _weights)})
+    "weights": path_option("policy weights file (simplace train-policy; default: the "
+                           "shipped ones)")})
 def place(ctx: PlacerContext) -> PlacerOutput:
     """``rl-pretrained``: the pretrained universal policy, zero-shot (no training)."""
     from simplace.rl.pretrained import zero_shot
@@ -95,14 +91,14 @@ def place(ctx: PlacerContext) -> PlacerOutput:
 
 @register("rl-universal", kind="policy", options={
     "samples": int_option("placements per update (default 64)", 64, 2, MAX_SAMPLES),
-    "weights": Option("weights to start from: a weights file, or 'none' (default: the "
-                      "shipped)", None, _weights),
+    "weights": path_option("weights to start from: a weights file, or 'none' (default: "
+                           "the shipped)"),
     "warm_start": Option("'pretrained' (the default), or as rl-gnn's: method names, 'best' "
                          "or placements, the best of which (or the zero-shot one) it starts "
                          "from", "pretrained"),
-    "polish_share": Option(f"share of the time left for local search from the fine-tuned "
-                           f"placement (default {POLISH_SHARE})", POLISH_SHARE,
-                           lambda v: check_float(v, "value", 0.0, 1.0, hi_open=True)),
+    "polish_share": float_option(f"share of the time left for local search from the "
+                                 f"fine-tuned placement (default {POLISH_SHARE})",
+                                 POLISH_SHARE, 0.0, 1.0, hi_open=True),
     "updates": int_option(f"training updates without a budget (default {DEFAULT_UPDATES})",
                           DEFAULT_UPDATES, 1)})
 def place_universal(ctx: PlacerContext) -> PlacerOutput:

@@ -14,7 +14,7 @@ name with ``@register("name", kind=..., options={...})``. Its kind says how the 
 
 Options are typed: each is an ``Option`` (its doc, its default, the parser that checks a
 given value), made by ``int_option``, ``float_option``, ``bool_option``,
-``choice_option`` or ``Option(doc)`` for a value only the method can check (arrays,
+``choice_option``, ``path_option`` or ``Option(doc)`` for a value only the method can check (arrays,
 callables). ``check_options`` refuses an option the method does not take and a value of
 the wrong type, naming the method, the option and what to pass; ``option_values`` gives
 a method every option it declares, checked, with the defaults filled in. (A plain
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -75,9 +76,22 @@ def int_option(doc: str, default: int | None, lo: int = 0, hi: int | None = None
 
 
 def float_option(doc: str, default: float | None, lo: float, hi: float | None = None, *,
-                 lo_open: bool = False) -> Option:
-    """A finite real option in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
-    return Option(doc, default, lambda v: check_float(v, "value", lo, hi, lo_open=lo_open))
+                 lo_open: bool = False, hi_open: bool = False) -> Option:
+    """A finite real option in ``[lo, hi]`` (an end left out with ``lo_open`` or
+    ``hi_open``)."""
+    return Option(doc, default, lambda v: check_float(v, "value", lo, hi, lo_open=lo_open,
+                                                      hi_open=hi_open))
+
+
+def _path(value):
+    if not isinstance(value, str | os.PathLike):
+        raise OptionError(f"value must be a file path, got {value!r}.")
+    return value
+
+
+def path_option(doc: str) -> Option:
+    """A file path option (a string or ``os.PathLike``; default None)."""
+    return Option(doc, None, _path)
 
 
 def _boolean(value) -> bool:

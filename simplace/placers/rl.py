@@ -59,6 +59,7 @@ from simplace.placers import (
     bool_option,
     float_option,
     int_option,
+    path_option,
     register,
 )
 from simplace.placers.registry import option_values
@@ -109,11 +110,6 @@ def _config_option(field: dataclasses.Field) -> Option:
                   field.default, parse)
 
 
-def _path(value):
-    if not isinstance(value, str | os.PathLike):
-        raise OptionError(f"value must be a file path, got {value!r}.")
-    return value
-
 
 def _units(value):
     if isinstance(value, str) and value in ("auto", "ops"):
@@ -141,9 +137,9 @@ def _options(policy: str) -> dict[str, Option]:
                         "auto", _units),
         "max_units": int_option(f"units at most (default {DEFAULT_MAX_UNITS[policy]})",
                                 DEFAULT_MAX_UNITS[policy], 1, MAX_BATCH),
-        "history": Option("JSON path of the reward curve", None, _path),
-        "plot": Option("PNG path of its plot (default: the history's with .png)", None, _path),
-        "checkpoint": Option(".npz path to resume from and save to", None, _path),
+        "history": path_option("JSON path of the reward curve"),
+        "plot": path_option("PNG path of its plot (default: the history's with .png)"),
+        "checkpoint": path_option(".npz path to resume from and save to"),
         "checkpoint_every": int_option("save every N updates (default 50)", 50, 1, MAX_BATCH),
         "checkpoint_every_s": float_option("save every S seconds (default 30)", 30.0, 0.0,
                                            lo_open=True),
