@@ -41,6 +41,38 @@ def _fresh_user_dir(tmp_path_factory):
         os.environ["SIMPLACE_HOME"] = old
 
 
+@pytest.fixture
+def pricings(monkeypatch):
+    """The list that grows by one each time a graph is priced into SimInputs
+    (``make_sim_inputs``): what the tests of "price once" count."""
+    import simplace.sim.inputs as inputs
+
+    built = []
+    real = inputs.make_sim_inputs
+    monkeypatch.setattr(inputs, "make_sim_inputs",
+                        lambda *a, **kw: built.append(1) or real(*a, **kw))
+    return built
+
+
+
+@pytest.fixture(scope="module")
+def nmt():
+    """nmt_2layer's small training step, traced (the placers' tests' graph)."""
+    import simplace
+    from simplace import zoo
+
+    fn, args = zoo.get("nmt_2layer", small=True)
+    return simplace.trace(fn, *args, name="nmt_2layer")
+
+
+@pytest.fixture(scope="module")
+def k40x4():
+    """The Haswell + 4 K40 datasheet machine."""
+    import simplace
+
+    return simplace.CostModel.load("haswell_k40x4")
+
+
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", help="run tests marked slow")
 

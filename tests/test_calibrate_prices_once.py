@@ -10,21 +10,10 @@ import warnings
 import numpy as np
 import pytest
 
-import simplace.sim.inputs as inputs
 from simplace.calibrate import build_cost_model, cli, read_records, robust_stats
 from simplace.calibrate.segments import cut_placements, host_placements
 from simplace.sim import simulate
 from tests.test_calibrate import synthetic_records
-
-
-@pytest.fixture
-def pricings(monkeypatch):
-    """The list that grows by one each time a graph is priced into SimInputs."""
-    built = []
-    real = inputs.make_sim_inputs
-    monkeypatch.setattr(inputs, "make_sim_inputs",
-                        lambda *a, **kw: built.append(1) or real(*a, **kw))
-    return built
 
 
 def _tiny_cnn():

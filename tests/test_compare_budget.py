@@ -166,17 +166,6 @@ def test_the_pace_rescales_estimates_by_what_methods_without_a_budget_took(clock
 
 
 # ---------------------------------------------------------------- the methods' own budgets
-@pytest.fixture(scope="module")
-def nmt():
-    fn, args = zoo.get("nmt_2layer", small=True)
-    return simplace.trace(fn, *args, name="nmt_2layer")
-
-
-@pytest.fixture(scope="module")
-def k40x4():
-    return simplace.CostModel.load("haswell_k40x4")
-
-
 def test_a_list_scheduler_gives_up_a_run_under_way_once_its_budget_is_spent(nmt, k40x4):
     from simplace.placers._list_runs import Setup, blocks, earliest
 

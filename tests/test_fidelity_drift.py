@@ -80,18 +80,14 @@ def test_drift_fit_without_host_scale_cannot_fix_host_bound_steps(graph):
     assert old.fit["mape_corrected"] > 0.05 > 0.01 > new.fit["mape_corrected"]
 
 
-def test_a_drift_fit_prices_each_graph_once(graph, monkeypatch):
+def test_a_drift_fit_prices_each_graph_once(graph, pricings):
     """The fit scales one priced problem per graph (issue 34: a validate --update built
     SimInputs 70 times): its many simulations reuse it."""
-    import simplace.sim.inputs as inputs
-
     cm = _machine()
     truth = dataclasses.replace(Scales.identity(4), compute_scale=np.full(4, 0.9))
     recs = _records(graph, cm, truth, 8, seed=2)
-    built = []
-    real = inputs.make_sim_inputs
-    monkeypatch.setattr(inputs, "make_sim_inputs",
-                        lambda *a, **kw: built.append(1) or real(*a, **kw))
+    pricings.clear()  # the records' own pricing is not the fit's
+    built = pricings
     fresh = dataclasses.replace(cm)  # not priced before: its one pricing is counted
     res = fit_drift(recs, [graph], fresh, max_nfev=20)
     assert res.corrections.compute_scale == pytest.approx(np.full(4, 0.9), rel=0.05)

@@ -16,17 +16,6 @@ FAST_METHODS = [m for m in methods() if m not in ("local", "exact")]
 HEURISTICS = [m for m in FAST_METHODS if not m.startswith("rl-")]
 
 
-@pytest.fixture(scope="module")
-def nmt():
-    fn, args = zoo.get("nmt_2layer", small=True)
-    return simplace.trace(fn, *args, name="nmt_2layer")
-
-
-@pytest.fixture(scope="module")
-def k40x4():
-    return simplace.CostModel.load("haswell_k40x4")
-
-
 def test_unknown_method_lists_the_available_ones(nmt, k40x4):
     with pytest.raises(SimplaceError, match="Available: .*single"):
         optimize(nmt, k40x4, "no_such_method")

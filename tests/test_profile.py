@@ -504,18 +504,14 @@ def test_a_bad_profile_is_refused_by_simulate_and_remade_by_optimize(home, capsy
     assert Profile.load(path).complete
 
 
-def test_a_search_prices_its_graph_once(mlp_graph, monkeypatch):
+def test_a_search_prices_its_graph_once(mlp_graph, pricings):
     """``CostModel.price`` is the one place SimInputs are made, once per graph and
     model: a local search and a whole comparison on a fresh model build them once (an
     earlier simplace built them 32 times for one local search), and a profile attached
     later prices afresh."""
     import simplace
-    import simplace.sim.inputs as inputs
 
-    built = []
-    real = inputs.make_sim_inputs
-    monkeypatch.setattr(inputs, "make_sim_inputs",
-                        lambda *a, **kw: built.append(1) or real(*a, **kw))
+    built = pricings
     cm = CostModel.load(MACHINE)
     simplace.optimize(mlp_graph, cm, "local", budget_s=0.5, seed=0)
     assert len(built) == 1

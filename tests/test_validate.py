@@ -371,15 +371,13 @@ def test_validation_callback_in_local_search(mlp, tmp_path):
 
 
 # ----------------------------------------------------------------------------- CLI
-def test_validate_cli(mlp, tmp_path, monkeypatch, capsys):
-    from simplace.validate import cli as validate_cli
-
-    *_, graph = mlp
-    cm = cpu_model(2, name="clitest_cpu")
-    cm_dir = tmp_path / "models"
-    cm_dir.mkdir()
-    cm.save(cm_dir / "clitest_cpu.json")
-    monkeypatch.setenv("SIMPLACE_COST_MODELS", str(cm_dir))
+def cli_setup(graph, cm, tmp_path, monkeypatch) -> list[str]:
+    """Save ``cm`` where the CLI finds it by name, and four placements of ``graph`` on it
+    (each device alone, alternating ops, a split at a third); their paths."""
+    models = tmp_path / "models"
+    models.mkdir()
+    cm.save(models / f"{cm.name}.json")
+    monkeypatch.setenv("SIMPLACE_COST_MODELS", str(models))
     m = graph.num_ops
     files = []
     for k, p in enumerate([np.zeros(m), np.ones(m), np.arange(m) % 2,
@@ -388,6 +386,16 @@ def test_validate_cli(mlp, tmp_path, monkeypatch, capsys):
         Placement(np.asarray(p, np.int32), graph.hash, cm.name, tuple(cm.device_names),
                   method="test").save(path)
         files.append(str(path))
+    return files
+
+
+def test_validate_cli(mlp, tmp_path, monkeypatch, capsys):
+    from simplace.validate import cli as validate_cli
+
+    *_, graph = mlp
+    cm = cpu_model(2, name="clitest_cpu")
+    files = cli_setup(graph, cm, tmp_path, monkeypatch)
+    cm_dir = tmp_path / "models"  # where cli_setup saved it
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     validate_cli.add_parser(sub)

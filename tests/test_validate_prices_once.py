@@ -10,26 +10,14 @@ import json
 import numpy as np
 import pytest
 
-import simplace.sim.inputs as inputs
 from simplace import zoo
 from simplace.cost_model import CostModel
 from simplace.hardware.executor import prepare
-from simplace.placement import Placement
 from simplace.scales import Scales
 from simplace.sim import simulate
 from simplace.validate import cli as validate_cli
 from simplace.validate import priced_with_raw, raw_model, read_records
-from tests.test_validate import cpu_model
-
-
-@pytest.fixture
-def pricings(monkeypatch):
-    """The list that grows by one each time a graph is priced into SimInputs."""
-    built = []
-    real = inputs.make_sim_inputs
-    monkeypatch.setattr(inputs, "make_sim_inputs",
-                        lambda *a, **kw: built.append(1) or real(*a, **kw))
-    return built
+from tests.test_validate import cli_setup, cpu_model
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +44,8 @@ def test_a_validation_of_a_corrected_model_prices_its_graph_once(graph, tmp_path
                                                                  monkeypatch, pricings):
     cm = cpu_model(2, name="prices_once").with_corrections(
         Scales.uniform(2, compute=1.2, host=0.9))
-    models = tmp_path / "models"
-    models.mkdir()
-    cm.save(models / "prices_once.json")
-    monkeypatch.setenv("SIMPLACE_COST_MODELS", str(models))
-    m = graph.num_ops
-    files = []
-    for k, p in enumerate([np.zeros(m), np.ones(m), np.arange(m) % 2,
-                           (np.arange(m) >= m // 3)]):
-        path = tmp_path / f"p{k}.json"
-        Placement(np.asarray(p, np.int32), graph.hash, cm.name, tuple(cm.device_names),
-                  method="test").save(path)
-        files.append(str(path))
+    files = cli_setup(graph, cm, tmp_path, monkeypatch)
+    models = tmp_path / "models"  # where cli_setup saved it
     parser = argparse.ArgumentParser()
     validate_cli.add_parser(parser.add_subparsers())
     common = ["validate", "mlp", "--small", "--cost-model", "prices_once", *files,
