@@ -153,7 +153,7 @@ def test_warm_start_hook_history_and_plot(small_case, tmp_path):
         seen.append((step, [np.array(c) for c in candidates], cost_model))
 
     hist = tmp_path / "h.json"
-    res = optimize(g, cm, method="rl-hierarchical", seed=0, episodes=16 * 50, samples=16,
+    res = optimize(g, cm, method="rl-gnn", seed=0, episodes=16 * 50, samples=16,
                    units="ops", hidden=16, warm_start="single,m_topo", validate=hook,
                    validate_every=3, stop_after_updates=6, history=str(hist))
     assert res.step_time_s <= single.step_time_s * (1 + 1e-12)  # never worse than it
