@@ -27,6 +27,9 @@ from simplace.rl.problem import (
 )
 from simplace.sim.inputs import make_sim_inputs
 
+# The device feature that says a device shares its hardware (policy_problem's column 7).
+DEVICE_SHARED = 7
+
 
 def _machine(graph, speeds, mem=1e12, bw=1e10):
     """SimInputs: op time = flops / speed per device, uniform links."""
@@ -115,6 +118,47 @@ def _every(u, d):
     full = np.zeros((len(every), u + 2), np.int32)
     full[:, :u] = every
     return every, jnp.asarray(full)
+
+
+def test_shared_variants_split_the_host_into_virtual_devices_of_one_chip(dag):
+    inp = CostModel.load("haswell_k40x4").price(dag)
+    host_mem = float(np.asarray(inp.memory_bytes)[0])
+    splits = set()
+    for seed in range(12):
+        v = dist.perturbed(inp, seed, shared=True)
+        groups = np.asarray(v.exclusive_group)
+        split = int(np.sum(groups == groups[0]))
+        splits.add(split)
+        assert 2 <= split <= 4 and v.num_devices <= MAX_DEVICES
+        assert np.all(groups[:split] == groups[0])  # the host's copies share it...
+        assert len(set(groups[split:].tolist())) == v.num_devices - split  # ...no others
+        t = np.asarray(v.op_time_s)
+        assert np.allclose(t[:, :split], t[:, :1])  # one chip's speed
+        mem = np.asarray(v.memory_bytes)[:split]
+        assert np.allclose(mem, mem[0]) and mem.sum() <= 2.0 * host_mem * (1 + 1e-9)
+        # a policy sees the sharing
+        feats = policy_problem(dag, v).device_feat
+        assert np.all(feats[:split, DEVICE_SHARED] == 1) and not feats[split:, DEVICE_SHARED].any()
+    assert len(splits) > 1
+    # without shared, copies of a device never share its group (as before)
+    groups = np.asarray(dist.perturbed(inp, 0).exclusive_group)
+    assert len(set(groups.tolist())) == len(groups)
+
+
+def test_more_variants_keep_the_names_and_machines_of_the_first():
+    one = dist.training_specs(0, quick=True)
+    more = dist.training_specs(0, quick=True, variants=3, shared=1)
+    names = [n for n, _ in more]
+    assert {n for n, _ in one} <= set(names) and len(names) == len(set(names))
+    assert len(more) - len(one) == 3 * 2 * 2  # 2 graphs x 2 machines x 3 more
+    # the first variant is the very problem it always was (its cached target is its own)
+    (name, old), = [(n, b) for n, b in one if n.endswith("~0") and n.startswith("mlp@")][:1]
+    _, new = next((n, b) for n, b in more if n == name)
+    a, b = old()[1], new()[1]
+    assert np.array_equal(np.asarray(a.op_time_s), np.asarray(b.op_time_s))
+    shared = [b for n, b in more if n.endswith("s")]
+    assert len(shared) == 4 and all(
+        np.sum(np.asarray(b()[1].exclusive_group) == 0) >= 2 for b in shared)
 
 
 def test_probabilities_sum_to_one_and_greedy_follows_the_likelier_choice():

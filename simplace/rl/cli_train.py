@@ -37,6 +37,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     sp.add_argument("--init-weights", metavar="WEIGHTS.NPZ",
                     help="start from these weights (a file --out wrote, or 'shipped') "
                     "instead of fresh ones: more training on other targets or problems")
+    sp.add_argument("--variants", type=int_range(0, 64, "a number of variants"), default=1,
+                    help="random variants of each zoo graph's machine (default 1)")
+    sp.add_argument("--shared-variants", type=int_range(0, 64, "a number of variants"),
+                    default=0, help="more variants whose host is split into virtual "
+                    "devices sharing its hardware (default 0)")
+    sp.add_argument("--dags", type=int_range(0, 10_000, "a number of graphs"), default=24,
+                    help="random layered DAGs (default 24)")
     sp.add_argument("--quick", action="store_true",
                     help="a handful of small problems (a smoke run)")
     sp.set_defaults(func=run)
@@ -69,7 +76,9 @@ def run(args) -> int:
     t0 = time.perf_counter()
     problems = dist.training_problems(args.seed, quick=args.quick,
                                       target_budget_s=args.target_budget_s,
-                                      targets=targets, progress=say)
+                                      targets=targets, progress=say,
+                                      variants=args.variants, shared=args.shared_variants,
+                                      dags=args.dags)
     if targets_path:
         with open(targets_path, "w") as f:
             json.dump(targets, f)

@@ -97,17 +97,26 @@ def random_dag(num_ops: int, seed: int):
                    name=f"dag{m}_{seed}")
 
 
-def perturbed(inputs, seed: int, *, resize: bool = True):
+def perturbed(inputs, seed: int, *, resize: bool = True, shared: bool = False):
     """A random variant of a priced machine (``SimInputs``): each device's speed scaled
     by 0.5-2x, link bandwidths by 0.25-4x (one factor, then 0.8-1.25x per link), memory
     caps by 0.25-2x, and (``resize``) its accelerators resampled to 1-8 of them (a copy
-    of a device is another device of its kind, with its own links)."""
+    of a device is another device of its kind, with its own links). ``shared``: the host
+    is split into 2-4 virtual devices that share its hardware (one exclusive group, its
+    memory divided among them: JAX's forced host devices) beside 0-6 accelerators."""
     from simplace.sim.inputs import make_sim_inputs
 
     rng = np.random.default_rng(seed)
     d = inputs.num_devices
     idx = np.arange(d)
-    if resize and d > 1:
+    split = 1
+    if shared:
+        split = int(rng.integers(2, 5))
+        k = int(rng.integers(0, min(6, MAX_DEVICES - split) + 1)) if d > 1 else 0
+        idx = np.concatenate([np.zeros(split, np.int64),
+                              rng.choice(np.arange(1, d), size=k, replace=True)
+                              if k else np.zeros(0, np.int64)])
+    elif resize and d > 1:
         # device 0 is the host CPU on the datasheet machines; the rest are resampled
         k = int(rng.integers(1, min(8, MAX_DEVICES - 1) + 1))
         idx = np.concatenate([[0], rng.choice(np.arange(1, d), size=k, replace=True)])
@@ -116,11 +125,14 @@ def perturbed(inputs, seed: int, *, resize: bool = True):
     bw_scale = np.exp(rng.uniform(np.log(0.25), np.log(4.0)))
     link = np.exp(rng.uniform(np.log(0.8), np.log(1.25), (n, n)))
     mem = np.exp(rng.uniform(np.log(0.25), np.log(2.0), n))
+    if split > 1:  # the host's virtual devices: one chip's speed and memory, shared
+        speed[:split] = speed[0]
+        mem[:split] = mem[0] / split
     ix = np.ix_(idx, idx)
     groups = np.asarray(inputs.exclusive_group)[idx].copy()
     seen: set[int] = set()
     for pos, dev in enumerate(idx):  # a copy of a device is not its exclusive partner
-        if int(dev) in seen:
+        if int(dev) in seen and pos >= split:  # (but the host's virtual devices are)
             groups[pos] = groups.max() + 1 + pos
         seen.add(int(dev))
     lat = np.asarray(inputs.latency_s)[ix]
@@ -176,9 +188,13 @@ def _target(graph, inputs, budget_s: float, seed: int):
                     starts=",".join(starts)).placement
 
 
-def training_specs(seed: int = 0, *, quick: bool = False) -> list[tuple[str, object]]:
+def training_specs(seed: int = 0, *, quick: bool = False, variants: int = 1,
+                   shared: int = 0, dags: int = 24) -> list[tuple[str, object]]:
     """``[(name, build)]``: the training problems' names and functions that build their
-    ``(graph, SimInputs)``; ``quick``: a handful of small ones (tests, smoke runs)."""
+    ``(graph, SimInputs)``: each zoo graph on each training machine, ``variants`` random
+    variants of it (``perturbed``) and ``shared`` more whose host is split into virtual
+    devices, ``dags`` random DAGs, and the imported graphs with a variant each;
+    ``quick``: a handful of small ones (tests, smoke runs)."""
     from simplace.cost_model import CostModel
 
     graphs = TRAIN_GRAPHS if not quick else (("mlp", {}), ("tiny_cnn", {}))
@@ -199,13 +215,20 @@ def training_specs(seed: int = 0, *, quick: bool = False) -> list[tuple[str, obj
             def base(model=model, opts=opts, mach=mach):
                 g = graph_of(model, opts)
                 return g, CostModel.load(mach).price(g)
+            specs.append((name, base))
+            # The first variant keeps the name (and seed) it always had: targets found
+            # for it before are still its own.
+            for v in range(variants + shared):
+                s = seed * 100003 + k * 101 + j + 7777 * v
+                label = f"{name}~{seed}" + (f".{v}" if v else "") + ("s" if v >= variants
+                                                                        else "")
 
-            def varied(base=base, s=seed * 100003 + k * 101 + j):
-                g, inp = base()
-                return g, perturbed(inp, s)
-            specs += [(name, base), (f"{name}~{seed}", varied)]
+                def varied(base=base, s=s, sh=v >= variants):
+                    g, inp = base()
+                    return g, perturbed(inp, s, shared=sh)
+                specs.append((label, varied))
     rng = np.random.default_rng(seed)
-    for k in range(3 if quick else 24):
+    for k in range(3 if quick else dags):
         m = int(rng.integers(50, 300 if quick else 3000))
         mach = machines[k % len(machines)]
 
@@ -226,7 +249,8 @@ def training_specs(seed: int = 0, *, quick: bool = False) -> list[tuple[str, obj
 
 
 def training_problems(seed: int = 0, *, quick: bool = False, target_budget_s: float = 1.5,
-                      targets: dict | None = None, progress=None):
+                      targets: dict | None = None, progress=None, variants: int = 1,
+                      shared: int = 0, dags: int = 24):
     """The training problems of ``training_specs``, each with ``local``'s placement in
     ``target_budget_s`` as its first imitation target (0: none). ``targets``: a dict
     ``{name: placement list}`` of targets already found, read and extended (a resumed
@@ -235,7 +259,8 @@ def training_problems(seed: int = 0, *, quick: bool = False, target_budget_s: fl
 
     targets = {} if targets is None else targets
     out = []
-    specs = training_specs(seed, quick=quick)
+    specs = training_specs(seed, quick=quick, variants=variants, shared=shared,
+                           dags=dags)
     for n, (name, build) in enumerate(specs):
         g, inp = build()
         if target_budget_s > 0 and name not in targets:
