@@ -16,7 +16,8 @@ every op moved as late as it can go (just before its first consumer: parameters 
 constants join the stage that uses them, not the first one); under a ruler with
 colocation classes, each class's ops are moved together to its first op's place, and
 stages cut only between classes. The best split of any order and ``s`` is returned;
-with a time budget, the search stops at the next split once it is spent. It is a start
+with a time budget, the stage counts go best balanced split first, and the search stops
+at the next split once the budget is spent. It is a start
 for the searches as much as a method: pipelined steps balance best with splits of this
 shape, and moves of single ops find them slowly.
 """
@@ -64,7 +65,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         ops, cut_ok = _blocked(base, classes)
         t = t_all[ops]
         copies = None if copy_s is None else _range_copies(ctx.graph, ops, copy_s, cut_ok)
-        for s in range(1, min(d, m) + 1):
+        for s in (range(1, min(d, m) + 1) if not math.isfinite(deadline)
+                  else _promising_first(ctx, t, order, ops)):
             if best is not None and (time.perf_counter() > deadline or stop_requested()):
                 stop = "time budget" if not stop_requested() else "interrupted"
                 break
@@ -181,11 +183,7 @@ def _stages(ctx, t, devs, ops, rounds: int, positions: int, deadline: float):
     order ``ops`` (``t``: their op times in that order), boundaries moved as the module
     says until ``deadline`` (``time.perf_counter()``)."""
     m, s = len(ops), len(devs)
-    work = np.cumsum(t[:, devs].min(axis=1))
-    if work[-1] <= 0:
-        work = np.arange(1, m + 1, dtype=np.float64)
-    cuts = np.searchsorted(work, work[-1] * np.arange(1, s) / s, side="right")
-    cuts = np.clip(cuts, 1, m - 1)
+    cuts = _balanced_cuts(t, devs)
     score = float(ctx.score(_split(devs, cuts, ops)[None])[0])
     scored = 1
     for _ in range(rounds if s > 1 else 0):
@@ -208,6 +206,26 @@ def _stages(ctx, t, devs, ops, rounds: int, positions: int, deadline: float):
         if not moved:
             break
     return _split(devs, cuts, ops), score, scored
+
+
+def _balanced_cuts(t: np.ndarray, devs: np.ndarray) -> np.ndarray:
+    """int[len(devs) - 1]: where the prefix sum of the ops' work (``t``, in the stage
+    order; each op at its fastest on ``devs``) reaches equal shares."""
+    m, s = len(t), len(devs)
+    work = np.cumsum(t[:, devs].min(axis=1))
+    if work[-1] <= 0:
+        work = np.arange(1, m + 1, dtype=np.float64)
+    cuts = np.searchsorted(work, work[-1] * np.arange(1, s) / s, side="right")
+    return np.clip(cuts, 1, m - 1)
+
+
+def _promising_first(ctx, t: np.ndarray, order: np.ndarray, ops: np.ndarray) -> np.ndarray:
+    """The stage counts 1..min(D, M), the one whose balanced split scores best first (all
+    scored in one batch): under a time budget the boundary moves go where they pay most
+    before it runs out, rather than to one and two stages."""
+    counts = np.arange(1, min(len(order), len(ops)) + 1)
+    splits = np.stack([_split(order[:s], _balanced_cuts(t, order[:s]), ops) for s in counts])
+    return counts[np.argsort(np.asarray(ctx.score(splits)), kind="stable")]
 
 
 def _split(devs: np.ndarray, cuts: np.ndarray, ops: np.ndarray) -> np.ndarray:
