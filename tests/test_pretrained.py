@@ -308,7 +308,10 @@ def test_zero_shot_is_never_worse_than_its_greedy_placement(dag):
     inp = _machine(dag, [1e9, 4e9, 4e9])
     placement, info = zero_shot(dag, inp, samples=32)
     assert info["step_time_s"] <= info["greedy_s"] + 1e-15
-    assert info["scored"] == 33 + 3 and placement.shape == (dag.num_ops,)
+    # the 120 ops and the graph coarsened to 32 groups (128 > 120: not tried), the
+    # greedy and 32 samples each, and the 3 single devices
+    assert info["scored"] == 2 * 33 + 3 and placement.shape == (dag.num_ops,)
+    assert zero_shot(dag, inp, samples=32, coarse=())[1]["scored"] == 33 + 3
     # never slower than the whole graph on one device
     from simplace.sim import simulate
 
@@ -394,3 +397,22 @@ def test_the_optimize_command_runs_rl_universal(tmp_path, capsys):
     assert main(["optimize", "mlp", "--cost-model", "haswell_k40x4", "--method",
                  "rl-universal", "--history", "h.json"]) == 2
     assert "--history does not apply to --method rl-universal" in capsys.readouterr().err
+
+
+def test_zero_shot_also_places_the_coarsened_graph(dag):
+    # On a machine of four virtual devices that share one chip the best placement is
+    # one device or whole blocks; the coarse candidates are placements of whole groups
+    # (every op of a group on one device), and zero-shot is never worse with them.
+    from simplace.groups import colocate_free_ops, target_count
+
+    inp = _machine(dag, [2e9] * 4)._replace(exclusive_group=np.zeros(4, np.int64))
+    fine = zero_shot(dag, inp, samples=16, coarse=())[1]
+    both = zero_shot(dag, inp, samples=16, coarse=(32,))[1]
+    assert both["step_time_s"] <= fine["step_time_s"] * (1 + 1e-12)
+    assert both["scored"] == fine["scored"] + 17
+    groups = target_count(dag, 32, colocate_free_ops(dag))
+    prob = policy_problem(dag, inp, max_units=32)
+    assert prob.num_units <= 32
+    p = prob.expand(np.arange(prob.num_units) % 4)
+    for grp in np.unique(groups):
+        assert len(set(p[groups == grp].tolist())) == 1

@@ -4,8 +4,9 @@
 The policy (``simplace.rl.policies.universal``) was trained once over many graphs and
 machines (``simplace train-policy``; its card is in the weights file). It places the
 graph's ops (groups of them beyond ``simplace.rl.problem.MAX_UNITS`` ops) by its greedy
-placement and ``samples`` (default 64) sampled ones, scored in one batch by the
-batched simulator; the best is returned. It is a fast method (kind heuristic), so
+placement and ``samples`` (default 64) sampled ones, and likewise the graph coarsened to
+a few block counts (``simplace.rl.pretrained.COARSE_UNITS``), scored in one batch with
+every single device by the batched simulator; the best is returned. It is a fast method (kind heuristic), so
 ``local`` and ``--method all`` take it as one of their starts.
 
 Options: ``samples``; ``weights``: a weights file from ``simplace train-policy`` (default:

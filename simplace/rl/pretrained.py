@@ -8,8 +8,9 @@ version, of other feature widths, or one that numpy cannot read is refused with 
 message that says how to mend it (``load_weights``).
 
 ``zero_shot(graph, inputs)`` places a graph with no training: the policy's greedy unit
-placement (``universal.greedy``), ``samples`` sampled ones and every single device,
-scored in one batch by the native simulator, the best kept.
+placement (``universal.greedy``) and ``samples`` sampled ones, of the graph's ops and of
+the graph coarsened to ``COARSE_UNITS`` groups (HSDAG's coarsening), and every single
+device, scored in one batch by the native simulator, the best kept.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from simplace.errors import SimplaceError
 FORMAT = "simplace.rl.universal-weights"
 FORMAT_VERSION = 3  # 2: units are ops, following parents; 3: device ranks
 SHIPPED = Path(__file__).parent / "weights" / "universal.npz"
+# The policy also places the graph coarsened to these many groups (``target_count`` of
+# its chains): whole blocks on one device, which is what a machine whose devices share
+# hardware, or a layer graph that wants contiguous stages, needs and what the op-level
+# policy finds least (held-out rows: bench/results/pretrained_2026-11-27_vm_coarse.txt).
+# Each costs one forward pass and ``samples`` more placements scored.
+COARSE_UNITS = (128, 32)
 
 
 def _spec() -> dict:
@@ -143,13 +150,14 @@ def _logits_program():
 
 
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
-              simulator=None) -> tuple[np.ndarray, dict]:
-    """``(placement int32[M], info)``: the best of the policy's greedy placement,
-    ``samples`` sampled ones and every single device, no training. ``weights``: a
-    weights file (default: the shipped ones); ``simulator``: a batched simulator of
-    ``graph`` on ``inputs`` to score with (default: a native one with exact OOM flags).
-    ``info``: the step time, units, how many placements were scored and the seconds
-    spent."""
+              simulator=None, coarse=COARSE_UNITS) -> tuple[np.ndarray, dict]:
+    """``(placement int32[M], info)``: the best of the policy's greedy placement and
+    ``samples`` sampled ones, of the ops and of the graph coarsened to each of ``coarse``
+    group counts (those below its op count), and every single device, no training.
+    ``weights``: a weights file (default: the shipped ones); ``simulator``: a batched
+    simulator of ``graph`` on ``inputs`` to score with (default: a native one with exact
+    OOM flags). ``info``: the step time, units, how many placements were scored, which
+    kind won (``picked``, ``picked_units``) and the seconds spent."""
     import jax
 
     from simplace.rl.policies import universal as net
@@ -158,33 +166,41 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     t0 = time.perf_counter()
     path = os.fspath(SHIPPED if weights is None else weights)
     params, meta = cached_weights(path)
-    prob = policy_problem(graph, inputs)
-    a = {k: jax.numpy.asarray(v) for k, v in prob.padded().items()}
-    lg, f = _logits_program()(params, a)
-    greedy = net.greedy(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), a["parent"],
-                      prob.num_units)
-    cands = [greedy[None]]
-    if samples > 0:
-        drawn = np.asarray(sample_program(int(samples))(params, a, jax.random.key(seed))
-                           )[:, :prob.num_units]
-        cands.append(drawn)
+    problems = [policy_problem(graph, inputs)]
+    problems += [policy_problem(graph, inputs, max_units=k) for k in coarse
+                 if k < problems[0].num_units]
+    key = jax.random.key(seed)
+    cands, kinds = [], []  # op placements, and (kind, units) per row
+    for prob in problems:
+        a = {k: jax.numpy.asarray(v) for k, v in prob.padded().items()}
+        lg, f = _logits_program()(params, a)
+        greedy = net.greedy(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), a["parent"],
+                            prob.num_units)
+        units = [greedy[None]]
+        if samples > 0:
+            units.append(np.asarray(sample_program(int(samples))(params, a, key)
+                                    )[:, :prob.num_units])
+        units = np.concatenate(units, 0)
+        cands.append(prob.expand(units))
+        kinds += [("greedy" if r == 0 else "sample", prob.num_units) for r in range(len(units))]
     # Every single device too (D cheap rows of the batch): a placement that loses to one
     # device is never the answer.
-    d = prob.num_devices
-    cands.append(np.repeat(np.arange(d, dtype=np.int32)[:, None], prob.num_units, 1))
-    units = np.concatenate(cands, 0)
+    d, m = int(inputs.num_devices), graph.num_ops
+    cands.append(np.repeat(np.arange(d, dtype=np.int32)[:, None], m, 1))
+    kinds += [("single device", m)] * d
+    placements = np.concatenate(cands, 0).astype(np.int32)
     if simulator is None:
         from simplace.sim.native import NativeSimulator
 
         simulator = NativeSimulator(graph, inputs, memory="oom")
-    res = simulator(prob.expand(units))
+    res = simulator(placements)
     t = np.asarray(res.step_time_s, np.float64)
     # A placement that does not fit ranks behind every one that does.
     score = np.where(np.asarray(res.oom), np.inf, t)
     j = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(t))
-    info = {"units": prob.num_units, "scored": len(units), "greedy_s": float(t[0]),
+    info = {"units": problems[0].num_units, "scored": len(placements), "greedy_s": float(t[0]),
             "step_time_s": float(t[j]), "oom": bool(np.asarray(res.oom)[j]),
-            "picked": ("greedy" if j == 0 else "single device" if j >= len(units) - d
-                       else "sample"), "wall_s": time.perf_counter() - t0,
+            "picked": kinds[j][0], "picked_units": kinds[j][1],
+            "wall_s": time.perf_counter() - t0,
             "weights": path, "trained": meta.get("card", {}).get("summary", "")}
-    return prob.expand(units[j]), info
+    return placements[j], info
