@@ -416,3 +416,26 @@ def test_zero_shot_also_places_the_coarsened_graph(dag):
     p = prob.expand(np.arange(prob.num_units) % 4)
     for grp in np.unique(groups):
         assert len(set(p[groups == grp].tolist())) == 1
+
+
+def test_the_fine_tune_searches_also_from_cheap_heuristics_that_beat_it(mlp_graph):
+    from simplace.placers import PlacerContext, optimize
+    from simplace.placers.pretrained import _better_heuristics
+
+    cm = CostModel.load("haswell_k40x4")
+    ctx = PlacerContext(mlp_graph, cm, budget_s=30.0)
+    info = {}
+    every = _better_heuristics(ctx, np.inf, info)  # all beat an infinitely slow start
+    scores = ctx.score(np.stack(every))
+    assert len(every) >= 5 and np.all(np.diff(scores) >= 0)  # the best first
+    assert list(info["heuristic_starts"].values()) == pytest.approx(scores.tolist())
+    assert "rl-pretrained" not in info["heuristic_starts"]  # the policy's is given apart
+    # only those faster than the fine-tuned placement join its search
+    cut = float(np.median(scores))
+    faster = _better_heuristics(ctx, cut, {})
+    assert len(faster) == int(np.sum(scores < cut))
+    assert _better_heuristics(ctx, 0.0, {}) == []
+    # without a budget there is no local phase to feed
+    assert _better_heuristics(PlacerContext(mlp_graph, cm), np.inf, {}) == []
+    heft = optimize(mlp_graph, cm, "heft").step_time_s
+    assert min(scores) <= heft * (1 + 1e-9)

@@ -6,8 +6,8 @@ machines (``simplace train-policy``; its card is in the weights file). It places
 graph's ops (groups of them beyond ``simplace.rl.problem.MAX_UNITS`` ops) by its greedy
 placement and ``samples`` (default 64) sampled ones, and likewise the graph coarsened to
 a few block counts (``simplace.rl.pretrained.COARSE_UNITS``), scored in one batch with
-every single device by the batched simulator; the best is returned. It is a fast method (kind heuristic), so
-``local`` and ``--method all`` take it as one of their starts.
+every single device by the batched simulator; the best is returned. It is a fast method
+(kind heuristic), so ``local`` and ``--method all`` take it as one of their starts.
 
 Options: ``samples``; ``weights``: a weights file from ``simplace train-policy`` (default:
 the shipped one). When the shipped weights cannot be read (a damaged install) the method
@@ -21,7 +21,8 @@ then trains the weights on this graph alone by the same REINFORCE
 and imitation updates as pretraining (``simplace.rl.pretrain.train_universal``, the
 imitation target being the best placement found so far) for ``1 - polish_share`` of the
 time left, and gives the rest to ``local``, started from the fine-tuned and the
-zero-shot placements (without a budget: ``updates`` updates, then a deterministic
+zero-shot placements and the cheap heuristics' placements that are faster than the
+fine-tuned one (``HEURISTIC_SHARE``; without a budget: ``updates`` updates, then a deterministic
 op-level polish, ``simplace.rl.refine``). Why ``local`` after the updates: per second,
 annealing from the policy's placement improves it faster than more updates do, and the
 policy's placement is a far better start than the heuristics' (``bench/pretrained.py``
@@ -167,15 +168,17 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
 
 
 def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, info: dict):
-    """``local`` from the fine-tuned and the zero-shot placements until the deadline:
-    (placement, score), never worse than ``best``."""
+    """``local`` from the fine-tuned and the zero-shot placements (and the cheap
+    heuristics' that beat them, ``_better_heuristics``) until the deadline: (placement,
+    score), never worse than ``best``."""
     from simplace.placers import run_method
 
     starts = [best] if np.array_equal(best, zero_shot) else [best, zero_shot]
+    starts = [np.asarray(p) for p in starts] + _better_heuristics(ctx, best_s, info)
     try:
         out, _ = run_method(ctx.graph, ctx.cost_model, "local", seed=ctx.seed,
                             budget_s=ctx.budget_s, t_begin=ctx.t_begin,
-                            options={"starts": [np.asarray(p) for p in starts]})
+                            options={"starts": starts})
     except SimplaceError as err:  # the fine-tuned placement stands
         info["local"] = f"failed: {err}"
         return best, best_s
@@ -183,6 +186,51 @@ def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, info: di
     info["local"] = {"score": s, **{k: out.info[k] for k in ("restarts", "rounds")
                                     if k in out.info}}
     return (np.asarray(out.placement, np.int32), s) if s < best_s else (best, best_s)
+
+
+# Heuristics that cost little next to the time left (together at most this share of it,
+# cheapest ranks first) are run, and those faster than the fine-tuned placement join its
+# search. On small graphs they cost nothing and are sometimes far better starts than the
+# policy's (the imported graphs); on big graphs the policy's is better, and a weaker start
+# would take a share of local's race for nothing
+# (bench/results/pretrained_2026-11-27_vm_finetune-starts.txt).
+HEURISTIC_SHARE = 0.125
+
+
+def _better_heuristics(ctx: PlacerContext, best_s: float, info: dict) -> list[np.ndarray]:
+    """The placements of the cheap fast heuristics (not learned; ``HEURISTIC_SHARE``)
+    that score better than ``best_s``, best first; ``info["heuristic_starts"]`` names
+    them."""
+    import time
+
+    from simplace.placers import run_method
+    from simplace.placers.registry import fast_cost_s, fast_rank
+
+    if ctx.budget_s is None:
+        return []
+    allowance = HEURISTIC_SHARE * (ctx.t_begin + float(ctx.budget_s) - time.perf_counter())
+    m, d = ctx.graph.num_ops, ctx.inputs.num_devices
+    found = []
+    for name in sorted(methods_of_kind("heuristic", learned=False), key=fast_rank):
+        cost = fast_cost_s(name, m, d)
+        if cost > allowance:
+            continue
+        t = time.perf_counter()
+        try:
+            out, _ = run_method(ctx.graph, ctx.cost_model, name, seed=ctx.seed,
+                                budget_s=2 * cost + 0.05)
+        except SimplaceError:  # a heuristic that fails here is simply not a start
+            continue
+        finally:
+            allowance -= time.perf_counter() - t
+        found.append((name, np.asarray(out.placement, np.int32)))
+    if not found:
+        return []
+    scores = ctx.score(np.stack([p for _, p in found]))
+    better = [(float(s), n, p) for (n, p), s in zip(found, scores, strict=True) if s < best_s]
+    better.sort(key=lambda x: x[0])
+    info["heuristic_starts"] = {n: s for s, n, _ in better}
+    return [p for _, _, p in better]
 
 
 def _with_options(ctx: PlacerContext, options: dict) -> PlacerContext:
