@@ -243,7 +243,7 @@ def _one_device(placement) -> bool:
     return p.ndim == 1 and p.size > 0 and bool(np.all(p == p.flat[0]))
 
 
-def _run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None):
+def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None):
     """[(label, placement)] and a report row per start. Heuristics are not started after
     ``starts_until`` (perf_counter time), nor when their estimated cost
     (``simplace.placers.registry.fast_cost_s``) does not fit the time left until then, nor
@@ -364,7 +364,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     session = ctx.session("local", default_budget_s=DEFAULT_BUDGET_S
                           if opts["max_evaluations"] is None else None)
     budget = session.budget_s
-    found, start_report = _run_starts(
+    found, start_report = run_starts(
         ctx, session.t_begin + (math.inf if budget is None else STARTS_SHARE * budget),
         None if budget is None else 0.25 * budget)
     if m == 0 or d == 1 or not found:

@@ -198,39 +198,27 @@ HEURISTIC_SHARE = 0.125
 
 
 def _better_heuristics(ctx: PlacerContext, best_s: float, info: dict) -> list[np.ndarray]:
-    """The placements of the cheap fast heuristics (not learned; ``HEURISTIC_SHARE``)
-    that score better than ``best_s``, best first; ``info["heuristic_starts"]`` names
-    them."""
+    """The placements of the cheap fast heuristics (not learned; run as ``local`` runs its
+    starts, within ``HEURISTIC_SHARE`` of the time left) that score better than
+    ``best_s``, best first; ``info["heuristic_starts"]`` names them."""
     import time
 
-    from simplace.placers import run_method
-    from simplace.placers.registry import fast_cost_s, fast_rank
+    from simplace.placers.local import run_starts
+    from simplace.placers.registry import fast_rank
 
     if ctx.budget_s is None:
         return []
-    allowance = HEURISTIC_SHARE * (ctx.t_begin + float(ctx.budget_s) - time.perf_counter())
-    m, d = ctx.graph.num_ops, ctx.inputs.num_devices
-    found = []
-    for name in sorted(methods_of_kind("heuristic", learned=False), key=fast_rank):
-        cost = fast_cost_s(name, m, d)
-        if cost > allowance:
-            continue
-        t = time.perf_counter()
-        try:
-            out, _ = run_method(ctx.graph, ctx.cost_model, name, seed=ctx.seed,
-                                budget_s=2 * cost + 0.05)
-        except Exception:  # noqa: BLE001 - as in local: a failing start is no start
-            continue
-        finally:
-            allowance -= time.perf_counter() - t
-        found.append((name, np.asarray(out.placement, np.int32)))
+    now = time.perf_counter()
+    allowance = HEURISTIC_SHARE * (ctx.t_begin + float(ctx.budget_s) - now)
+    names = sorted(methods_of_kind("heuristic", learned=False), key=fast_rank)
+    found, _ = run_starts(_with_options(ctx, {"starts": names}), now + allowance, allowance)
     if not found:
         return []
     scores = ctx.score(np.stack([p for _, p in found]))
     better = [(float(s), n, p) for (n, p), s in zip(found, scores, strict=True) if s < best_s]
     better.sort(key=lambda x: x[0])
     info["heuristic_starts"] = {n: s for s, n, _ in better}
-    return [p for _, _, p in better]
+    return [np.asarray(p, np.int32) for _, _, p in better]
 
 
 def _with_options(ctx: PlacerContext, options: dict) -> PlacerContext:
