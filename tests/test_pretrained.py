@@ -59,6 +59,23 @@ def test_features_have_fixed_widths_whatever_the_graph_and_machine(dag, mlp_grap
         assert pad["edge_w"].sum() == len(p.src) and len(pad["src"]) == e_pad
 
 
+def test_padding_to_a_larger_problem_s_shape_changes_no_score(dag):
+    # zero_shot pads its coarse problems as the op-level one: the padding must be inert
+    params, _ = load_weights()
+    inp = _machine(dag, [1e9, 4e9, 4e9])
+    p = policy_problem(dag, inp, max_units=32)
+    big = (4 * p.shape_key()[0], 4 * p.shape_key()[1], 32)
+    pad = p.padded(at_least=big)
+    assert tuple(pad["pair_feat"].shape[:2]) == (big[0], 32) and len(pad["src"]) == big[1]
+    own = net.logits(params, {k: jnp.asarray(v) for k, v in p.padded().items()})
+    wide = net.logits(params, {k: jnp.asarray(v) for k, v in pad.items()})
+    u, d = p.num_units, p.num_devices
+    np.testing.assert_allclose(np.asarray(wide[0])[:u, :d], np.asarray(own[0])[:u, :d],
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(wide[1])[:u], np.asarray(own[1])[:u],
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_device_features_follow_a_permutation_of_the_devices(dag):
     speeds = np.array([1e9, 3e9, 2e9, 5e9])
     perm = np.array([2, 0, 3, 1])

@@ -167,12 +167,20 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     path = os.fspath(SHIPPED if weights is None else weights)
     params, meta = cached_weights(path)
     problems = [policy_problem(graph, inputs)]
-    problems += [policy_problem(graph, inputs, max_units=k) for k in coarse
-                 if k < problems[0].num_units]
+    coarse = [k for k in coarse if k < problems[0].num_units]
+    if coarse:
+        from simplace.groups import colocate_free_ops, target_count
+
+        free = colocate_free_ops(graph)
+        problems += [policy_problem(graph, inputs, grouping=target_count(graph, k, free))
+                     for k in coarse]
+    # The coarse problems are padded as the first is: its compiled programs serve them
+    # (a bucket of their own would compile two more on a process's first call).
+    shape = problems[0].shape_key()
     key = jax.random.key(seed)
     cands, kinds = [], []  # op placements, and (kind, units) per row
     for prob in problems:
-        a = {k: jax.numpy.asarray(v) for k, v in prob.padded().items()}
+        a = {k: jax.numpy.asarray(v) for k, v in prob.padded(at_least=shape).items()}
         lg, f = _logits_program()(params, a)
         greedy = net.greedy(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), a["parent"],
                             prob.num_units)

@@ -142,11 +142,14 @@ class PolicyProblem:
         return (units, _bucket(max(len(self.src), 1), 2 * units),
                 next(b for b in DEVICE_BUCKETS if b >= self.num_devices))
 
-    def padded(self) -> dict[str, np.ndarray]:
-        """The arrays padded to ``shape_key()``, with masks: what the policy's compiled
-        functions take (padded units and edges are inert; padded devices are never
-        drawn)."""
-        u_pad, e_pad, d_pad = self.shape_key()
+    def padded(self, at_least: tuple[int, int, int] | None = None) -> dict[str, np.ndarray]:
+        """The arrays padded to ``shape_key()`` (or to the larger ``at_least``, another
+        problem's, so that one compiled program serves both), with masks: what the
+        policy's compiled functions take (padded units and edges are inert; padded
+        devices are never drawn)."""
+        u_pad, e_pad, d_pad = (self.shape_key() if at_least is None else
+                               tuple(max(a, b) for a, b in zip(self.shape_key(), at_least,
+                                                               strict=True)))
         u, e, d = self.num_units, len(self.src), self.num_devices
         unit_feat = np.zeros((u_pad, UNIT_FEATURES), np.float32)
         unit_feat[:u] = self.unit_feat
