@@ -456,3 +456,99 @@ def test_the_fine_tune_searches_also_from_cheap_heuristics_that_beat_it(mlp_grap
     assert _better_heuristics(PlacerContext(mlp_graph, cm), np.inf, {}) == []
     heft = optimize(mlp_graph, cm, "heft").step_time_s
     assert min(scores) <= heft * (1 + 1e-9)
+
+
+def _guided_setup(dag):
+    from simplace.sim.native import NativeSimulator
+
+    inp = _machine(dag, [1e9, 4e9, 4e9], bw=1e8)
+    sim = NativeSimulator(dag, inp, memory="oom")
+
+    def scores(batch):
+        r = sim(batch)
+        return np.where(np.asarray(r.oom), np.inf, np.asarray(r.step_time_s, np.float64))
+
+    return inp, scores
+
+
+def test_guided_resampling_never_loses_is_seeded_and_stops_when_told(dag):
+    from simplace.rl.guided import Level, refine
+
+    inp, scores = _guided_setup(dag)
+    # a poor start: ops dealt round-robin over the devices (a cut on nearly every edge)
+    start = (np.arange(dag.num_ops) % 3).astype(np.int32)
+    s0 = float(scores(start[None])[0])
+    lv = [Level(np.full((dag.num_ops, 3), 1 / 3), np.arange(dag.num_ops))]
+    kw = {"src": dag.src, "dst": dag.dst, "rounds": 30, "seed": 4}
+    a, sa, info = refine(lv, start, s0, scores, **kw)
+    b, sb, _ = refine(lv, start, s0, scores, **kw)
+    np.testing.assert_array_equal(a, b)
+    assert sa == sb < s0 * 0.9 and info["gains"] >= 1
+    assert sa == pytest.approx(float(scores(a[None])[0]), rel=1e-12)
+    assert info["rounds"] <= 30 and info["from_s"] == s0
+    # another seed searches elsewhere; a deadline already past runs no round
+    c, _, _ = refine(lv, start, s0, scores, **{**kw, "seed": 5})
+    assert not np.array_equal(a, c)
+    import time
+
+    _, s_late, late = refine(lv, start, s0, scores, **kw, until=time.perf_counter() - 1)
+    assert late["rounds"] == 0 and late["stop"] == "time" and s_late == s0
+
+
+def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag):
+    from simplace.rl.guided import Level, _neighbours, _Units
+
+    rng = np.random.default_rng(0)
+    m = dag.num_ops
+    zero = np.zeros(m, np.int32)
+    no_edges = np.zeros(0, np.int64)
+    # the policy wants device 2 for every op: policy moves take ops there, nowhere else
+    sure = [_Units(Level(np.tile([0.0, 0.0, 1.0], (m, 1)), np.arange(m)))]
+    nb = _neighbours(zero, sure, no_edges, no_edges, 3, 64, rng)
+    assert set(np.unique(nb).tolist()) == {0, 2} and np.all((nb != 0).sum(1) >= 1)
+    # a policy sure of the current device: the move goes to another one
+    stay = [_Units(Level(np.tile([1.0, 0.0, 0.0], (m, 1)), np.arange(m)))]
+    nb = _neighbours(zero, stay, no_edges, no_edges, 3, 64, rng)
+    assert np.all((nb != 0).sum(1) >= 1)
+    # units of a coarse level move whole: ops 0-59 are unit 0, ops 60-119 unit 1
+    halves = [_Units(Level(np.tile([0.0, 1.0, 0.0], (2, 1)), np.arange(m) // 60))]
+    nb = _neighbours(zero, halves, no_edges, no_edges, 3, 16, rng)
+    for row in nb:
+        assert len(set(row[:60].tolist())) == 1 and len(set(row[60:].tolist())) == 1
+    # no levels: cut moves only; an op at the one cut takes the device across it
+    p = zero.copy()
+    p[dag.dst[0]] = 1
+    src, dst = np.asarray(dag.src), np.asarray(dag.dst)
+    cut = p[src] != p[dst]
+    nb = _neighbours(p, [], src, dst, 3, 32, rng)
+    for row in nb:
+        moved = np.flatnonzero(row != p)
+        assert moved.size <= 3
+        assert all(np.any(cut & ((src == i) | (dst == i))) for i in moved)
+
+
+def test_rl_pretrained_refines_its_batch_and_gives_the_batch_alone_as_a_start(dag):
+    from simplace.errors import OptionError
+    from simplace.placers import PlacerContext, optimize
+    from simplace.placers.local import run_starts
+    from simplace.placers.registry import method
+
+    inp, _ = _guided_setup(dag)
+    batch = optimize(dag, inp, "rl-pretrained", seed=2, refine_rounds=0)
+    assert "refine" not in batch.info and batch.info["picked"] != "refined"
+    a = optimize(dag, inp, "rl-pretrained", seed=2, refine_rounds=40)
+    b = optimize(dag, inp, "rl-pretrained", seed=2, refine_rounds=40)
+    np.testing.assert_array_equal(a.placement, b.placement)
+    assert a.info["batch_s"] == pytest.approx(batch.step_time_s, rel=1e-12)
+    assert a.step_time_s <= batch.step_time_s * (1 + 1e-12)
+    assert a.step_time_s == pytest.approx(a.info["step_time_s"], rel=1e-9)
+    assert 1 <= a.info["refine"]["rounds"] <= 40
+    if a.info["refine"]["gains"]:
+        assert a.info["picked"] == "refined" and a.step_time_s < batch.step_time_s
+    # as local's start it gives its batch alone (the search refines)
+    assert method("rl-pretrained").start_options == {"refine_rounds": 0}
+    ctx = PlacerContext(dag, inp, seed=2, options={"starts": ["rl-pretrained"]})
+    found, _ = run_starts(ctx, float("inf"), None)
+    np.testing.assert_array_equal(dict(found)["rl-pretrained"], batch.placement)
+    with pytest.raises(OptionError, match="refine_rounds"):
+        optimize(dag, inp, "rl-pretrained", refine_rounds=-1)

@@ -251,7 +251,7 @@ def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None
     left until ``starts_until``, whichever is less, but at least its estimate."""
     from simplace.placement import check_placement
     from simplace.placers import method_kind, methods, run_method
-    from simplace.placers.registry import fast_cost_s
+    from simplace.placers.registry import fast_cost_s, method
 
     m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
     found, report = [], []
@@ -276,7 +276,8 @@ def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None
                 # The raw placement: the search scores every start itself, in one batch.
                 out, _ = run_method(ctx.graph, ctx.cost_model, s, seed=ctx.seed,
                                     budget_s=None if sub_budget is None else
-                                    max(min(sub_budget, left_s), need_s))
+                                    max(min(sub_budget, left_s), need_s),
+                                    options=method(s).start_options)
                 p = check_placement(out.placement, m, d)
             except Exception as err:  # a failing heuristic must not sink the search
                 report.append({"start": s, "error": f"{type(err).__name__}: {err}"})

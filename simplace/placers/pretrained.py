@@ -6,14 +6,22 @@ machines (``simplace train-policy``; its card is in the weights file). It places
 graph's ops (groups of them beyond ``simplace.rl.problem.MAX_UNITS`` ops) by its greedy
 placement and ``samples`` (default 64) sampled ones, and likewise the graph coarsened to
 a few block counts (``simplace.rl.pretrained.COARSE_UNITS``), scored in one batch with
-every single device by the batched simulator; the best is returned. It is a fast method
-(kind heuristic), so ``local`` and ``--method all`` take it as one of their starts.
+every single device by the batched simulator. Then it improves the best of them by
+``refine_rounds`` rounds (default ``REFINE_ROUNDS``; with a time budget, rounds until it
+is spent) of policy-guided resampling (``simplace.rl.guided``: the policy's probabilities
+propose the moves of a greedy search; no weight changes), fewer once they stop paying,
+and returns the best. Without a time budget the result is a deterministic function of the
+seed. It is a fast method (kind heuristic), so ``local`` and ``--method all`` take
+it as one of their starts: ``compare`` gives it a part of its time, where the resampling
+stops; as ``local``'s start (and an ``rl-*`` warm start) it gives its batch alone, and the
+search refines.
 
-Options: ``samples``; ``weights``: a weights file from ``simplace train-policy`` (default:
-the shipped one). When the shipped weights cannot be read (a damaged install) the method
-says so and falls back to ``heft`` (``info["fallback"]``); weights named with ``weights``
-that cannot be read are an error. A machine with more devices than the policy takes
-(``simplace.rl.problem.MAX_DEVICES``) is refused with the limit stated.
+Options: ``samples``; ``refine_rounds`` (0: the batch alone); ``weights``: a weights file
+from ``simplace train-policy`` (default: the shipped one). When the shipped weights cannot
+be read (a damaged install) the method says so and falls back to ``heft``
+(``info["fallback"]``); weights named with ``weights`` that cannot be read are an error.
+A machine with more devices than the policy takes (``simplace.rl.problem.MAX_DEVICES``)
+is refused with the limit stated.
 
 ``rl-universal`` (kind policy) places zero-shot as above (``warm_start`` other than
 ``"pretrained"``, as ``rl-gnn`` takes it: the best of those placements if it is faster),
@@ -56,16 +64,27 @@ from simplace.rl.cli_args import MAX_SAMPLES
 
 FALLBACK = "heft"
 DEFAULT_UPDATES = 200
+# Rounds of policy-guided resampling rl-pretrained runs by default: with its batch (0.1-0.6 s
+# warm) it answers in about 2 s on the held-out graphs of up to 7k ops on the 2-core VM
+# (a round scores simplace.rl.guided.BATCH placements; small graphs converge sooner).
+REFINE_ROUNDS = 100
+_UNCAPPED = 10**9
 # The share of a budget left after the zero-shot start that goes to local (the rest to
 # fine-tuning updates).
 POLISH_SHARE = 0.7
 
 
 
+# As the start of another search (local's starts, the rl-* warm starts) it gives its batch
+# alone: the search refines, and one that is deterministic for a seed stays so.
 @register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, learned=True,
-          options={
+          start_options={"refine_rounds": 0}, options={
     "samples": int_option("sampled placements scored besides the greedy one (default 64)",
                           64, 0, MAX_SAMPLES),
+    "refine_rounds": int_option(f"rounds of policy-guided resampling of the best placement "
+                                f"without a time budget (default {REFINE_ROUNDS}; with one, "
+                                f"until it is spent; 0: the batch alone)",
+                                REFINE_ROUNDS, 0),
     "weights": path_option("policy weights file (simplace train-policy; default: the "
                            "shipped ones)")})
 def place(ctx: PlacerContext) -> PlacerOutput:
@@ -77,9 +96,15 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if m == 0 or d == 1:
         return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
+    rounds, until = opts["refine_rounds"], None
+    if ctx.budget_s is not None:  # rounds until the budget is spent (or they stop paying)
+        until = ctx.t_begin + float(ctx.budget_s)
+        rounds = rounds and _UNCAPPED
     try:
         placement, info = zero_shot(ctx.graph, ctx.inputs, samples=samples, seed=ctx.seed,
-                                    weights=weights, simulator=ctx.batched)
+                                    weights=weights, simulator=ctx.batched,
+                                    refine_until=until,
+                                    refine_rounds=rounds)
     except SimplaceError as err:
         if weights is not None or "weights" not in str(err):
             raise
@@ -117,8 +142,9 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
     if m == 0 or d == 1:
         return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
-    start = place(_with_options(ctx, {} if weights in (None, "none")
-                                else {"weights": weights}))
+    # The zero-shot start without the resampling: the search that follows refines.
+    start = place(_with_options(ctx, {"refine_rounds": 0} if weights in (None, "none")
+                                else {"weights": weights, "refine_rounds": 0}))
     best = np.asarray(start.placement, np.int32)
     best_s = float(ctx.score(best[None])[0])
     info = {"zero_shot_s": best_s, "zero_shot": start.info}

@@ -157,7 +157,9 @@ DEFAULT_RANK = 1000
 class Method:
     """One registered method: ``fn(ctx) -> PlacerOutput``, its kind (one of ``KINDS``),
     ``{option: Option}`` of the keyword options it reads, and ``untyped``: the options
-    declared by a plain string (no type, no default: the method checks them)."""
+    declared by a plain string (no type, no default: the method checks them);
+    ``start_options``: the options it is given as another search's start (``start_options``
+    of ``register``)."""
 
     name: str
     fn: Callable
@@ -167,6 +169,7 @@ class Method:
     cost: Cost = DEFAULT_COST
     rank: int = DEFAULT_RANK
     learned: bool = False
+    start_options: Mapping = dataclasses.field(default_factory=dict)
 
 
 _METHODS: dict[str, Method] = {}
@@ -179,7 +182,8 @@ _METHOD_MODULES = ("single", "expert", "list_schedulers", "partitioners", "pipel
 
 def register(name: str, *, kind: str = "heuristic",
              options: Mapping[str, Option | str] | None = None,
-             cost: Cost | None = None, rank: int = DEFAULT_RANK, learned: bool = False):
+             cost: Cost | None = None, rank: int = DEFAULT_RANK, learned: bool = False,
+             start_options: Mapping | None = None):
     """Decorator: make ``fn(ctx) -> PlacerOutput`` available as ``optimize(method=name)``.
 
     ``kind``: one of ``KINDS`` (see the module docstring). ``options``: ``{option name:
@@ -190,7 +194,9 @@ def register(name: str, *, kind: str = "heuristic",
     ``compare`` and ``local``'s starts run (lowest first: the best starts for the time
     they take go early, so that a short budget keeps them). ``learned``: it places with
     weights trained beforehand on other graphs (what those weights are trained from and
-    judged against leaves it out)."""
+    judged against leaves it out). ``start_options``: options it is run with when it is
+    the start of another search (``local``'s starts, the ``rl-*`` warm starts), e.g. to
+    leave out a refinement that search does better."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     declared = {k: v if isinstance(v, Option) else Option(str(v))
@@ -200,7 +206,7 @@ def register(name: str, *, kind: str = "heuristic",
     def deco(fn):
         _METHODS[name] = Method(name, fn, kind, declared, untyped,
                                 DEFAULT_COST if cost is None else cost, int(rank),
-                                bool(learned))
+                                bool(learned), dict(start_options or {}))
         return fn
 
     return deco

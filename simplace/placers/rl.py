@@ -162,6 +162,7 @@ def _warm_starts(ctx: PlacerContext):
     """[(label, placement)] and their penalised scores from option ``warm_start``."""
     from simplace.placement import check_placement
     from simplace.placers import run_method
+    from simplace.placers.registry import method
 
     ws = ctx.options.get("warm_start")
     if ws is None or (isinstance(ws, str) and ws in ("", "none")):
@@ -189,8 +190,9 @@ def _warm_starts(ctx: PlacerContext):
         for n in names:
             if found and time.perf_counter() > until:
                 break  # the rest of the budget is the policy's (WARM_SHARE)
-            found.append((n, check_placement(run_method(ctx.graph, ctx.cost_model, n,
-                                                        seed=ctx.seed)[0].placement, m, d)))
+            out, _ = run_method(ctx.graph, ctx.cost_model, n, seed=ctx.seed,
+                                options=method(n).start_options)
+            found.append((n, check_placement(out.placement, m, d)))
     else:
         arr = np.asarray(ws)
         if arr.ndim not in (1, 2) or arr.size == 0:

@@ -150,14 +150,20 @@ def _logits_program():
 
 
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
-              simulator=None, coarse=COARSE_UNITS) -> tuple[np.ndarray, dict]:
+              simulator=None, coarse=COARSE_UNITS, refine_until: float | None = None,
+              refine_rounds: int | None = None) -> tuple[np.ndarray, dict]:
     """``(placement int32[M], info)``: the best of the policy's greedy placement and
     ``samples`` sampled ones, of the ops and of the graph coarsened to each of ``coarse``
     group counts (those below its op count), and every single device, no training.
     ``weights``: a weights file (default: the shipped ones); ``simulator``: a batched
     simulator of ``graph`` on ``inputs`` to score with (default: a native one with exact
-    OOM flags). ``info``: the step time, units, how many placements were scored, which
-    kind won (``picked``, ``picked_units``) and the seconds spent."""
+    OOM flags). With ``refine_rounds``, the best is then improved by that many rounds of
+    policy-guided resampling (``simplace.rl.guided``; fewer if it converges, or if a
+    round would end after ``refine_until``, a ``time.perf_counter()`` deadline;
+    ``info["refine"]``). ``info``: the
+    step time, units, how many placements were scored, which kind won (``picked``,
+    ``picked_units``; ``"refined"`` when the resampling improved it), the batch's best
+    (``batch_s``) and the seconds spent."""
     import jax
 
     from simplace.rl.policies import universal as net
@@ -179,9 +185,11 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     shape = problems[0].shape_key()
     key = jax.random.key(seed)
     cands, kinds = [], []  # op placements, and (kind, units) per row
+    levels = []  # the policy's device probabilities per level, for the resampling
     for prob in problems:
         a = {k: jax.numpy.asarray(v) for k, v in prob.padded(at_least=shape).items()}
         lg, f = _logits_program()(params, a)
+        levels.append((np.asarray(lg), prob))
         greedy = net.greedy(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), a["parent"],
                             prob.num_units)
         units = [greedy[None]]
@@ -201,14 +209,38 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
         from simplace.sim.native import NativeSimulator
 
         simulator = NativeSimulator(graph, inputs, memory="oom")
-    res = simulator(placements)
-    t = np.asarray(res.step_time_s, np.float64)
-    # A placement that does not fit ranks behind every one that does.
-    score = np.where(np.asarray(res.oom), np.inf, t)
+
+    def scores(batch):
+        res = simulator(batch)
+        t = np.asarray(res.step_time_s, np.float64)
+        # A placement that does not fit ranks behind every one that does.
+        return t, np.where(np.asarray(res.oom), np.inf, t)
+
+    t, score = scores(placements)
     j = int(np.argmin(score)) if np.isfinite(score).any() else int(np.argmin(t))
+    best, best_t = placements[j], float(t[j])
     info = {"units": problems[0].num_units, "scored": len(placements), "greedy_s": float(t[0]),
-            "step_time_s": float(t[j]), "oom": bool(np.asarray(res.oom)[j]),
-            "picked": kinds[j][0], "picked_units": kinds[j][1],
-            "wall_s": time.perf_counter() - t0,
-            "weights": path, "trained": meta.get("card", {}).get("summary", "")}
-    return placements[j], info
+            "batch_s": best_t, "picked": kinds[j][0], "picked_units": kinds[j][1]}
+    if np.isfinite(score[j]) and refine_rounds:
+        from simplace.rl.guided import Level, group_levels, refine
+
+        lv = [Level(_softmax(lg[:prob.num_units, :prob.num_devices]), prob.unit_of_op)
+              for lg, prob in levels]
+        lv += group_levels(graph, lv[0].probs[lv[0].unit_of_op])
+        best, _, info["refine"] = refine(lv, best, float(score[j]), lambda b: scores(b)[1],
+                                         src=graph.src, dst=graph.dst, seed=seed,
+                                         until=refine_until, rounds=refine_rounds)
+        if info["refine"]["gains"]:
+            best_t = info["refine"]["step_time_s"]
+            info["picked"] = "refined"
+    # (a refined placement fits: only one that fits is refined, and only by ones that fit)
+    info.update(step_time_s=best_t, oom=not np.isfinite(score[j]),
+                wall_s=time.perf_counter() - t0, weights=path,
+                trained=meta.get("card", {}).get("summary", ""))
+    return best, info
+
+
+def _softmax(x) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)

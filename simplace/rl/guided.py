@@ -1,0 +1,181 @@
+"""Policy-guided resampling: the pretrained policy's probabilities as the proposals of a
+short greedy search around the best placement found so far (what ``rl-pretrained`` does
+after its one batch, its option ``refine_s``). No weight changes: the policy stays
+zero-shot.
+
+Each round scores ``batch`` neighbours of the incumbent in one call of the batched
+simulator and keeps the fastest if it beats the incumbent. A neighbour is, with even
+odds:
+
+* **policy moves**: 1 to 5 units of one level each go to a device drawn from the
+  policy's probabilities for that unit, its current device left out. The levels: the
+  policy's op-level units (half of these moves), the coarse groups ``zero_shot``
+  placed, and (``group_levels``) the graph's module subtrees at depths 1 to 4 and its
+  chains cut into ``RANGE_COUNTS`` ranges, whose probabilities are the mean of their
+  ops'. Group moves are what a big graph needs from a short search: on inception_v3
+  (6,941 ops) they took the held-out GPU rows from 1.25-1.35x of ``local``-60 to
+  1.15-1.24x in the same 1.5 s;
+* **cut moves**: 1 to 3 ops at a cut (an edge whose ends sit on two devices) each go to
+  the device across the cut.
+
+Why: the policy's per-unit probabilities are good proposals, but its batch of
+independent samples rarely gets units that depend on each other right together; a
+hundred greedy rounds mend much of that on graphs of a few hundred to a few thousand
+ops (bench/results/pretrained_2026-11-28_vm.json). The search stops after its rounds,
+after ``PATIENCE`` rounds in a row without a gain, or before a round that would end past
+its deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+# Neighbours scored per round (one call of the batched simulator).
+BATCH = 128
+# Rounds in a row without a gain after which the search has converged.
+PATIENCE = 60
+# A neighbour's number of policy moves and of cut moves, drawn uniformly from these.
+_POLICY_MOVES = (1, 1, 2, 3, 5)
+_CUT_MOVES = (1, 1, 2, 3)
+# The share of policy moves that take the first level (the policy's own op-level units);
+# the rest take any level.
+FIRST_SHARE = 0.5
+# The graph's chains (``simplace.groups.chain_collapse``) cut into these many ranges are
+# levels of the search, as are its module subtrees at these depths.
+RANGE_COUNTS = (16, 64, 256)
+MODULE_DEPTHS = (1, 2, 3, 4)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One granularity the policy placed: ``probs`` float64[U, D], the policy's device
+    probabilities per unit; ``unit_of_op`` int[M], each op's unit."""
+
+    probs: np.ndarray
+    unit_of_op: np.ndarray
+
+
+def group_levels(graph, op_probs: np.ndarray) -> list[Level]:
+    """Levels of whole groups of ops (module subtrees, ranges of chains; each distinct
+    grouping of 2 to M-1 groups once), a group's probabilities the mean of its ops'
+    ``op_probs`` (float[M, D])."""
+    from simplace.groups import (
+        by_module,
+        chain_collapse,
+        colocate_free_ops,
+        normalize,
+        target_count,
+    )
+
+    m = graph.num_ops
+    chains = chain_collapse(graph, colocate_free_ops(graph))
+    groupings = [by_module(graph, depth) for depth in MODULE_DEPTHS]
+    groupings += [target_count(graph, k, chains) for k in RANGE_COUNTS if k < m]
+    out, seen = [], set()
+    for grp in groupings:
+        grp = normalize(grp)
+        n = int(grp.max()) + 1 if m else 0
+        if not 2 <= n < m or grp.tobytes() in seen:
+            continue
+        seen.add(grp.tobytes())
+        probs = np.zeros((n, op_probs.shape[1]))
+        np.add.at(probs, grp, op_probs)
+        out.append(Level(probs / probs.sum(axis=1, keepdims=True), grp))
+    return out
+
+
+class _Units:
+    """A level's units as op lists (ops sorted by unit, and each unit's slice)."""
+
+    def __init__(self, level: Level):
+        self.probs = level.probs
+        self.order = np.argsort(level.unit_of_op, kind="stable")
+        self.bounds = np.searchsorted(level.unit_of_op[self.order],
+                                      np.arange(level.probs.shape[0] + 1))
+
+    def ops(self, u: int) -> np.ndarray:
+        return self.order[self.bounds[u]:self.bounds[u + 1]]
+
+
+def refine(levels: list[Level], placement, score: float, scores, *, src, dst, rounds: int,
+           seed: int = 0, until: float | None = None,
+           batch: int = BATCH) -> tuple[np.ndarray, float, dict]:
+    """``(placement int32[M], score, info)``: the best placement the guided search finds
+    from ``placement`` (whose score is ``score``) in at most ``rounds`` rounds, never
+    worse than it.
+
+    ``scores(int32[K, M]) -> float[K]``: the batch's scores, lower is better (a placement
+    that does not fit scored ``inf``); ``src``, ``dst``: the graph's edges; ``until``: a
+    ``time.perf_counter()`` deadline (no round starts that would end after it, by the last
+    round's time). Without a deadline the result is a deterministic function of the seed.
+    ``info``: rounds, gains, the start's and the end's scores, seconds, and why it stopped
+    (``"rounds"``, ``"converged"``: ``PATIENCE`` rounds without a gain, or ``"time"``)."""
+    t0 = time.perf_counter()
+    best = np.array(placement, dtype=np.int32)
+    best_s = float(score)
+    start_s = best_s
+    units = [_Units(lv) for lv in levels if lv.probs.shape[0] > 0]
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    d = int(units[0].probs.shape[1]) if units else 0
+    rng = np.random.default_rng(seed)
+    done = gains = idle = 0
+    round_s = 0.0  # the last round's seconds
+    stop = "rounds"
+    while done < rounds:
+        now = time.perf_counter()
+        if until is not None and now + round_s > until:
+            stop = "time"
+            break
+        if idle >= PATIENCE:
+            stop = "converged"
+            break
+        cands = _neighbours(best, units, src, dst, d, batch, rng)
+        s = np.asarray(scores(cands), np.float64)
+        j = int(np.argmin(s))
+        done += 1
+        if s[j] < best_s:
+            best, best_s = cands[j].copy(), float(s[j])
+            gains += 1
+            idle = 0
+        else:
+            idle += 1
+        round_s = time.perf_counter() - now
+    return best, best_s, {"rounds": done, "gains": gains, "from_s": start_s,
+                          "step_time_s": best_s, "wall_s": time.perf_counter() - t0,
+                          "stop": stop}
+
+
+def _neighbours(p: np.ndarray, units: list[_Units], src, dst, d: int, k: int,
+                rng: np.random.Generator) -> np.ndarray:
+    """int32[k, M]: ``k`` neighbours of ``p`` (module docstring)."""
+    out = np.repeat(p[None], k, 0)
+    cut = np.flatnonzero(p[src] != p[dst])
+    policy = bool(units) and d >= 2
+    if not (policy or cut.size):
+        return out  # one device, or nothing to move
+    for r in range(k):
+        row = out[r]
+        if cut.size and (not policy or rng.random() < 0.5):
+            for _ in range(int(rng.choice(_CUT_MOVES))):
+                e = cut[rng.integers(cut.size)]
+                a, b = (src[e], dst[e]) if rng.random() < 0.5 else (dst[e], src[e])
+                row[a] = row[b]
+            continue
+        lv = units[0 if rng.random() < FIRST_SHARE else int(rng.integers(len(units)))]
+        for _ in range(int(rng.choice(_POLICY_MOVES))):
+            u = int(rng.integers(lv.probs.shape[0]))
+            ops = lv.ops(u)
+            if ops.size == 0:
+                continue
+            q = lv.probs[u].copy()
+            q[row[ops[0]]] = 0.0
+            total = q.sum()
+            if total <= 0.0:  # the policy is sure of the current device: any other
+                q = np.ones(d)
+                q[row[ops[0]]] = 0.0
+                total = q.sum()
+            row[ops] = int(rng.choice(d, p=q / total))
+    return out
