@@ -1,6 +1,6 @@
 """Policy-guided resampling: the pretrained policy's probabilities as the proposals of a
 short greedy search around the best placement found so far (what ``rl-pretrained`` does
-after its one batch, its option ``refine_s``). No weight changes: the policy stays
+after its one batch, its option ``refine_rounds``). No weight changes: the policy stays
 zero-shot.
 
 Each round scores ``batch`` neighbours of the incumbent in one call of the batched
@@ -12,18 +12,18 @@ odds:
   policy's op-level units (half of these moves), the coarse groups ``zero_shot``
   placed, and (``group_levels``) the graph's module subtrees at depths 1 to 4 and its
   chains cut into ``RANGE_COUNTS`` ranges, whose probabilities are the mean of their
-  ops'. Group moves are what a big graph needs from a short search: on inception_v3
-  (6,941 ops) they took the held-out GPU rows from 1.25-1.35x of ``local``-60 to
-  1.15-1.24x in the same 1.5 s;
+  ops';
 * **cut moves**: 1 to 3 ops at a cut (an edge whose ends sit on two devices) each go to
   the device across the cut.
 
 Why: the policy's per-unit probabilities are good proposals, but its batch of
 independent samples rarely gets units that depend on each other right together; a
 hundred greedy rounds mend much of that on graphs of a few hundred to a few thousand
-ops (bench/results/pretrained_2026-11-28_vm.json). The search stops after its rounds,
-after ``PATIENCE`` rounds in a row without a gain, or before a round that would end past
-its deadline.
+ops. Group moves are what a big graph needs from a short search: on inception_v3 (6,941
+ops) on the held-out GPU machines they took 1.5 s of it from 1.11-1.35x of ``local``-60
+to 1.08-1.24x (bench/results/pretrained_2026-11-28_vm_guided-moves.txt, which also holds
+the variants that lost). The search stops after its rounds, after ``PATIENCE`` rounds in
+a row without a gain, or before a round that would end past its deadline.
 """
 
 from __future__ import annotations
