@@ -495,6 +495,29 @@ def test_guided_resampling_never_loses_is_seeded_and_stops_when_told(dag):
     assert late["rounds"] == 0 and late["stop"] == "time" and s_late == s0
 
 
+
+def test_guided_resampling_restarts_when_converged_under_a_deadline(dag, monkeypatch):
+    import time
+
+    from simplace.rl import guided
+
+    inp, scores = _guided_setup(dag)
+    start = (np.arange(dag.num_ops) % 3).astype(np.int32)
+    s0 = float(scores(start[None])[0])
+    lv = [guided.Level(np.full((dag.num_ops, 3), 1 / 3), np.arange(dag.num_ops))]
+    monkeypatch.setattr(guided, "PATIENCE", 2)
+    kw = {"src": dag.src, "dst": dag.dst, "seed": 1}
+    # without a deadline the search stops once converged...
+    p1, s1, done = guided.refine(lv, start, s0, scores, rounds=10_000, **kw)
+    assert done["stop"] == "converged" and done["restarts"] == 0
+    # ...with one it restarts away from the best, and still returns the best it saw
+    best, best_s, info = guided.refine(lv, p1, s1, scores, rounds=40, **kw,
+                                       until=time.perf_counter() + 3600)
+    assert info["restarts"] >= 1 and info["rounds"] == 40 and info["stop"] == "rounds"
+    assert best_s <= s1 * (1 + 1e-12)
+    assert best_s == pytest.approx(float(scores(best[None])[0]), rel=1e-12)
+
+
 def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag):
     from simplace.rl.guided import Level, _neighbours, _Units
 

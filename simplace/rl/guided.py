@@ -23,7 +23,8 @@ ops. Group moves are what a big graph needs from a short search: on inception_v3
 ops) on the held-out GPU machines they took 1.5 s of it from 1.11-1.35x of ``local``-60
 to 1.08-1.24x (bench/results/pretrained_2026-11-28_vm_guided-moves.txt, which also holds
 the variants that lost). The search stops after its rounds, after ``PATIENCE`` rounds in
-a row without a gain, or before a round that would end past its deadline.
+a row without a gain (under a deadline: it restarts a few random moves away from the
+best instead), or before a round that would end past its deadline.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ FIRST_SHARE = 0.5
 # The graph's chains (``simplace.groups.chain_collapse``) cut into these many ranges are
 # levels of the search, as are its module subtrees at these depths.
 RANGE_COUNTS = (16, 64, 256)
+# A restart (under a deadline, once the search has converged) starts this many neighbour
+# steps away from the best.
+_KICK_STEPS = 4
 MODULE_DEPTHS = (1, 2, 3, 4)
 
 
@@ -112,16 +116,18 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     ``time.perf_counter()`` deadline (no round starts that would end after it, by the last
     round's time). Without a deadline the result is a deterministic function of the seed.
     ``info``: rounds, gains, the start's and the end's scores, seconds, and why it stopped
-    (``"rounds"``, ``"converged"``: ``PATIENCE`` rounds without a gain, or ``"time"``)."""
+    (``"rounds"``, ``"time"`` or, without a deadline, ``"converged"``: ``PATIENCE``
+    rounds without a gain; with one, the search restarts then, ``restarts``)."""
     t0 = time.perf_counter()
     best = np.array(placement, dtype=np.int32)
     best_s = float(score)
+    cur, cur_s = best, best_s  # where the search is (after a restart, not the best)
     start_s = best_s
     units = [_Units(lv) for lv in levels if lv.probs.shape[0] > 0]
     src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
     d = int(units[0].probs.shape[1]) if units else 0
     rng = np.random.default_rng(seed)
-    done = gains = idle = 0
+    done = gains = idle = restarts = 0
     round_s = 0.0  # the last round's seconds
     stop = "rounds"
     while done < rounds:
@@ -130,22 +136,32 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
             stop = "time"
             break
         if idle >= PATIENCE:
-            stop = "converged"
-            break
-        cands = _neighbours(best, units, src, dst, d, batch, rng)
+            if until is None:
+                stop = "converged"
+                break
+            # With time left: a restart a few random moves away from the best.
+            cur = best
+            for _ in range(_KICK_STEPS):
+                cur = _neighbours(cur, units, src, dst, d, 1, rng)[0]
+            cur_s = float(np.asarray(scores(cur[None]), np.float64)[0])
+            idle = 0
+            restarts += 1
+        cands = _neighbours(cur, units, src, dst, d, batch, rng)
         s = np.asarray(scores(cands), np.float64)
         j = int(np.argmin(s))
         done += 1
-        if s[j] < best_s:
-            best, best_s = cands[j].copy(), float(s[j])
-            gains += 1
+        if s[j] < cur_s:
+            cur, cur_s = cands[j].copy(), float(s[j])
             idle = 0
+            if cur_s < best_s:
+                best, best_s = cur, cur_s
+                gains += 1
         else:
             idle += 1
         round_s = time.perf_counter() - now
-    return best, best_s, {"rounds": done, "gains": gains, "from_s": start_s,
-                          "step_time_s": best_s, "wall_s": time.perf_counter() - t0,
-                          "stop": stop}
+    return best, best_s, {"rounds": done, "gains": gains, "restarts": restarts,
+                          "from_s": start_s, "step_time_s": best_s,
+                          "wall_s": time.perf_counter() - t0, "stop": stop}
 
 
 def _neighbours(p: np.ndarray, units: list[_Units], src, dst, d: int, k: int,
