@@ -19,12 +19,10 @@ odds:
 Why: the policy's per-unit probabilities are good proposals, but its batch of
 independent samples rarely gets units that depend on each other right together; a
 hundred greedy rounds mend much of that on graphs of a few hundred to a few thousand
-ops. Group moves are what a big graph needs from a short search: on inception_v3 (6,941
-ops) on the held-out GPU machines they took 1.5 s of it from 1.11-1.35x of ``local``-60
-to 1.08-1.24x (bench/results/pretrained_2026-11-28_vm_guided-moves.txt, which also holds
-the variants that lost). The search stops after its rounds, after ``PATIENCE`` rounds in
-a row without a gain (under a deadline: it restarts a few random moves away from the
-best instead), or before a round that would end past its deadline.
+ops. Group moves are what a big graph needs from a short search. The search stops after
+its rounds, after ``PATIENCE`` rounds in a row without a gain (under a deadline: it
+restarts a few random moves away from the best instead), or before a round that would
+end past its deadline.
 """
 
 from __future__ import annotations
@@ -45,7 +43,10 @@ _CUT_MOVES = (1, 1, 2, 3)
 # the rest take any level.
 FIRST_SHARE = 0.5
 # The graph's chains (``simplace.groups.chain_collapse``) cut into these many ranges are
-# levels of the search, as are its module subtrees at these depths.
+# levels of the search, as are its module subtrees at these depths. On inception_v3 (6,941
+# ops) on the held-out GPU machines they took 1.5 s of search from 1.11-1.35x of local-60
+# to 1.08-1.24x (bench/results/pretrained_2026-11-28_vm_guided-moves.txt, which also holds
+# the variants that lost).
 RANGE_COUNTS = (16, 64, 256)
 # A restart (under a deadline, once the search has converged) starts this many neighbour
 # steps away from the best.
