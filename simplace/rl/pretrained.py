@@ -10,7 +10,8 @@ message that says how to mend it (``load_weights``).
 ``zero_shot(graph, inputs)`` places a graph with no training: the policy's greedy unit
 placement (``universal.greedy``) and ``samples`` sampled ones, of the graph's ops and of
 the graph coarsened to ``COARSE_UNITS`` groups (HSDAG's coarsening), and every single
-device, scored in one batch by the native simulator, the best kept.
+device, scored in one batch by the native simulator, the best kept; optionally improved
+by a search whose moves the policy proposes (``simplace.rl.guided``).
 """
 
 from __future__ import annotations
@@ -160,10 +161,9 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     OOM flags). With ``refine_rounds``, the best is then improved by that many rounds of
     policy-guided resampling (``simplace.rl.guided``; fewer if it converges, or if a
     round would end after ``refine_until``, a ``time.perf_counter()`` deadline;
-    ``info["refine"]``). ``info``: the
-    step time, units, how many placements were scored, which kind won (``picked``,
-    ``picked_units``; ``"refined"`` when the resampling improved it), the batch's best
-    (``batch_s``) and the seconds spent."""
+    ``info["refine"]``). ``info``: the step time, units, how many placements were scored,
+    which kind won (``picked``, ``picked_units``; ``"refined"`` when the resampling
+    improved it), the batch's best (``batch_s``) and the seconds spent."""
     import jax
 
     from simplace.rl.policies import universal as net
