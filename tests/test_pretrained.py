@@ -340,7 +340,7 @@ def test_rl_universal_fine_tunes_from_the_pretrained_start(mlp_graph):
     from simplace.placers import optimize
 
     cm = CostModel.load("haswell_k40x4")
-    zs = optimize(mlp_graph, cm, "rl-pretrained")
+    zs = optimize(mlp_graph, cm, "rl-pretrained", refine_rounds=0)  # its start: the batch
     r = optimize(mlp_graph, cm, "rl-universal", warm_start="pretrained", samples=16,
                  updates=30)
     assert r.step_time_s <= zs.step_time_s * (1 + 1e-9)
