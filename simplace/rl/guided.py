@@ -49,6 +49,7 @@ FIRST_SHARE = 0.5
 # to 1.08-1.24x (bench/results/pretrained_2026-11-28_vm_guided-moves.txt, which also holds
 # the variants that lost).
 RANGE_COUNTS = (16, 64, 256)
+MODULE_DEPTHS = (1, 2, 3, 4)
 # A restart (under a deadline, once the search has converged) starts this many neighbour
 # steps away from the best.
 _KICK_STEPS = 4
@@ -59,7 +60,6 @@ _KICK_STEPS = 4
 # seeds, the other held-out rows within their spread
 # (bench/results/pretrained_2026-11-28_vm_annealing.txt).
 TEMPERATURE = (0.003, 0.0003)
-MODULE_DEPTHS = (1, 2, 3, 4)
 
 
 @dataclass(frozen=True)
