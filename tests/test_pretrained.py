@@ -573,5 +573,12 @@ def test_rl_pretrained_refines_its_batch_and_gives_the_batch_alone_as_a_start(da
     ctx = PlacerContext(dag, inp, seed=2, options={"starts": ["rl-pretrained"]})
     found, _ = run_starts(ctx, float("inf"), None)
     np.testing.assert_array_equal(dict(found)["rl-pretrained"], batch.placement)
+    # and so it does among --method all's fast methods, the searches' starts
+    from simplace.placers import compare
+
+    (ours,) = [r for r in compare(dag, inp, ["single", "rl-pretrained"], budget_s=30.0)
+               if r.method == "rl-pretrained"]
+    assert "refine" not in ours.info
+    np.testing.assert_array_equal(ours.placement, batch.placement)
     with pytest.raises(OptionError, match="refine_rounds"):
         optimize(dag, inp, "rl-pretrained", refine_rounds=-1)

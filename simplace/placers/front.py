@@ -149,7 +149,8 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     """Run several methods (default: every one except ``exact``) on one problem, within
     one shared wall-time budget (default ``COMPARE_DEFAULT_BUDGET_S``).
 
-    The fast methods run first, together within 40% of the budget, cheap ones first
+    The fast methods run first (with their ``start_options``: they are the searches'
+    starts), together within 40% of the budget, cheap ones first
     (those estimated under ``_CHEAP_S``, then the others, each group by registered
     ``rank``),
     each given an equal part of the fast share left (unused time goes
@@ -277,7 +278,10 @@ class _Comparison:
                          f"fast methods' {fast_s:.1f} s share of the {self.total_s:g} s "
                          "budget is left (give more with --budget-s)")
                 continue
-            r = self.run(m, max(left_s / (len(fast) - k), need_s))
+            # As the searches' starts, each with its start options (rl-pretrained: its
+            # batch alone; the searches refine).
+            r = self.run(m, max(left_s / (len(fast) - k), need_s),
+                         **registered(m).start_options)
             if r is not None:
                 pace.add(m, estimate_s, getattr(r, "wall_s", None))
         return True

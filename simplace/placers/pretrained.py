@@ -12,9 +12,9 @@ is spent) of policy-guided resampling (``simplace.rl.guided``: the policy's prob
 propose the moves of a greedy search; no weight changes), fewer once they stop paying,
 and returns the best. Without a time budget the result is a deterministic function of the
 seed. It is a fast method (kind heuristic), so ``local`` and ``--method all`` take
-it as one of their starts: ``compare`` gives it a part of its time, where the resampling
-stops; as ``local``'s start (and an ``rl-*`` warm start) it gives its batch alone, and the
-search refines.
+it as one of their starts: as a start (of ``local``, of the searches of ``--method all``,
+or an ``rl-*`` warm start) it gives its batch alone (``start_options``), and the search
+refines.
 
 Options: ``samples``; ``refine_rounds`` (0: the batch alone); ``weights``: a weights file
 from ``simplace train-policy`` (default: the shipped one). When the shipped weights cannot
@@ -75,8 +75,9 @@ POLISH_SHARE = 0.7
 
 
 
-# As the start of another search (local's starts, the rl-* warm starts) it gives its batch
-# alone: the search refines, and one that is deterministic for a seed stays so.
+# As the start of another search (local's starts, compare's fast methods, the rl-* warm
+# starts) it gives its batch alone: the search refines, in the time the resampling would
+# have taken, and one that is deterministic for a seed stays so.
 @register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, learned=True,
           start_options={"refine_rounds": 0}, options={
     "samples": int_option("sampled placements scored besides the greedy one (default 64)",
