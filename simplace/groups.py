@@ -45,6 +45,31 @@ def normalize(groups) -> np.ndarray:
     return rank[inverse].astype(np.int32)
 
 
+def members(groups, num_groups: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, ptr)``, int64: the ops of group g are ``order[ptr[g]:ptr[g + 1]]``, for
+    groups ``0..num_groups-1`` (default: up to the largest id; a group may be empty)."""
+    groups = np.asarray(groups, dtype=np.int64).reshape(-1)
+    n = int(groups.max()) + 1 if num_groups is None else int(num_groups)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(groups, minlength=n), out=ptr[1:])
+    return np.argsort(groups, kind="stable").astype(np.int64), ptr
+
+
+def distinct_groupings(named, num_ops: int) -> list[tuple[str, np.ndarray]]:
+    """Of ``(name, groups)`` pairs (dense ids), those of 2 to ``num_ops - 1`` groups, each
+    distinct grouping once (under its first name), as int64: the groupings a search moves
+    whole groups of (one group, or single ops, would move nothing new)."""
+    out, seen = [], set()
+    for name, groups in named:
+        groups = np.asarray(groups, dtype=np.int64).reshape(-1)
+        key = groups.tobytes()
+        if not 2 <= int(groups.max()) + 1 < num_ops or key in seen:
+            continue
+        seen.add(key)
+        out.append((name, groups))
+    return out
+
+
 def check_groups(graph: OpGraph, groups) -> np.ndarray:
     """Validate a grouping for ``graph`` and return it as int32[M] (not relabelled)."""
     arr = np.asarray(groups)

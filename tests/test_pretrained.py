@@ -566,8 +566,9 @@ def test_rl_pretrained_refines_its_batch_and_gives_the_batch_alone_as_a_start(da
     assert a.step_time_s <= batch.step_time_s * (1 + 1e-12)
     assert a.step_time_s == pytest.approx(a.info["step_time_s"], rel=1e-9)
     assert 1 <= a.info["refine"]["rounds"] <= 40
-    if a.info["refine"]["gains"]:
-        assert a.info["picked"] == "refined" and a.step_time_s < batch.step_time_s
+    # (the batch leaves much to gain here: slow links, one slow device)
+    assert a.info["refine"]["gains"] >= 1 and a.info["picked"] == "refined"
+    assert a.step_time_s < batch.step_time_s * 0.95
     # as local's start it gives its batch alone (the search refines)
     assert method("rl-pretrained").start_options == {"refine_rounds": 0}
     ctx = PlacerContext(dag, inp, seed=2, options={"starts": ["rl-pretrained"]})

@@ -21,17 +21,16 @@ from __future__ import annotations
 import numpy as np
 
 from simplace.graph import split_name_path
-from simplace.groups import by_module, chain_collapse, colocate_free_ops, target_count
+from simplace.groups import (
+    by_module,
+    chain_collapse,
+    colocate_free_ops,
+    distinct_groupings,
+    members,
+    target_count,
+)
 from simplace.placers import PlacerContext
 from simplace.sim.objective import Ruler
-
-
-def _csr(labels: np.ndarray):
-    """(order, ptr): members of group g are order[ptr[g]:ptr[g+1]]."""
-    order = np.argsort(labels, kind="stable")
-    ptr = np.zeros(int(labels.max()) + 2, dtype=np.int64)
-    np.cumsum(np.bincount(labels), out=ptr[1:])
-    return order.astype(np.int64), ptr
 
 
 def _groupings(ctx: PlacerContext, module_depths) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -53,17 +52,7 @@ def _groupings(ctx: PlacerContext, module_depths) -> list[tuple[str, np.ndarray,
             cands.append((f"ranges{k}", target_count(g, k, chains)))
     for depth in module_depths:
         cands.append((f"module{depth}", by_module(g, int(depth))))
-    out, seen = [], set()
-    for name, labels in cands:
-        labels = np.asarray(labels, dtype=np.int64)
-        n = int(labels.max()) + 1
-        key = labels.tobytes()
-        if n < 2 or n >= m or key in seen:  # one group, or no coarser than single ops
-            continue
-        seen.add(key)
-        order, ptr = _csr(labels)
-        out.append((name, order, ptr))
-    return out
+    return [(name, *members(labels)) for name, labels in distinct_groupings(cands, m)]
 
 
 def _colocation_mates(ctx: PlacerContext):
@@ -78,7 +67,7 @@ def _colocation_mates(ctx: PlacerContext):
     cls = cls.reshape(-1)
     if classes[0] < 0:  # ops in no class: -1, the rest renumbered from 0
         cls = cls - 1
-    order, ptr = _csr(np.where(cls >= 0, cls, cls.max() + 1))
+    order, ptr = members(np.where(cls >= 0, cls, cls.max() + 1))
     return order, ptr, cls
 
 

@@ -98,9 +98,10 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     if m == 0 or d == 1:
         return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
     rounds, until = opts["refine_rounds"], None
-    if ctx.budget_s is not None:  # rounds until the budget is spent (or they stop paying)
+    if ctx.budget_s is not None:
         until = ctx.t_begin + float(ctx.budget_s)
-        rounds = rounds and _UNCAPPED
+        if rounds:  # with a budget, rounds until it is spent (or they stop paying)
+            rounds = _UNCAPPED
     try:
         placement, info = zero_shot(ctx.graph, ctx.inputs, samples=samples, seed=ctx.seed,
                                     weights=weights, simulator=ctx.batched,

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simplace.groups import members
+
 # Neighbours scored per round (one call of the batched simulator).
 BATCH = 128
 # Rounds in a row without a gain after which the search has converged.
@@ -79,35 +81,30 @@ def group_levels(graph, op_probs: np.ndarray) -> list[Level]:
         by_module,
         chain_collapse,
         colocate_free_ops,
+        distinct_groupings,
         normalize,
         target_count,
     )
 
     m = graph.num_ops
     chains = chain_collapse(graph, colocate_free_ops(graph))
-    groupings = [by_module(graph, depth) for depth in MODULE_DEPTHS]
-    groupings += [target_count(graph, k, chains) for k in RANGE_COUNTS if k < m]
-    out, seen = [], set()
-    for grp in groupings:
-        grp = normalize(grp)
-        n = int(grp.max()) + 1 if m else 0
-        if not 2 <= n < m or grp.tobytes() in seen:
-            continue
-        seen.add(grp.tobytes())
-        probs = np.zeros((n, op_probs.shape[1]))
+    named = [(f"module{depth}", normalize(by_module(graph, depth))) for depth in MODULE_DEPTHS]
+    named += [(f"ranges{k}", normalize(target_count(graph, k, chains)))
+              for k in RANGE_COUNTS if k < m]
+    out = []
+    for _, grp in distinct_groupings(named, m):
+        probs = np.zeros((int(grp.max()) + 1, op_probs.shape[1]))
         np.add.at(probs, grp, op_probs)
         out.append(Level(probs / probs.sum(axis=1, keepdims=True), grp))
     return out
 
 
 class _Units:
-    """A level's units as op lists (ops sorted by unit, and each unit's slice)."""
+    """A level's units as op lists (``simplace.groups.members``)."""
 
     def __init__(self, level: Level):
         self.probs = level.probs
-        self.order = np.argsort(level.unit_of_op, kind="stable")
-        self.bounds = np.searchsorted(level.unit_of_op[self.order],
-                                      np.arange(level.probs.shape[0] + 1))
+        self.order, self.bounds = members(level.unit_of_op, level.probs.shape[0])
 
     def ops(self, u: int) -> np.ndarray:
         return self.order[self.bounds[u]:self.bounds[u + 1]]

@@ -222,9 +222,12 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     info = {"units": problems[0].num_units, "scored": len(placements), "greedy_s": float(t[0]),
             "batch_s": best_t, "picked": kinds[j][0], "picked_units": kinds[j][1]}
     if np.isfinite(score[j]) and refine_rounds:
+        from scipy.special import softmax
+
         from simplace.rl.guided import Level, group_levels, refine
 
-        lv = [Level(_softmax(lg[:prob.num_units, :prob.num_devices]), prob.unit_of_op)
+        lv = [Level(softmax(np.asarray(lg[:prob.num_units, :prob.num_devices], np.float64),
+                            axis=1), prob.unit_of_op)
               for lg, prob in levels]
         lv += group_levels(graph, lv[0].probs[lv[0].unit_of_op])
         best, _, info["refine"] = refine(lv, best, float(score[j]), lambda b: scores(b)[1],
@@ -239,8 +242,3 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
                 trained=meta.get("card", {}).get("summary", ""))
     return best, info
 
-
-def _softmax(x) -> np.ndarray:
-    x = np.asarray(x, np.float64)
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
