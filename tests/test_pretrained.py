@@ -518,24 +518,76 @@ def test_guided_resampling_restarts_when_converged_under_a_deadline(dag, monkeyp
     assert best_s == pytest.approx(float(scores(best[None])[0]), rel=1e-12)
 
 
-def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag):
-    from simplace.rl.guided import Level, _neighbours, _Units
+def test_screened_resampling_checks_memory_only_for_the_fastest_and_keeps_what_fits(dag):
+    from simplace.rl.guided import SCREEN_CHECKS, Level, refine
+    from simplace.sim.native import NativeSimulator
+
+    # the fastest device holds only half of what the graph needs at its peak: the
+    # fastest neighbours are often OOM, and only an exact check can tell
+    inp = _machine(dag, [1e9, 4e9, 4e9], bw=1e8)
+    everything = np.full((1, dag.num_ops), 2, np.int32)
+    peak = float(NativeSimulator(dag, inp, memory=True)(everything).peak_memory_bytes[0, 2])
+    inp = _machine(dag, [1e9, 4e9, 4e9], mem=np.array([1e12, 1e12, peak / 8]), bw=1e8)
+    exact, free = NativeSimulator(dag, inp, memory="oom"), NativeSimulator(dag, inp,
+                                                                         memory=False)
+    checked = []
+
+    def scores(batch):
+        checked.append(len(batch))
+        r = exact(batch)
+        return np.where(np.asarray(r.oom), np.inf, np.asarray(r.step_time_s, np.float64))
+
+    start = np.zeros(dag.num_ops, np.int32)  # the slow device, which holds everything
+    s0 = float(scores(start[None])[0])
+    assert np.isfinite(s0) and bool(exact(everything).oom[0])
+    lv = [Level(np.tile([0.1, 0.1, 0.8], (dag.num_ops, 1)), np.arange(dag.num_ops))]
+    checked.clear()
+    best, best_s, info = refine(lv, start, s0, scores, src=dag.src, dst=dag.dst, rounds=40,
+                                seed=2, screen=lambda b: free(b).step_time_s)
+    assert info["gains"] >= 1 and best_s < s0
+    # what it returns fits, and its score is the exact one
+    assert not bool(exact(best[None]).oom[0])
+    assert best_s == pytest.approx(float(exact(best[None]).step_time_s[0]), rel=1e-12)
+    # each round checked the fastest few, more only while none fitted
+    assert max(checked) <= SCREEN_CHECKS[-1] - SCREEN_CHECKS[-2]
+    assert sum(checked) < info["rounds"] * SCREEN_CHECKS[-1]
+    # the screen ranks; the exact scores decide: the two fastest do not fit, the next
+    # ones are checked, the fastest of those that fit wins, the rest stay unscored
+    from simplace.rl.guided import _round_scores
+
+    fast = np.array([5.0, 1.0, 2.0, 3.0, 4.0, 6.0, 7.0, 8.0, 9.0, 10.0])
+    exact_s = fast + 0.5
+    exact_s[[1, 2]] = np.inf
+    cands = np.arange(10)[:, None]
+    calls = []
+    s = _round_scores(cands, lambda b: (calls.append(b[:, 0].tolist()), exact_s[b[:, 0]])[1],
+                      lambda b: fast[b[:, 0]])
+    assert calls == [[1, 2], [3, 4, 0, 5, 6, 7]]
+    assert int(np.argmin(s)) == 3 and s[3] == 3.5 and np.isinf(s[[1, 2, 8, 9]]).all()
+
+
+def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag, monkeypatch):
+    from simplace.rl import guided
+    from simplace.rl.guided import Level, _Proposer
 
     rng = np.random.default_rng(0)
     m = dag.num_ops
     zero = np.zeros(m, np.int32)
     no_edges = np.zeros(0, np.int64)
     # the policy wants device 2 for every op: policy moves take ops there, nowhere else
-    sure = [_Units(Level(np.tile([0.0, 0.0, 1.0], (m, 1)), np.arange(m)))]
-    nb = _neighbours(zero, sure, no_edges, no_edges, 3, 64, rng)
+    sure = _Proposer([Level(np.tile([0.0, 0.0, 1.0], (m, 1)), np.arange(m))],
+                     no_edges, no_edges)
+    nb = sure(zero, 64, rng)
     assert set(np.unique(nb).tolist()) == {0, 2} and np.all((nb != 0).sum(1) >= 1)
     # a policy sure of the current device: the move goes to another one
-    stay = [_Units(Level(np.tile([1.0, 0.0, 0.0], (m, 1)), np.arange(m)))]
-    nb = _neighbours(zero, stay, no_edges, no_edges, 3, 64, rng)
-    assert np.all((nb != 0).sum(1) >= 1)
+    stay = _Proposer([Level(np.tile([1.0, 0.0, 0.0], (m, 1)), np.arange(m))],
+                     no_edges, no_edges)
+    nb = stay(zero, 64, rng)
+    assert np.all((nb != 0).sum(1) >= 1) and set(np.unique(nb).tolist()) == {0, 1, 2}
     # units of a coarse level move whole: ops 0-59 are unit 0, ops 60-119 unit 1
-    halves = [_Units(Level(np.tile([0.0, 1.0, 0.0], (2, 1)), np.arange(m) // 60))]
-    nb = _neighbours(zero, halves, no_edges, no_edges, 3, 16, rng)
+    halves = _Proposer([Level(np.tile([0.0, 1.0, 0.0], (2, 1)), np.arange(m) // 60)],
+                       no_edges, no_edges)
+    nb = halves(zero, 16, rng)
     for row in nb:
         assert len(set(row[:60].tolist())) == 1 and len(set(row[60:].tolist())) == 1
     # no levels: cut moves only; an op at the one cut takes the device across it
@@ -543,11 +595,24 @@ def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag):
     p[dag.dst[0]] = 1
     src, dst = np.asarray(dag.src), np.asarray(dag.dst)
     cut = p[src] != p[dst]
-    nb = _neighbours(p, [], src, dst, 3, 32, rng)
+    nb = _Proposer([], src, dst)(p, 32, rng)
     for row in nb:
         moved = np.flatnonzero(row != p)
-        assert moved.size <= 3
+        assert 1 <= moved.size <= 3
         assert all(np.any(cut & ((src == i) | (dst == i))) for i in moved)
+    # whole-unit cut moves: the unit of the op at the cut goes across, and nothing else
+    monkeypatch.setattr(guided, "CUT_SHARE", 1.0)
+    monkeypatch.setattr(guided, "GROUP_CUT_SHARE", 1.0)
+    p = zero.copy()
+    p[60:] = 1
+    cut = p[src] != p[dst]
+    assert m == 120 and cut.any()
+    two = _Proposer([Level(np.full((2, 3), 1 / 3), np.arange(m) // 60)], src, dst)
+    for row in two(p, 32, rng):  # one half joins the other
+        assert len(set(row.tolist())) == 1 and set(row.tolist()) <= {0, 1}
+    # the same seed gives the same neighbours
+    np.testing.assert_array_equal(sure(zero, 8, np.random.default_rng(3)),
+                                  sure(zero, 8, np.random.default_rng(3)))
 
 
 def test_rl_pretrained_refines_its_batch_and_gives_the_batch_alone_as_a_start(dag):

@@ -151,14 +151,16 @@ def _logits_program():
 
 
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
-              simulator=None, coarse=COARSE_UNITS, refine_until: float | None = None,
-              refine_rounds: int | None = None) -> tuple[np.ndarray, dict]:
+              simulator=None, screen=None, coarse=COARSE_UNITS,
+              refine_until: float | None = None, refine_rounds: int | None = None) -> tuple[np.ndarray, dict]:
     """``(placement int32[M], info)``: the best of the policy's greedy placement and
     ``samples`` sampled ones, of the ops and of the graph coarsened to each of ``coarse``
     group counts (those below its op count), and every single device, no training.
     ``weights``: a weights file (default: the shipped ones); ``simulator``: a batched
     simulator of ``graph`` on ``inputs`` to score with (default: a native one with exact
-    OOM flags). With ``refine_rounds``, the best is then improved by that many rounds of
+    OOM flags); ``screen``: one without memory (``memory=False``) that the resampling
+    ranks its neighbours with, checking only the fastest with ``simulator`` (default:
+    a native one when ``simulator`` is the default, else none). With ``refine_rounds``, the best is then improved by that many rounds of
     policy-guided resampling (``simplace.rl.guided``; fewer if it converges, or if a
     round would end after ``refine_until``, a ``time.perf_counter()`` deadline;
     ``info["refine"]``). ``info``: the step time, units, how many placements were scored,
@@ -209,6 +211,8 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
         from simplace.sim.native import NativeSimulator
 
         simulator = NativeSimulator(graph, inputs, memory="oom")
+        if screen is None:
+            screen = NativeSimulator(graph, inputs, memory=False)
 
     def scores(batch):
         res = simulator(batch)
@@ -232,7 +236,9 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
         lv += group_levels(graph, lv[0].probs[lv[0].unit_of_op])
         best, _, info["refine"] = refine(lv, best, float(score[j]), lambda b: scores(b)[1],
                                          src=graph.src, dst=graph.dst, seed=seed,
-                                         until=refine_until, rounds=refine_rounds)
+                                         until=refine_until, rounds=refine_rounds,
+                                         screen=None if screen is None else
+                                         (lambda b: screen(b).step_time_s))
         if info["refine"]["gains"]:
             best_t = info["refine"]["step_time_s"]
             info["picked"] = "refined"
