@@ -123,10 +123,11 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     ``scores(int32[K, M]) -> float[K]``: the batch's scores, lower is better (a placement
     that does not fit scored ``inf``); ``screen``: optionally, the same without the
     memory check (``inf`` never), cheaper: a round ranks its neighbours by it and scores
-    only the fastest few (``SCREEN_CHECKS``, then the next ones while none fits); ``src``, ``dst``: the graph's edges; ``until``: a
-    ``time.perf_counter()`` deadline (no round starts that would end after it, by the last
-    round's time). Without a deadline the result is a deterministic function of the seed.
-    ``info``: rounds, gains, the start's and the end's scores, seconds, and why it stopped
+    only the fastest few (``SCREEN_CHECKS``, then the next ones while none fits);
+    ``src``, ``dst``: the graph's edges; ``until``: a ``time.perf_counter()`` deadline (no
+    round starts that would end after it, by the last round's time). Without a deadline
+    the result is a deterministic function of the seed. ``info``: rounds, gains, the
+    start's and the end's scores, seconds, and why it stopped
     (``"rounds"``, ``"time"`` or, without a deadline, ``"converged"``: ``PATIENCE``
     rounds without a gain; with one, the search restarts then, ``restarts``)."""
     t0 = time.perf_counter()
@@ -211,25 +212,22 @@ class _Proposer:
         self.src = np.asarray(src, np.int64)
         self.dst = np.asarray(dst, np.int64)
         self.d = int(levels[0].probs.shape[1]) if levels else 0
-        probs, start, end, order, base = [], [], [], [], [0]
-        offset = 0
-        for lv in levels:
-            o, b = members(lv.unit_of_op, lv.probs.shape[0])
-            probs.append(np.asarray(lv.probs, np.float64))
-            start.append(offset + b[:-1])
-            end.append(offset + b[1:])
-            order.append(o)
-            offset += len(o)
-            base.append(base[-1] + lv.probs.shape[0])
-        cat = (lambda xs, dt: np.ascontiguousarray(np.concatenate(xs), dt) if xs
-               else np.zeros(0, dt))
-        self.probs = (np.ascontiguousarray(np.concatenate(probs), np.float64) if probs
-                      else np.zeros((0, max(self.d, 1))))
-        self.start, self.end = cat(start, np.int64), cat(end, np.int64)
-        self.order = cat(order, np.int64)
-        self.base = np.asarray(base, np.int64)
-        self.unit_of = (np.stack([np.asarray(lv.unit_of_op, np.int64) for lv in levels])
-                        if levels else np.zeros((0, 0), np.int64))
+        counts = [lv.probs.shape[0] for lv in levels]
+        # unit g (of every level, in order) holds ops order[start[g]:end[g]]
+        self.base = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.probs = np.zeros((0, max(self.d, 1)))
+        self.start = self.end = self.order = np.zeros(0, np.int64)
+        self.unit_of = np.zeros((0, 0), np.int64)
+        if levels:
+            parts = [members(lv.unit_of_op, n) for lv, n in zip(levels, counts, strict=True)]
+            offsets = np.cumsum([0] + [len(o) for o, _ in parts[:-1]])
+            self.probs = np.ascontiguousarray(np.concatenate([lv.probs for lv in levels]),
+                                              np.float64)
+            pairs = list(zip(offsets, parts, strict=True))
+            self.start = np.concatenate([o + b[:-1] for o, (_, b) in pairs]).astype(np.int64)
+            self.end = np.concatenate([o + b[1:] for o, (_, b) in pairs]).astype(np.int64)
+            self.order = np.concatenate([o for o, _ in parts]).astype(np.int64)
+            self.unit_of = np.stack([np.asarray(lv.unit_of_op, np.int64) for lv in levels])
 
     def __call__(self, p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
         """int32[k, M]: ``k`` neighbours of ``p``."""

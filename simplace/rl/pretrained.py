@@ -152,7 +152,8 @@ def _logits_program():
 
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
               simulator=None, screen=None, coarse=COARSE_UNITS,
-              refine_until: float | None = None, refine_rounds: int | None = None) -> tuple[np.ndarray, dict]:
+              refine_until: float | None = None,
+              refine_rounds: int | None = None) -> tuple[np.ndarray, dict]:
     """``(placement int32[M], info)``: the best of the policy's greedy placement and
     ``samples`` sampled ones, of the ops and of the graph coarsened to each of ``coarse``
     group counts (those below its op count), and every single device, no training.
@@ -160,12 +161,13 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     simulator of ``graph`` on ``inputs`` to score with (default: a native one with exact
     OOM flags); ``screen``: one without memory (``memory=False``) that the resampling
     ranks its neighbours with, checking only the fastest with ``simulator`` (default:
-    a native one when ``simulator`` is the default, else none). With ``refine_rounds``, the best is then improved by that many rounds of
-    policy-guided resampling (``simplace.rl.guided``; fewer if it converges, or if a
-    round would end after ``refine_until``, a ``time.perf_counter()`` deadline;
-    ``info["refine"]``). ``info``: the step time, units, how many placements were scored,
-    which kind won (``picked``, ``picked_units``; ``"refined"`` when the resampling
-    improved it), the batch's best (``batch_s``) and the seconds spent."""
+    a native one when ``simulator`` is the default, else none). With ``refine_rounds``,
+    the best is then improved by that many rounds of policy-guided resampling
+    (``simplace.rl.guided``; fewer if it converges, or if a round would end after
+    ``refine_until``, a ``time.perf_counter()`` deadline; ``info["refine"]``). ``info``:
+    the step time, units, how many placements were scored, which kind won (``picked``,
+    ``picked_units``; ``"refined"`` when the resampling improved it), the batch's best
+    (``batch_s``) and the seconds spent."""
     import jax
 
     from simplace.rl.policies import universal as net
