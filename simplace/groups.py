@@ -160,12 +160,16 @@ def by_module(graph: OpGraph, depth: int, *, join_backward: bool = False) -> np.
     """
     if depth < 0:
         raise GroupingError(f"depth must be >= 0, got {depth}.")
-    keys = []
-    for p in graph.name_path.tolist():
-        backward, parts = split_name_path(p)
-        keys.append((backward and not join_backward, parts[:depth]))
-    index = {}
-    return np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int32)
+    # Each distinct path is split once (a graph has far fewer paths than ops), and the
+    # groups are numbered in order of their first op.
+    paths, first, inverse = np.unique(np.asarray(graph.name_path, dtype=object),
+                                      return_index=True, return_inverse=True)
+    index, label = {}, np.empty(len(paths), np.int32)
+    for u in np.argsort(first, kind="stable").tolist():
+        backward, parts = split_name_path(paths[u])
+        label[u] = index.setdefault((backward and not join_backward, parts[:depth]),
+                                    len(index))
+    return label[np.asarray(inverse).reshape(-1)]
 
 
 def colocate_gradients(graph: OpGraph, groups=None) -> np.ndarray:

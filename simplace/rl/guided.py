@@ -87,10 +87,11 @@ class Level:
     unit_of_op: np.ndarray
 
 
-def group_levels(graph, op_probs: np.ndarray) -> list[Level]:
+def group_levels(graph, op_probs: np.ndarray, free=None) -> list[Level]:
     """Levels of whole groups of ops (module subtrees, ranges of chains; each distinct
     grouping of 2 to M-1 groups once), a group's probabilities the mean of its ops'
-    ``op_probs`` (float[M, D])."""
+    ``op_probs`` (float[M, D]). ``free``: ``colocate_free_ops(graph)`` if the caller has
+    it."""
     from simplace.groups import (
         by_module,
         chain_collapse,
@@ -101,7 +102,7 @@ def group_levels(graph, op_probs: np.ndarray) -> list[Level]:
     )
 
     m = graph.num_ops
-    chains = chain_collapse(graph, colocate_free_ops(graph))
+    chains = chain_collapse(graph, colocate_free_ops(graph) if free is None else free)
     named = [(f"module{depth}", normalize(by_module(graph, depth))) for depth in MODULE_DEPTHS]
     named += [(f"ranges{k}", normalize(target_count(graph, k, chains)))
               for k in RANGE_COUNTS if k < m]

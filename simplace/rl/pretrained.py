@@ -178,6 +178,7 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     params, meta = cached_weights(path)
     problems = [policy_problem(graph, inputs)]
     coarse = [k for k in coarse if k < problems[0].num_units]
+    free = None  # colocate_free_ops(graph), computed once where needed
     if coarse:
         from simplace.groups import colocate_free_ops, target_count
 
@@ -235,7 +236,7 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
         lv = [Level(softmax(np.asarray(lg[:prob.num_units, :prob.num_devices], np.float64),
                             axis=1), prob.unit_of_op)
               for lg, prob in levels]
-        lv += group_levels(graph, lv[0].probs[lv[0].unit_of_op])
+        lv += group_levels(graph, lv[0].probs[lv[0].unit_of_op], free)
         best, _, info["refine"] = refine(lv, best, float(score[j]), lambda b: scores(b)[1],
                                          src=graph.src, dst=graph.dst, seed=seed,
                                          until=refine_until, rounds=refine_rounds,
