@@ -388,6 +388,32 @@ def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_
     assert r.step_time_s <= r.info["fine_tuned_s"] * (1 + 1e-9)
     assert r.step_time_s <= r.info["zero_shot_s"] * (1 + 1e-9)
     assert r.info["updates"] >= 0  # how many fit in the budget depends on the load
+    # the fine-tuned policy guided a search before local (its rounds depend on the load:
+    # a fresh process spends this budget compiling; the next test runs it)
+    assert r.info["guided"]["stop"] == "time"
+    assert r.step_time_s <= r.info["guided"]["step_time_s"] * (1 + 1e-9)
+    alone = optimize(mlp_graph, cm, "rl-universal", samples=16, budget_s=3.0, guided_share=0)
+    assert "guided" not in alone.info and isinstance(alone.info["local"], dict)
+
+
+def test_the_fine_tuned_policy_guides_a_search_that_never_loses(dag):
+    import time
+
+    from simplace.placers import PlacerContext
+    from simplace.placers.pretrained import _guided
+    from simplace.rl.pretrained import SHIPPED, cached_weights
+
+    ctx = PlacerContext(dag, _machine(dag, [1e9, 4e9, 4e9], bw=1e8), seed=1)
+    start = (np.arange(dag.num_ops) % 3).astype(np.int32)  # a cut on nearly every edge
+    s0 = float(ctx.score(start[None])[0])
+    params = cached_weights(str(SHIPPED))[0]
+    info = {}
+    p, s = _guided(ctx, params, start, s0, time.perf_counter() + 1.0, info)
+    assert info["guided"]["rounds"] >= 1 and info["guided"]["from_s"] == s0
+    assert s < s0 * 0.9 and s == pytest.approx(float(ctx.score(p[None])[0]), rel=1e-12)
+    # a deadline already past: the start stands
+    p2, s2 = _guided(ctx, params, start, s0, time.perf_counter() - 1, {})
+    assert s2 == s0 and np.array_equal(p2, start)
 
 
 def test_the_pretrained_policy_is_a_learned_heuristic():

@@ -28,16 +28,19 @@ is refused with the limit stated.
 then trains the weights on this graph alone by the same REINFORCE
 and imitation updates as pretraining (``simplace.rl.pretrain.train_universal``, the
 imitation target being the best placement found so far) for ``1 - polish_share`` of the
-time left, and gives the rest to ``local``, started from the fine-tuned and the
-zero-shot placements and the cheap heuristics' placements that are faster than the
-fine-tuned one (``HEURISTIC_SHARE``; without a budget: ``updates`` updates, then a deterministic
-op-level polish, ``simplace.rl.refine``). Why ``local`` after the updates: per second,
-annealing from the policy's placement improves it faster than more updates do, and the
-policy's placement is a far better start than the heuristics' (``bench/pretrained.py``
-compares them at equal wall time). The result is never worse than its start. Options:
-``samples``, ``weights`` (``"none"``: fresh weights, training from scratch),
-``polish_share`` (default ``POLISH_SHARE``), ``updates`` (how many without a budget;
-default ``DEFAULT_UPDATES``). Unlike the other ``rl-*`` methods it keeps no checkpoint
+time left. Of the rest, ``guided_share`` goes to the search the fine-tuned policy guides
+(``simplace.rl.guided``, as ``rl-pretrained``'s, with the fine-tuned weights'
+probabilities) from the best placement so far, and the remainder to ``local``, started
+from that search's best and the zero-shot placement and the cheap heuristics' placements
+that are faster (``HEURISTIC_SHARE``; without a budget: ``updates`` updates, then a
+deterministic op-level polish, ``simplace.rl.refine``). Why searches after the updates:
+per second, searching from the policy's placement improves it faster than more updates
+do, the policy's proposals lead the search on big graphs, and ``local``'s annealing
+finishes what they converge to (``bench/pretrained.py`` compares them at equal wall
+time). The result is never worse than its start. Options: ``samples``, ``weights``
+(``"none"``: fresh weights, training from scratch), ``polish_share`` (default
+``POLISH_SHARE``), ``guided_share`` (default ``GUIDED_SHARE``), ``updates`` (how many
+without a budget; default ``DEFAULT_UPDATES``). Unlike the other ``rl-*`` methods it keeps no checkpoint
 or history: a fine-tune is seconds.
 """
 
@@ -72,6 +75,9 @@ _UNCAPPED = 10**9
 # The share of a budget left after the zero-shot start that goes to local (the rest to
 # fine-tuning updates).
 POLISH_SHARE = 0.7
+# The share of that which the search guided by the fine-tuned policy takes first
+# (``simplace.rl.guided``), from the best placement so far; local takes the rest.
+GUIDED_SHARE = 0.8
 
 
 
@@ -138,7 +144,10 @@ def _screen(ctx: PlacerContext):
                                  f"fine-tuned placement (default {POLISH_SHARE})",
                                  POLISH_SHARE, 0.0, 1.0, hi_open=True),
     "updates": int_option(f"training updates without a budget (default {DEFAULT_UPDATES})",
-                          DEFAULT_UPDATES, 1)})
+                          DEFAULT_UPDATES, 1),
+    "guided_share": float_option(f"share of the time after the updates for the search "
+                                 f"the fine-tuned policy guides, before local (default "
+                                 f"{GUIDED_SHARE})", GUIDED_SHARE, 0.0, 1.0)})
 def place_universal(ctx: PlacerContext) -> PlacerOutput:
     """``rl-universal``: the pretrained universal policy fine-tuned on this graph."""
     import math
@@ -183,7 +192,7 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     updates = None if budget is not None else opts["updates"]
     trained = {"updates": 0}
     if budget is None or budget > 0:
-        _, trained = train_universal([tp], updates=updates, budget_s=budget or None,
+        params, trained = train_universal([tp], updates=updates, budget_s=budget or None,
                                      seed=ctx.seed, params=params,
                                      config=PretrainConfig(samples=samples),
                                      progress=ctx.progress, progress_every_s=5.0)
@@ -193,6 +202,10 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
         best, best_s = tuned, tuned_s
     info.update(updates=trained["updates"], fine_tuned_s=tuned_s)
     if math.isfinite(deadline):
+        if params is not None and opts["guided_share"] > 0:
+            now = time.perf_counter()
+            best, best_s = _guided(ctx, params, best, best_s,
+                                   now + opts["guided_share"] * (deadline - now), info)
         best, best_s = _search_rest(ctx, best, best_s, zero_shot=start.placement,
                                     info=info)
     else:
@@ -202,6 +215,28 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
         info.update(polish_batches=batches)
     info.update(score=best_s, stop="time budget" if math.isfinite(deadline) else "updates")
     return PlacerOutput(best, info=info)
+
+
+def _guided(ctx: PlacerContext, params, best, best_s: float, until: float, info: dict):
+    """The guided search (``simplace.rl.guided``) from ``best`` with the fine-tuned
+    policy's proposals until ``until``: (placement, score), never worse than ``best``."""
+    from simplace.rl.guided import refine
+    from simplace.rl.pretrained import policy_levels
+
+    levels = policy_levels(ctx.graph, ctx.inputs, params)
+    screen = _screen(ctx)
+
+    def scores(batch):
+        res = ctx.batched(batch)
+        return np.where(np.asarray(res.oom), np.inf, np.asarray(res.step_time_s, np.float64))
+
+    if bool(ctx.batched(best[None]).oom[0]):
+        return best, best_s  # an OOM start: local's penalty leads it to one that fits
+    out, out_s, info["guided"] = refine(levels, best, best_s, scores, src=ctx.graph.src,
+                                        dst=ctx.graph.dst, rounds=_UNCAPPED, seed=ctx.seed,
+                                        until=until,
+                                        screen=lambda b: screen(b).step_time_s)
+    return (out, out_s) if out_s < best_s else (best, best_s)
 
 
 def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, info: dict):

@@ -150,6 +150,53 @@ def _logits_program():
     return jax.jit(net.logits)
 
 
+def _problems(graph, inputs, coarse=COARSE_UNITS):
+    """``(problems, free)``: the policy's problems of the graph's ops and of the graph
+    coarsened to each of ``coarse`` group counts below its unit count, and
+    ``colocate_free_ops(graph)`` where it was needed (else None)."""
+    from simplace.rl.problem import policy_problem
+
+    problems = [policy_problem(graph, inputs)]
+    coarse = [k for k in coarse if k < problems[0].num_units]
+    free = None
+    if coarse:
+        from simplace.groups import colocate_free_ops, target_count
+
+        free = colocate_free_ops(graph)
+        problems += [policy_problem(graph, inputs, grouping=target_count(graph, k, free))
+                     for k in coarse]
+    return problems, free
+
+
+def _levels(graph, logits: list, free=None) -> list:
+    """The guided search's levels (``simplace.rl.guided.Level``) of ``logits``, one
+    ``(logits[U_pad, D_pad], problem)`` per problem, the first of the graph's ops, and
+    the graph's group levels (``guided.group_levels``) with the first's probabilities."""
+    from scipy.special import softmax
+
+    from simplace.rl.guided import Level, group_levels
+
+    lv = [Level(softmax(np.asarray(lg[:prob.num_units, :prob.num_devices], np.float64),
+                        axis=1), prob.unit_of_op)
+          for lg, prob in logits]
+    return lv + group_levels(graph, lv[0].probs[lv[0].unit_of_op], free)
+
+
+def policy_levels(graph, inputs, params, coarse=COARSE_UNITS) -> list:
+    """The levels of the guided search (``simplace.rl.guided.refine``) that the policy
+    ``params`` proposes on this graph and machine: its device probabilities for the
+    graph's ops, for its coarse blocks, and for its module subtrees and chain ranges."""
+    import jax
+
+    problems, free = _problems(graph, inputs, coarse)
+    shape = problems[0].shape_key()
+    logits = []
+    for prob in problems:
+        a = {k: jax.numpy.asarray(v) for k, v in prob.padded(at_least=shape).items()}
+        logits.append((np.asarray(_logits_program()(params, a)[0]), prob))
+    return _levels(graph, logits, free)
+
+
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
               simulator=None, screen=None, coarse=COARSE_UNITS,
               refine_until: float | None = None,
@@ -171,20 +218,11 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     import jax
 
     from simplace.rl.policies import universal as net
-    from simplace.rl.problem import policy_problem
 
     t0 = time.perf_counter()
     path = os.fspath(SHIPPED if weights is None else weights)
     params, meta = cached_weights(path)
-    problems = [policy_problem(graph, inputs)]
-    coarse = [k for k in coarse if k < problems[0].num_units]
-    free = None  # colocate_free_ops(graph), computed once where needed
-    if coarse:
-        from simplace.groups import colocate_free_ops, target_count
-
-        free = colocate_free_ops(graph)
-        problems += [policy_problem(graph, inputs, grouping=target_count(graph, k, free))
-                     for k in coarse]
+    problems, free = _problems(graph, inputs, coarse)
     # The coarse problems are padded as the first is: its compiled programs serve them
     # (a bucket of their own would compile two more on a process's first call).
     shape = problems[0].shape_key()
@@ -229,19 +267,13 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     info = {"units": problems[0].num_units, "scored": len(placements), "greedy_s": float(t[0]),
             "batch_s": best_t, "picked": kinds[j][0], "picked_units": kinds[j][1]}
     if np.isfinite(score[j]) and refine_rounds:
-        from scipy.special import softmax
+        from simplace.rl.guided import refine
 
-        from simplace.rl.guided import Level, group_levels, refine
-
-        lv = [Level(softmax(np.asarray(lg[:prob.num_units, :prob.num_devices], np.float64),
-                            axis=1), prob.unit_of_op)
-              for lg, prob in levels]
-        lv += group_levels(graph, lv[0].probs[lv[0].unit_of_op], free)
-        best, _, info["refine"] = refine(lv, best, float(score[j]), lambda b: scores(b)[1],
-                                         src=graph.src, dst=graph.dst, seed=seed,
-                                         until=refine_until, rounds=refine_rounds,
-                                         screen=None if screen is None else
-                                         (lambda b: screen(b).step_time_s))
+        best, _, info["refine"] = refine(
+            _levels(graph, levels, free), best, float(score[j]), lambda b: scores(b)[1],
+            src=graph.src, dst=graph.dst, seed=seed, until=refine_until,
+            rounds=refine_rounds,
+            screen=None if screen is None else (lambda b: screen(b).step_time_s))
         if info["refine"]["gains"]:
             best_t = info["refine"]["step_time_s"]
             info["picked"] = "refined"
