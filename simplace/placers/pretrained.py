@@ -40,8 +40,8 @@ finishes what they converge to (``bench/pretrained.py`` compares them at equal w
 time). The result is never worse than its start. Options: ``samples``, ``weights``
 (``"none"``: fresh weights, training from scratch), ``polish_share`` (default
 ``POLISH_SHARE``), ``guided_share`` (default ``GUIDED_SHARE``), ``updates`` (how many
-without a budget; default ``DEFAULT_UPDATES``). Unlike the other ``rl-*`` methods it keeps no checkpoint
-or history: a fine-tune is seconds.
+without a budget; default ``DEFAULT_UPDATES``). Unlike the other ``rl-*`` methods it keeps
+no checkpoint or history: a fine-tune is seconds.
 """
 
 from __future__ import annotations
