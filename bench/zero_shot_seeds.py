@@ -1,0 +1,92 @@
+"""rl-pretrained zero-shot on the held-out rows over several seeds, against kept baselines.
+
+    python bench/zero_shot_seeds.py --baselines B.JSON [--rows SUBSTR,...] [--seeds 0,1,2]
+                                    [--budget-s 1.7] [--set NAME=VALUE ...]
+
+Per row (``bench/pretrained.py``'s rows; ``--rows``: those whose label contains one of
+the given strings) and seed: ``rl-pretrained`` with ``--budget-s`` (its batch, then the
+guided search until the budget), its step time over the row's ``local`` step time from
+``--baselines`` (a file ``bench/pretrained.py --baselines`` wrote), the call's wall time
+and the guided search's rounds; then how many rows are within 10% of ``local`` in at most
+2 s per seed.
+The process places two random graphs first, as ``bench/pretrained.py`` does, so that the
+policy's programs are compiled. ``--set NAME=VALUE`` overrides a constant of
+``simplace.rl.guided`` (a Python literal), to compare variants of the search.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import gc
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--baselines", required=True, metavar="B.JSON")
+    ap.add_argument("--rows", default="", help="comma-separated substrings of row labels")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--budget-s", type=float, default=1.7)
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    args = ap.parse_args()
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import pretrained as bench
+
+    from simplace.compile_cache import enable
+    from simplace.cost_model import CostModel
+    from simplace.placers import optimize
+    from simplace.rl import distribution as dist
+    from simplace.rl import guided
+
+    enable()
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if not hasattr(guided, name):
+            ap.error(f"simplace.rl.guided has no constant {name!r}")
+        setattr(guided, name, ast.literal_eval(value))
+        if name == "BATCH":
+            guided.refine.__kwdefaults__["batch"] = getattr(guided, name)
+    with open(args.baselines) as f:
+        base = json.load(f)
+    for m in (200, 3000):
+        g0 = dist.random_dag(m, 0)
+        optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained")
+    want = [w for w in args.rows.split(",") if w]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    ratios = []
+    for label, model, mach in bench._rows("all"):
+        if want and not any(w in label for w in want):
+            continue
+        if label not in base:
+            print(f"{label}: no baseline in {args.baselines}, skipped")
+            continue
+        g, inp = bench._problem(model, mach)
+        cells, row = [], []
+        for seed in seeds:
+            gc.collect()
+            t0 = time.perf_counter()
+            r = optimize(g, inp, "rl-pretrained", seed=seed, budget_s=args.budget_s)
+            wall = time.perf_counter() - t0
+            # a call past 2 s does not count, whatever its placement
+            row.append(r.step_time_s / base[label]["local_s"] if wall <= 2.0 else np.inf)
+            ratio = r.step_time_s / base[label]["local_s"]
+            cells.append(f"{ratio:.3f} ({wall:.2f}s,{r.info.get('refine', {}).get('rounds')}r)")
+        ratios.append(row)
+        print(f"{label[-45:]:45s} " + "  ".join(cells), flush=True)
+    if not ratios:
+        return
+    ratios = np.array(ratios)
+    within = [int((ratios[:, i] <= 1.10).sum()) for i in range(len(seeds))]
+    print(f"within 10% of local in at most 2 s, per seed: {within} of {len(ratios)}; "
+          f"load {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
