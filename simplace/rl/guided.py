@@ -11,10 +11,10 @@ few for memory. A neighbour is made (``CUT_SHARE``) by:
 
 * **policy moves**: 1 to 5 units of one level each go to a device drawn from the
   policy's probabilities for that unit, its current device left out. The levels: the
-  policy's op-level units (a share of these moves rising over the search,
-  ``FIRST_SHARE``), the coarse groups ``zero_shot`` placed, and (``group_levels``) the
-  graph's module subtrees at depths 1 to 4 and its chains cut into ``RANGE_COUNTS``
-  ranges, whose probabilities are the mean of their ops';
+  policy's op-level units (``FIRST_SHARE`` of these moves), the coarse groups
+  ``zero_shot`` placed, and (``group_levels``) the graph's module subtrees at depths 1
+  to 4 and its chains cut into ``RANGE_COUNTS`` ranges, whose probabilities are the mean
+  of their ops';
 * **cut moves**: 1 to 3 ops at a cut (an edge whose ends sit on two devices) each go to
   the device across the cut, alone or (``GROUP_CUT_SHARE``) with the whole unit of one
   level they belong to.
@@ -48,12 +48,9 @@ _POLICY_MOVES = (1, 1, 2, 3, 5)
 _CUT_MOVES = (1, 1, 2, 3)
 # The share of neighbours made by cut moves (the rest by policy moves).
 CUT_SHARE = 0.5
-# The share of policy moves that take the first level (the policy's own op-level units),
-# rising from the first value to the second over the search (the time to its deadline,
-# else its rounds); the rest take any level: whole groups first, single ops later. On the
-# inception_v3 rows it took 1.08-1.12x of local-60 to 1.06-1.10x on 8 K40s, over 3 seeds,
-# against a fixed half (bench/results/pretrained_2026-11-28d_vm_guided-variants.txt).
-FIRST_SHARE = (0.1, 0.6)
+# The share of policy moves that take the first level (the policy's own op-level units);
+# the rest take any level.
+FIRST_SHARE = 0.5
 # The share of cut moves that move the whole unit (of a level drawn uniformly) of the op
 # at the cut, rather than the op alone.
 GROUP_CUT_SHARE = 0.75
@@ -160,11 +157,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
             cur_s = float(np.asarray(scores(cur[None]), np.float64)[0])
             idle = 0
             restarts += 1
-        # how far along: the share of the time to the deadline, else of the rounds
-        frac = (min(max((now - t0) / max(until - t0, 1e-9), 0.0), 1.0) if until is not None
-                else done / rounds)
-        cands = propose(cur, batch, rng, FIRST_SHARE[0] + frac * (FIRST_SHARE[1]
-                                                                 - FIRST_SHARE[0]))
+        cands = propose(cur, batch, rng)
         s = _round_scores(cands, scores, screen)
         j = int(np.argmin(s))
         done += 1
@@ -179,6 +172,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
             if until is not None and np.isfinite(s[j]):
                 # annealing: the temperature falls from TEMPERATURE[0] to [1] of the
                 # current step time over the time to the deadline
+                frac = min(max((now - t0) / max(until - t0, 1e-9), 0.0), 1.0)
                 hot, cold = TEMPERATURE
                 if rng.random() < np.exp(-(s[j] - cur_s) / (hot * (cold / hot) ** frac
                                                               * cur_s)):
@@ -236,15 +230,14 @@ class _Proposer:
             self.order = np.concatenate([o for o, _ in parts]).astype(np.int64)
             self.unit_of = np.stack([np.asarray(lv.unit_of_op, np.int64) for lv in levels])
 
-    def __call__(self, p: np.ndarray, k: int, rng: np.random.Generator,
-                 first_share: float = FIRST_SHARE[1]) -> np.ndarray:
+    def __call__(self, p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
         """int32[k, M]: ``k`` neighbours of ``p``."""
         p = np.ascontiguousarray(p, np.int32)
         cut = np.flatnonzero(p[self.src] != p[self.dst])
         out = np.empty((k, p.size), np.int32)
         _propose(p, out, self.src[cut], self.dst[cut], self.probs, self.start, self.end,
                  self.order, self.base, self.unit_of, self.d, rng.random((k, _DRAWS)),
-                 CUT_SHARE, first_share, GROUP_CUT_SHARE,
+                 CUT_SHARE, FIRST_SHARE, GROUP_CUT_SHARE,
                  np.asarray(_POLICY_MOVES, np.int64), np.asarray(_CUT_MOVES, np.int64))
         return out
 
