@@ -1,7 +1,7 @@
 """rl-pretrained zero-shot on the held-out rows over several seeds, against kept baselines.
 
     python bench/zero_shot_seeds.py --baselines B.JSON [--rows SUBSTR,...] [--seeds 0,1,2]
-                                    [--budget-s 1.7] [--set NAME=VALUE ...]
+                                    [--budget-s 1.7] [--set NAME=VALUE ...] [--training]
 
 Per row (``bench/pretrained.py``'s rows; ``--rows``: those whose label contains one of
 the given strings) and seed: ``rl-pretrained`` with ``--budget-s`` (its batch, then the
@@ -12,6 +12,9 @@ and the guided search's rounds; then how many rows are within 10% of ``local`` i
 The process places two random graphs first, as ``bench/pretrained.py`` does, so that the
 policy's programs are compiled. ``--set NAME=VALUE`` overrides a constant of
 ``simplace.rl.guided`` (a Python literal), to compare variants of the search.
+``--training``: rows of graphs and machines the policy was trained on instead
+(``TRAINING_ROWS``), with no baselines: their step times, and the geometric mean over
+rows and seeds, to compare variants of the search where they were not chosen.
 """
 
 from __future__ import annotations
@@ -26,6 +29,17 @@ import time
 
 import numpy as np
 
+# Graphs and machines of the training distribution (simplace.rl.distribution), one each of
+# its zoo models at real size and of its imported graphs.
+TRAINING_ROWS = (("resnet50@haswell_k40x4", "resnet50", "haswell_k40x4"),
+                 ("bert_base@cpu_h100x4_nvlink", "bert_base", "cpu_h100x4_nvlink"),
+                 ("nmt_4layer@haswell_k40x2", "nmt_4layer", "haswell_k40x2"),
+                 ("rnnlm@hsdag_cpu_gpu", "rnnlm", "hsdag_cpu_gpu"),
+                 ("doppler/8gpu_transformer_block.txt", "doppler/8gpu_transformer_block.txt",
+                  None),
+                 ("msr/throughput-inputs/LayerGraphs/bert24_training.json",
+                  "msr/throughput-inputs/LayerGraphs/bert24_training.json", None))
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -34,6 +48,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--budget-s", type=float, default=1.7)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--training", action="store_true",
+                    help="rows the policy was trained on, without baselines")
     args = ap.parse_args()
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -60,11 +76,11 @@ def main() -> None:
         optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained")
     want = [w for w in args.rows.split(",") if w]
     seeds = [int(s) for s in args.seeds.split(",")]
-    ratios = []
-    for label, model, mach in bench._rows("all"):
+    ratios, raw = [], []
+    for label, model, mach in TRAINING_ROWS if args.training else bench._rows("all"):
         if want and not any(w in label for w in want):
             continue
-        if label not in base:
+        if not args.training and label not in base:
             print(f"{label}: no baseline in {args.baselines}, skipped")
             continue
         g, inp = bench._problem(model, mach)
@@ -74,12 +90,21 @@ def main() -> None:
             t0 = time.perf_counter()
             r = optimize(g, inp, "rl-pretrained", seed=seed, budget_s=args.budget_s)
             wall = time.perf_counter() - t0
-            # a call past 2 s does not count, whatever its placement
-            row.append(r.step_time_s / base[label]["local_s"] if wall <= 2.0 else np.inf)
+            rounds = r.info.get("refine", {}).get("rounds")
+            if args.training:
+                raw.append(r.step_time_s)
+                cells.append(f"{r.step_time_s:.5g} ({wall:.2f}s,{rounds}r)")
+                continue
             ratio = r.step_time_s / base[label]["local_s"]
-            cells.append(f"{ratio:.3f} ({wall:.2f}s,{r.info.get('refine', {}).get('rounds')}r)")
+            # a call past 2 s does not count, whatever its placement
+            row.append(ratio if wall <= 2.0 else np.inf)
+            cells.append(f"{ratio:.3f} ({wall:.2f}s,{rounds}r)")
         ratios.append(row)
         print(f"{label[-45:]:45s} " + "  ".join(cells), flush=True)
+    if args.training:
+        print(f"geomean step time over rows and seeds: {np.exp(np.mean(np.log(raw))):.6g}; "
+              f"load {os.getloadavg()[0]:.2f}")
+        return
     if not ratios:
         return
     ratios = np.array(ratios)
