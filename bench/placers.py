@@ -60,6 +60,12 @@ def main():
         print(summary(rows))
         return
 
+    # As the CLI does: the methods' compiled programs come from JAX's persistent cache
+    # (rl-pretrained's first call in a process otherwise compiles for about 2 s of a
+    # short budget, which a user's second run does not pay).
+    from simplace.compile_cache import enable
+
+    enable()
     print(machine_line())
     rows = []
     for model in args.models.split(","):

@@ -111,7 +111,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     try:
         placement, info = zero_shot(ctx.graph, ctx.inputs, samples=samples, seed=ctx.seed,
                                     weights=weights, simulator=ctx.batched,
-                                    screen=_screen(ctx),
+                                    screen=_screen(ctx) if rounds else None,
                                     refine_until=until,
                                     refine_rounds=rounds)
     except SimplaceError as err:

@@ -250,6 +250,8 @@ _DRAWS = 4 + 2 * max(max(_POLICY_MOVES), max(_CUT_MOVES))
 @njit()
 def _propose(p, out, cut_a, cut_b, probs, start, end, order, base, unit_of, d, draws,
              cut_share, first_share, group_cut_share, policy_moves, cut_moves):
+    """Fill ``out`` (int32[k, M]) with neighbours of ``p``, row r from ``draws[r]``
+    (uniform numbers): the kind, the level and the number of moves, then two per move."""
     k, m = out.shape
     nlev = base.size - 1
     ncut = cut_a.size
