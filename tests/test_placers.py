@@ -129,3 +129,17 @@ def test_single_takes_the_device_with_the_fastest_whole_graph_segment():
         res = optimize(g, inp, "single")
         assert res.step_time_s == pytest.approx(min(
             simulate(g, inp, np.full(g.num_ops, k)).step_time_s for k in range(d)))
+
+
+def test_the_final_reference_simulation_counts_against_the_budget(nmt):
+    import types
+
+    from simplace.placers.front import FINAL_SIMULATION_S_PER_OP, _search_budget
+
+    assert _search_budget(nmt, None) is None
+    # the method gets the budget less the final simulation's expected seconds...
+    assert _search_budget(nmt, 2.0) == pytest.approx(
+        2.0 - FINAL_SIMULATION_S_PER_OP * nmt.num_ops)
+    assert _search_budget(nmt, 2.0) < 2.0
+    # ...but never less than half of it
+    assert _search_budget(types.SimpleNamespace(num_ops=10**7), 2.0) == 1.0
