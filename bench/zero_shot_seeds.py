@@ -1,7 +1,7 @@
 """rl-pretrained zero-shot on the held-out rows over several seeds, against kept baselines.
 
     python bench/zero_shot_seeds.py --baselines B.JSON [--rows SUBSTR,...] [--seeds 0,1,2]
-                                    [--budget-s 1.7] [--set NAME=VALUE ...] [--training]
+                                    [--budget-s 1.8] [--set NAME=VALUE ...] [--training]
 
 Per row (``bench/pretrained.py``'s rows; ``--rows``: those whose label contains one of
 the given strings) and seed: ``rl-pretrained`` with ``--budget-s`` (its batch, then the
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--baselines", required=True, metavar="B.JSON")
     ap.add_argument("--rows", default="", help="comma-separated substrings of row labels")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--budget-s", type=float, default=1.7)
+    ap.add_argument("--budget-s", type=float, default=1.8)
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--training", action="store_true",
                     help="rows the policy was trained on, without baselines")
