@@ -72,8 +72,6 @@ def main() -> None:
         if not hasattr(guided, name):
             ap.error(f"simplace.rl.guided has no constant {name!r}")
         setattr(guided, name, ast.literal_eval(value))
-        if name == "BATCH":
-            guided.refine.__kwdefaults__["batch"] = getattr(guided, name)
     with open(args.baselines) as f:
         base = json.load(f)
     for m in (200, 3000):

@@ -132,6 +132,15 @@ class PlacerContext:
 
         return batched_simulator(self.graph, self.cost_model, memory="oom")
 
+    @functools.cached_property
+    def screen(self):
+        """The batched simulator without memory (``memory=False``: never OOM, far cheaper
+        where memory is tight): what searches rank neighbours by before checking the
+        fastest with ``batched``."""
+        from simplace.sim import batched_simulator
+
+        return batched_simulator(self.graph, self.cost_model, memory=False)
+
     def simulate(self, placement, **kw):
         """The reference simulator on one placement."""
         from simplace.sim import simulate

@@ -429,10 +429,7 @@ class _Search:
         self.t_search = self.t_phase = math.nan  # set when the search starts
 
     def _fast_simulator(self):
-        from simplace.sim import batched_simulator
-
-        return batched_simulator(self.ctx.graph, self.ctx.cost_model, memory=False) \
-            if self.screen else None
+        return self.ctx.screen if self.screen else None
 
     def progress(self, since: float) -> float:
         """Share of the search used: of evaluations, or of the time from ``since``."""

@@ -111,7 +111,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     try:
         placement, info = zero_shot(ctx.graph, ctx.inputs, samples=samples, seed=ctx.seed,
                                     weights=weights, simulator=ctx.batched,
-                                    screen=_screen(ctx) if rounds else None,
+                                    screen=ctx.screen if rounds else None,
                                     refine_until=until,
                                     refine_rounds=rounds)
     except SimplaceError as err:
@@ -123,14 +123,6 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         out, _ = run_method(ctx.graph, ctx.cost_model, FALLBACK, seed=ctx.seed)
         return PlacerOutput(out.placement, info={"fallback": FALLBACK, "why": str(err)})
     return PlacerOutput(placement, info=info)
-
-
-def _screen(ctx: PlacerContext):
-    """The batched simulator without memory (what the resampling ranks neighbours by,
-    checking only the fastest with ``ctx.batched``)."""
-    from simplace.sim import batched_simulator
-
-    return batched_simulator(ctx.graph, ctx.cost_model, memory=False)
 
 
 @register("rl-universal", kind="policy", options={
@@ -224,7 +216,7 @@ def _guided(ctx: PlacerContext, params, best, best_s: float, until: float, info:
     from simplace.rl.pretrained import policy_levels
 
     levels = policy_levels(ctx.graph, ctx.inputs, params)
-    screen = _screen(ctx)
+    screen = ctx.screen
 
     def scores(batch):
         res = ctx.batched(batch)

@@ -3,9 +3,9 @@ short greedy search around the best placement found so far (what ``rl-pretrained
 after its one batch, its option ``refine_rounds``). No weight changes: the policy stays
 zero-shot.
 
-Each round scores ``batch`` neighbours of the incumbent in one call of the batched
-simulator and keeps the fastest if it beats the incumbent (under a deadline, also by
-simulated annealing's rule if it does not: ``TEMPERATURE``). Given a simulator without
+Each round scores ``batch`` (``BATCH``) neighbours of the incumbent in one call of the
+batched simulator and keeps the fastest if it beats the incumbent (under a deadline, also
+by simulated annealing's rule if it does not: ``TEMPERATURE``). Given a simulator without
 memory (``screen``), a round ranks its neighbours by that and checks only the fastest
 few for memory. A neighbour is made (``CUT_SHARE``) by:
 
@@ -116,7 +116,7 @@ def group_levels(graph, op_probs: np.ndarray, free=None) -> list[Level]:
 
 def refine(levels: list[Level], placement, score: float, scores, *, src, dst, rounds: int,
            seed: int = 0, until: float | None = None, screen=None,
-           batch: int = BATCH) -> tuple[np.ndarray, float, dict]:
+           batch: int | None = None) -> tuple[np.ndarray, float, dict]:
     """``(placement int32[M], score, info)``: the best placement the guided search finds
     from ``placement`` (whose score is ``score``) in at most ``rounds`` rounds, never
     worse than it.
@@ -132,6 +132,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     (``"rounds"``, ``"time"`` or, without a deadline, ``"converged"``: ``PATIENCE``
     rounds without a gain; with one, the search restarts then, ``restarts``)."""
     t0 = time.perf_counter()
+    batch = BATCH if batch is None else int(batch)
     best = np.array(placement, dtype=np.int32)
     best_s = float(score)
     cur, cur_s = best, best_s  # where the search is (after a restart, not the best)

@@ -168,6 +168,14 @@ def _problems(graph, inputs, coarse=COARSE_UNITS):
     return problems, free
 
 
+def _device_arrays(prob, shape) -> dict:
+    """The problem's arrays padded to ``shape`` (the op problem's, so that its compiled
+    programs serve every problem of the graph), as JAX arrays."""
+    import jax
+
+    return {k: jax.numpy.asarray(v) for k, v in prob.padded(at_least=shape).items()}
+
+
 def _levels(graph, logits: list, free=None) -> list:
     """The guided search's levels (``simplace.rl.guided.Level``) of ``logits``, one
     ``(logits[U_pad, D_pad], problem)`` per problem, the first of the graph's ops, and
@@ -186,13 +194,11 @@ def policy_levels(graph, inputs, params, coarse=COARSE_UNITS) -> list:
     """The levels of the guided search (``simplace.rl.guided.refine``) that the policy
     ``params`` proposes on this graph and machine: its device probabilities for the
     graph's ops, for its coarse blocks, and for its module subtrees and chain ranges."""
-    import jax
-
     problems, free = _problems(graph, inputs, coarse)
     shape = problems[0].shape_key()
     logits = []
     for prob in problems:
-        a = {k: jax.numpy.asarray(v) for k, v in prob.padded(at_least=shape).items()}
+        a = _device_arrays(prob, shape)
         logits.append((np.asarray(_logits_program()(params, a)[0]), prob))
     return _levels(graph, logits, free)
 
@@ -230,7 +236,7 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     cands, kinds = [], []  # op placements, and (kind, units) per row
     levels = []  # the policy's device probabilities per level, for the resampling
     for prob in problems:
-        a = {k: jax.numpy.asarray(v) for k, v in prob.padded(at_least=shape).items()}
+        a = _device_arrays(prob, shape)
         lg, f = _logits_program()(params, a)
         levels.append((np.asarray(lg), prob))
         greedy = net.greedy(np.asarray(lg)[:, :prob.num_devices], np.asarray(f), a["parent"],
