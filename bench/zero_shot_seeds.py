@@ -2,7 +2,7 @@
 
     python bench/zero_shot_seeds.py --baselines B.JSON [--rows SUBSTR,...] [--seeds 0,1,2]
                                     [--budget-s 1.8] [--set NAME=VALUE ...] [--training]
-                                    [--finetune]
+                                    [--finetune [--option NAME=VALUE ...]]
 
 Per row (``bench/pretrained.py``'s rows; ``--rows``: those whose label contains one of
 the given strings) and seed: ``rl-pretrained`` with ``--budget-s`` (its batch, then the
@@ -17,7 +17,8 @@ policy's programs are compiled. ``--set NAME=VALUE`` overrides a constant of
 (``TRAINING_ROWS``), with no baselines: their step times, and the geometric mean over
 rows and seeds, to compare variants of the search where they were not chosen.
 ``--finetune``: ``rl-universal --warm-start pretrained`` instead (give ``--budget-s 20``),
-counting the rows no slower than ``local``.
+counting the rows no slower than ``local``; ``--option NAME=VALUE`` passes an option to
+``rl-universal`` (such as ``polish_share=0.9``), to compare its variants.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def main() -> None:
                     help="rows the policy was trained on, without baselines")
     ap.add_argument("--finetune", action="store_true",
                     help="rl-universal fine-tuned from the shipped weights instead")
+    ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                    help="an rl-universal option, with --finetune")
     args = ap.parse_args()
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -72,6 +75,10 @@ def main() -> None:
         if not hasattr(guided, name):
             ap.error(f"simplace.rl.guided has no constant {name!r}")
         setattr(guided, name, ast.literal_eval(value))
+    if args.option and not args.finetune:
+        ap.error("--option is for rl-universal: give --finetune too")
+    options = {name: ast.literal_eval(value)
+               for name, _, value in (item.partition("=") for item in args.option)}
     with open(args.baselines) as f:
         base = json.load(f)
     for m in (200, 3000):
@@ -93,7 +100,7 @@ def main() -> None:
             t0 = time.perf_counter()
             if args.finetune:
                 r = optimize(g, inp, "rl-universal", seed=seed, budget_s=args.budget_s,
-                             warm_start="pretrained")
+                             warm_start="pretrained", **options)
             else:
                 r = optimize(g, inp, "rl-pretrained", seed=seed, budget_s=args.budget_s)
             wall = time.perf_counter() - t0

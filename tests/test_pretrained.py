@@ -390,8 +390,10 @@ def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_
     assert r.info["updates"] >= 0  # how many fit in the budget depends on the load
     # the fine-tuned policy guided a search before local (its rounds depend on the load:
     # a fresh process spends this budget compiling; the next test runs it)
-    assert r.info["guided"]["stop"] == "time"
+    assert r.info["guided_lanes"][-1]["start"] == r.info["guided"]["start"]
     assert r.step_time_s <= r.info["guided"]["step_time_s"] * (1 + 1e-9)
+    # the cheap heuristics ran first, and the result is never worse than any of them
+    assert r.step_time_s <= min(r.info["heuristic_starts"].values()) * (1 + 1e-9)
     alone = optimize(mlp_graph, cm, "rl-universal", samples=16, budget_s=3.0, guided_share=0)
     assert "guided" not in alone.info and isinstance(alone.info["local"], dict)
 
@@ -408,12 +410,39 @@ def test_the_fine_tuned_policy_guides_a_search_that_never_loses(dag):
     s0 = float(ctx.score(start[None])[0])
     params = cached_weights(str(SHIPPED))[0]
     info = {}
-    p, s = _guided(ctx, params, start, s0, time.perf_counter() + 1.0, info)
-    assert info["guided"]["rounds"] >= 1 and info["guided"]["from_s"] == s0
+    p, s = _guided(ctx, params, [("fine-tuned", start, s0)], time.perf_counter() + 1.0, info)
+    assert info["guided"]["rounds"] >= 1 and info["guided_lanes"][0]["from_s"] == s0
     assert s < s0 * 0.9 and s == pytest.approx(float(ctx.score(p[None])[0]), rel=1e-12)
     # a deadline already past: the start stands
-    p2, s2 = _guided(ctx, params, start, s0, time.perf_counter() - 1, {})
+    p2, s2 = _guided(ctx, params, [("fine-tuned", start, s0)], time.perf_counter() - 1, {})
     assert s2 == s0 and np.array_equal(p2, start)
+
+
+def test_the_guided_search_races_its_starts_and_keeps_the_fastest(dag):
+    import time
+
+    from simplace.placers import PlacerContext
+    from simplace.placers.pretrained import _guided
+    from simplace.rl.pretrained import SHIPPED, cached_weights
+
+    ctx = PlacerContext(dag, _machine(dag, [1e9, 4e9, 4e9], bw=1e8), seed=1)
+    params = cached_weights(str(SHIPPED))[0]
+    rr = (np.arange(dag.num_ops) % 3).astype(np.int32)
+    one = np.ones(dag.num_ops, np.int32)  # one fast device: far better than round robin
+    half = np.where(np.arange(dag.num_ops) < dag.num_ops // 2, 1, 2).astype(np.int32)
+    starts = [(name, p, float(ctx.score(p[None])[0]))
+              for name, p in (("rr", rr), ("one", one), ("half", half))]
+    info = {}
+    p, s = _guided(ctx, params, starts, time.perf_counter() + 1.5, info)
+    # three lanes: one stops after the first rung, one after the second; the rows name
+    # every lane once, the winner last, each never worse than where it began
+    rows = info["guided_lanes"]
+    assert sorted(r["start"] for r in rows) == ["half", "one", "rr"]
+    assert all(r["score"] <= r["from_s"] and r["rounds"] >= 1 for r in rows)
+    assert rows[-1]["start"] == info["guided"]["start"]
+    assert rows[-1]["score"] == min(r["score"] for r in rows) == s
+    assert info["guided"]["rounds"] == sum(r["rounds"] for r in rows)
+    assert s <= min(x[2] for x in starts) and s == pytest.approx(float(ctx.score(p[None])[0]))
 
 
 def test_the_pretrained_policy_is_a_learned_heuristic():
@@ -461,25 +490,21 @@ def test_zero_shot_also_places_the_coarsened_graph(dag):
         assert len(set(p[groups == grp].tolist())) == 1
 
 
-def test_the_fine_tune_searches_also_from_cheap_heuristics_that_beat_it(mlp_graph):
+def test_the_fine_tune_runs_the_cheap_heuristics_best_first(mlp_graph):
     from simplace.placers import PlacerContext, optimize
-    from simplace.placers.pretrained import _better_heuristics
+    from simplace.placers.pretrained import _cheap_heuristics
 
     cm = CostModel.load("haswell_k40x4")
     ctx = PlacerContext(mlp_graph, cm, budget_s=30.0)
     info = {}
-    every = _better_heuristics(ctx, np.inf, info)  # all beat an infinitely slow start
-    scores = ctx.score(np.stack(every))
-    assert len(every) >= 5 and np.all(np.diff(scores) >= 0)  # the best first
-    assert list(info["heuristic_starts"].values()) == pytest.approx(scores.tolist())
+    found = _cheap_heuristics(ctx, info)
+    scores = ctx.score(np.stack([p for _, _, p in found]))
+    assert len(found) >= 5 and np.all(np.diff(scores) >= 0)  # the best first
+    assert [s for s, _, _ in found] == pytest.approx(scores.tolist(), rel=1e-12)
+    assert info["heuristic_starts"] == {n: s for s, n, _ in found}
     assert "rl-pretrained" not in info["heuristic_starts"]  # the policy's is given apart
-    # only those faster than the fine-tuned placement join its search
-    cut = float(np.median(scores))
-    faster = _better_heuristics(ctx, cut, {})
-    assert len(faster) == int(np.sum(scores < cut))
-    assert _better_heuristics(ctx, 0.0, {}) == []
-    # without a budget there is no local phase to feed
-    assert _better_heuristics(PlacerContext(mlp_graph, cm), np.inf, {}) == []
+    # without a budget there is no search to feed
+    assert _cheap_heuristics(PlacerContext(mlp_graph, cm), {}) == []
     heft = optimize(mlp_graph, cm, "heft").step_time_s
     assert min(scores) <= heft * (1 + 1e-9)
 

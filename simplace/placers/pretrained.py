@@ -28,12 +28,15 @@ is refused with the limit stated.
 then trains the weights on this graph alone by the same REINFORCE
 and imitation updates as pretraining (``simplace.rl.pretrain.train_universal``, the
 imitation target being the best placement found so far) for ``1 - polish_share`` of the
-time left. Of the rest, ``guided_share`` goes to the search the fine-tuned policy guides
-(``simplace.rl.guided``, as ``rl-pretrained``'s, with the fine-tuned weights'
-probabilities) from the best placement so far, and the remainder to ``local``, started
-from that search's best and the zero-shot placement and the cheap heuristics' placements
-that are faster (``HEURISTIC_SHARE``; without a budget: ``updates`` updates, then a
-deterministic op-level polish, ``simplace.rl.refine``). Why searches after the updates:
+time left. Then the cheap heuristics run (``HEURISTIC_SHARE``). Of the time left,
+``guided_share`` goes to the search the fine-tuned policy guides (``simplace.rl.guided``,
+as ``rl-pretrained``'s, with the fine-tuned weights' probabilities), racing the best
+placement so far and the heuristics' placements that are faster (``GUIDED_RACE`` in all)
+as ``local`` races its starts, and the remainder to ``local``, started from that search's
+best and the zero-shot placement and the heuristics' placements that are faster still
+(without a budget: ``updates`` updates, then a deterministic op-level polish,
+``simplace.rl.refine``). Why the race: on some graphs a heuristic's placement leads the
+search to a faster basin than the policy's. Why searches after the updates:
 per second, searching from the policy's placement improves it faster than more updates
 do, the policy's proposals lead the search on big graphs, and ``local``'s annealing
 finishes what they converge to (``bench/pretrained.py`` compares them at equal wall
@@ -46,7 +49,9 @@ no checkpoint or history: a fine-tune is seconds.
 
 from __future__ import annotations
 
+import math
 import os
+import time
 
 import numpy as np
 
@@ -78,6 +83,9 @@ POLISH_SHARE = 0.7
 # The share of that which the search guided by the fine-tuned policy takes first
 # (``simplace.rl.guided``), from the best placement so far; local takes the rest.
 GUIDED_SHARE = 0.8
+# The guided search races at most this many starts: the best placement so far and the
+# cheap heuristics' placements that score better than it.
+GUIDED_RACE = 3
 
 
 
@@ -142,9 +150,6 @@ def place(ctx: PlacerContext) -> PlacerOutput:
                                  f"{GUIDED_SHARE})", GUIDED_SHARE, 0.0, 1.0)})
 def place_universal(ctx: PlacerContext) -> PlacerOutput:
     """``rl-universal``: the pretrained universal policy fine-tuned on this graph."""
-    import math
-    import time
-
     from simplace.rl.pretrain import PretrainConfig, make_training_problem, train_universal
     from simplace.rl.pretrained import SHIPPED, cached_weights
     from simplace.rl.refine import polish
@@ -194,12 +199,15 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
         best, best_s = tuned, tuned_s
     info.update(updates=trained["updates"], fine_tuned_s=tuned_s)
     if math.isfinite(deadline):
+        heuristics = _cheap_heuristics(ctx, info)
         if params is not None and opts["guided_share"] > 0:
             now = time.perf_counter()
-            best, best_s = _guided(ctx, params, best, best_s,
+            lanes = [("fine-tuned", best, best_s)] + [
+                (n, p, s) for s, n, p in heuristics if s < best_s][:GUIDED_RACE - 1]
+            best, best_s = _guided(ctx, params, lanes,
                                    now + opts["guided_share"] * (deadline - now), info)
         best, best_s = _search_rest(ctx, best, best_s, zero_shot=start.placement,
-                                    info=info)
+                                    heuristics=heuristics, info=info)
     else:
         edges = (np.asarray(ctx.graph.src), np.asarray(ctx.graph.dst))
         best, best_s, batches = polish(ctx.score, best, best_s, d, samples, 200,
@@ -209,12 +217,20 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     return PlacerOutput(best, info=info)
 
 
-def _guided(ctx: PlacerContext, params, best, best_s: float, until: float, info: dict):
-    """The guided search (``simplace.rl.guided``) from ``best`` with the fine-tuned
-    policy's proposals until ``until``: (placement, score), never worse than ``best``."""
+def _guided(ctx: PlacerContext, params, starts: list, until: float, info: dict):
+    """The guided search (``simplace.rl.guided``) with the fine-tuned policy's proposals
+    until ``until``, racing ``starts`` (``(label, placement, score)``, the first the best so
+    far) as ``local`` races its starts: rungs of equal time, each lane a stint of equal
+    time per rung, the slower half stopping at the end of each, the last rung one lane's.
+    Returns (placement, score), never worse than the first start's."""
     from simplace.rl.guided import refine
     from simplace.rl.pretrained import policy_levels
 
+    best, best_s = starts[0][1], starts[0][2]
+    lanes = [[label, p, s, s, 0] for label, p, s in starts  # label, best, score, from, rounds
+             if not bool(ctx.batched(np.asarray(p)[None]).oom[0])]
+    if not lanes:  # an OOM start: local's penalty leads it to one that fits
+        return best, best_s
     levels = policy_levels(ctx.graph, ctx.inputs, params)
     screen = ctx.screen
 
@@ -222,23 +238,44 @@ def _guided(ctx: PlacerContext, params, best, best_s: float, until: float, info:
         res = ctx.batched(batch)
         return np.where(np.asarray(res.oom), np.inf, np.asarray(res.step_time_s, np.float64))
 
-    if bool(ctx.batched(best[None]).oom[0]):
-        return best, best_s  # an OOM start: local's penalty leads it to one that fits
-    out, out_s, info["guided"] = refine(levels, best, best_s, scores, src=ctx.graph.src,
-                                        dst=ctx.graph.dst, rounds=_UNCAPPED, seed=ctx.seed,
-                                        until=until,
-                                        screen=lambda b: screen(b).step_time_s)
-    return (out, out_s) if out_s < best_s else (best, best_s)
+    rungs = 1 + math.ceil(math.log2(len(lanes)))
+    stint = 0
+    for rung in range(rungs):
+        rung_end = time.perf_counter() + (until - time.perf_counter()) / (rungs - rung)
+        for i, lane in enumerate(lanes):
+            now = time.perf_counter()
+            # a fresh seed per stint: a lane's next stint does not repeat its moves
+            lane[1], lane[2], out = refine(
+                levels, lane[1], lane[2], scores, src=ctx.graph.src, dst=ctx.graph.dst,
+                rounds=_UNCAPPED, seed=ctx.seed + stint,
+                until=now + (rung_end - now) / (len(lanes) - i),
+                screen=lambda b: screen(b).step_time_s)
+            lane[4] += out["rounds"]
+            stint += 1
+        lanes.sort(key=lambda lane: lane[2])
+        if rung < rungs - 1:
+            info.setdefault("guided_lanes", []).extend(_lane_row(lane) for lane in
+                                                       lanes[(len(lanes) + 1) // 2:])
+            lanes = lanes[:(len(lanes) + 1) // 2]
+    info.setdefault("guided_lanes", []).append(_lane_row(lanes[0]))
+    info["guided"] = {"rounds": sum(row["rounds"] for row in info["guided_lanes"]),
+                      "start": lanes[0][0], "step_time_s": lanes[0][2]}
+    return (lanes[0][1], lanes[0][2]) if lanes[0][2] < best_s else (best, best_s)
 
 
-def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, info: dict):
-    """``local`` from the fine-tuned and the zero-shot placements (and the cheap
-    heuristics' that beat them, ``_better_heuristics``) until the deadline: (placement,
-    score), never worse than ``best``."""
+def _lane_row(lane: list) -> dict:
+    return {"start": lane[0], "from_s": lane[3], "score": lane[2], "rounds": lane[4]}
+
+
+def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, heuristics: list,
+                 info: dict):
+    """``local`` from the fine-tuned and the zero-shot placements and the ``heuristics``
+    (``_cheap_heuristics``) that beat them until the deadline: (placement, score), never
+    worse than ``best``."""
     from simplace.placers import run_method
 
     starts = [best] if np.array_equal(best, zero_shot) else [best, zero_shot]
-    starts = [np.asarray(p) for p in starts] + _better_heuristics(ctx, best_s, info)
+    starts = [np.asarray(p) for p in starts] + [p for s, _, p in heuristics if s < best_s]
     try:
         out, _ = run_method(ctx.graph, ctx.cost_model, "local", seed=ctx.seed,
                             budget_s=ctx.budget_s, t_begin=ctx.t_begin,
@@ -252,21 +289,21 @@ def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, info: di
     return (np.asarray(out.placement, np.int32), s) if s < best_s else (best, best_s)
 
 
-# Heuristics that cost little next to the time left (together at most this share of it,
-# cheapest ranks first) are run, and those faster than the fine-tuned placement join its
-# search. On small graphs they cost nothing and are sometimes far better starts than the
-# policy's (the imported graphs); on big graphs the policy's is better, and a weaker start
-# would take a share of local's race for nothing
-# (bench/results/pretrained_2026-11-27_vm_finetune-starts.txt).
-HEURISTIC_SHARE = 0.125
+# After the updates, heuristics that cost little next to the time left (together at most
+# this share of it, cheapest ranks first) are run, and those faster than the fine-tuned
+# placement join the guided search's race and local's. On small graphs they cost nothing
+# and are sometimes far better starts than the policy's (the imported graphs: on Doppler's
+# 8-GPU graph the guided search from m_sct's placement ends 10% faster than from the
+# policy's); on big graphs the policy's is better, and the heuristics' seconds are the
+# search's (a share of 0.125 took a fifth of the guided search's rounds on inception_v3;
+# bench/results/pretrained_2026-11-28h_vm_guided-race.txt).
+HEURISTIC_SHARE = 0.05
 
 
-def _better_heuristics(ctx: PlacerContext, best_s: float, info: dict) -> list[np.ndarray]:
-    """The placements of the cheap fast heuristics (not learned; run as ``local`` runs its
-    starts, within ``HEURISTIC_SHARE`` of the time left) that score better than
-    ``best_s``, best first; ``info["heuristic_starts"]`` names them."""
-    import time
-
+def _cheap_heuristics(ctx: PlacerContext, info: dict) -> list:
+    """``(score, name, placement)`` of the cheap fast heuristics (not learned; run as
+    ``local`` runs its starts, within ``HEURISTIC_SHARE`` of the time left), best first;
+    ``info["heuristic_starts"]`` has their scores."""
     from simplace.placers.local import run_starts
     from simplace.placers.registry import fast_rank
 
@@ -279,10 +316,10 @@ def _better_heuristics(ctx: PlacerContext, best_s: float, info: dict) -> list[np
     if not found:
         return []
     scores = ctx.score(np.stack([p for _, p in found]))
-    better = [(float(s), n, p) for (n, p), s in zip(found, scores, strict=True) if s < best_s]
-    better.sort(key=lambda x: x[0])
-    info["heuristic_starts"] = {n: s for s, n, _ in better}
-    return [np.asarray(p, np.int32) for _, _, p in better]
+    out = sorted(((float(s), n, np.asarray(p, np.int32)) for (n, p), s in
+                  zip(found, scores, strict=True)), key=lambda x: x[0])
+    info["heuristic_starts"] = {n: s for s, n, _ in out}
+    return out
 
 
 def _with_options(ctx: PlacerContext, options: dict) -> PlacerContext:
