@@ -390,7 +390,7 @@ def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_
     assert r.info["updates"] >= 0  # how many fit in the budget depends on the load
     # the fine-tuned policy guided a search before local (its rounds depend on the load:
     # a fresh process spends this budget compiling; the next test runs it)
-    assert r.info["guided_lanes"][-1]["start"] == r.info["guided"]["start"]
+    assert r.info["guided"]["lanes"][-1]["start"] == r.info["guided"]["start"]
     assert r.step_time_s <= r.info["guided"]["step_time_s"] * (1 + 1e-9)
     # the cheap heuristics ran first, and the result is never worse than any of them
     assert r.step_time_s <= min(r.info["heuristic_starts"].values()) * (1 + 1e-9)
@@ -411,7 +411,7 @@ def test_the_fine_tuned_policy_guides_a_search_that_never_loses(dag):
     params = cached_weights(str(SHIPPED))[0]
     info = {}
     p, s = _guided(ctx, params, [("fine-tuned", start, s0)], time.perf_counter() + 1.0, info)
-    assert info["guided"]["rounds"] >= 1 and info["guided_lanes"][0]["from_s"] == s0
+    assert info["guided"]["rounds"] >= 1 and info["guided"]["lanes"][0]["from_s"] == s0
     assert s < s0 * 0.9 and s == pytest.approx(float(ctx.score(p[None])[0]), rel=1e-12)
     # a deadline already past: the start stands
     p2, s2 = _guided(ctx, params, [("fine-tuned", start, s0)], time.perf_counter() - 1, {})
@@ -436,7 +436,7 @@ def test_the_guided_search_races_its_starts_and_keeps_the_fastest(dag):
     p, s = _guided(ctx, params, starts, time.perf_counter() + 1.5, info)
     # three lanes: one stops after the first rung, one after the second; the rows name
     # every lane once, the winner last, each never worse than where it began
-    rows = info["guided_lanes"]
+    rows = info["guided"]["lanes"]
     assert sorted(r["start"] for r in rows) == ["half", "one", "rr"]
     assert all(r["score"] <= r["from_s"] and r["rounds"] >= 1 for r in rows)
     assert rows[-1]["start"] == info["guided"]["start"]

@@ -218,53 +218,28 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
 
 
 def _guided(ctx: PlacerContext, params, starts: list, until: float, info: dict):
-    """The guided search (``simplace.rl.guided``) with the fine-tuned policy's proposals
-    until ``until``, racing ``starts`` (``(label, placement, score)``, the first the best so
-    far) as ``local`` races its starts: rungs of equal time, each lane a stint of equal
-    time per rung, the slower half stopping at the end of each, the last rung one lane's.
-    Returns (placement, score), never worse than the first start's."""
-    from simplace.rl.guided import refine
+    """The guided search (``simplace.rl.guided.race``) with the fine-tuned policy's
+    proposals until ``until``, racing ``starts`` (``(label, placement, score)``, the first
+    the best so far; those that do not fit are left out). Returns (placement, score),
+    never worse than the first start's; ``info["guided"]`` says how it went."""
+    from simplace.rl.guided import race
     from simplace.rl.pretrained import policy_levels
 
     best, best_s = starts[0][1], starts[0][2]
-    lanes = [[label, p, s, s, 0] for label, p, s in starts  # label, best, score, from, rounds
-             if not bool(ctx.batched(np.asarray(p)[None]).oom[0])]
-    if not lanes:  # an OOM start: local's penalty leads it to one that fits
+    fit = [start for start in starts if not bool(ctx.batched(np.asarray(start[1])[None]).oom[0])]
+    if not fit:  # an OOM start: local's penalty leads it to one that fits
         return best, best_s
-    levels = policy_levels(ctx.graph, ctx.inputs, params)
     screen = ctx.screen
 
     def scores(batch):
         res = ctx.batched(batch)
         return np.where(np.asarray(res.oom), np.inf, np.asarray(res.step_time_s, np.float64))
 
-    rungs = 1 + math.ceil(math.log2(len(lanes)))
-    stint = 0
-    for rung in range(rungs):
-        rung_end = time.perf_counter() + (until - time.perf_counter()) / (rungs - rung)
-        for i, lane in enumerate(lanes):
-            now = time.perf_counter()
-            # a fresh seed per stint: a lane's next stint does not repeat its moves
-            lane[1], lane[2], out = refine(
-                levels, lane[1], lane[2], scores, src=ctx.graph.src, dst=ctx.graph.dst,
-                rounds=_UNCAPPED, seed=ctx.seed + stint,
-                until=now + (rung_end - now) / (len(lanes) - i),
-                screen=lambda b: screen(b).step_time_s)
-            lane[4] += out["rounds"]
-            stint += 1
-        lanes.sort(key=lambda lane: lane[2])
-        if rung < rungs - 1:
-            info.setdefault("guided_lanes", []).extend(_lane_row(lane) for lane in
-                                                       lanes[(len(lanes) + 1) // 2:])
-            lanes = lanes[:(len(lanes) + 1) // 2]
-    info.setdefault("guided_lanes", []).append(_lane_row(lanes[0]))
-    info["guided"] = {"rounds": sum(row["rounds"] for row in info["guided_lanes"]),
-                      "start": lanes[0][0], "step_time_s": lanes[0][2]}
-    return (lanes[0][1], lanes[0][2]) if lanes[0][2] < best_s else (best, best_s)
-
-
-def _lane_row(lane: list) -> dict:
-    return {"start": lane[0], "from_s": lane[3], "score": lane[2], "rounds": lane[4]}
+    out, out_s, info["guided"] = race(policy_levels(ctx.graph, ctx.inputs, params), fit,
+                                      scores, src=ctx.graph.src, dst=ctx.graph.dst,
+                                      until=until, seed=ctx.seed,
+                                      screen=lambda b: screen(b).step_time_s)
+    return (out, out_s) if out_s < best_s else (best, best_s)
 
 
 def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, heuristics: list,

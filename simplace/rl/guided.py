@@ -31,6 +31,7 @@ kernel from random numbers the seeded generator draws.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -43,6 +44,8 @@ from simplace.groups import members
 BATCH = 128
 # Rounds in a row without a gain after which the search has converged.
 PATIENCE = 60
+# ``race``'s lanes run until their deadline, not a count of rounds.
+_UNCAPPED = 2**31 - 1
 # A neighbour's number of policy moves and of cut moves, drawn uniformly from these.
 _POLICY_MOVES = (1, 1, 2, 3, 5)
 _CUT_MOVES = (1, 1, 2, 3)
@@ -182,6 +185,42 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     return best, best_s, {"rounds": done, "gains": gains, "restarts": restarts,
                           "from_s": start_s, "step_time_s": best_s,
                           "wall_s": time.perf_counter() - t0, "stop": stop}
+
+
+def race(levels: list[Level], starts: list, scores, *, src, dst, until: float,
+         seed: int = 0, screen=None) -> tuple[np.ndarray, float, dict]:
+    """``(placement, score, info)``: ``refine`` from each of ``starts`` (``(label,
+    placement, score)``, placements that fit) until ``until``, raced as ``local`` races
+    its starts: rungs of equal time, in each a stint of equal time per lane, the slower
+    half of the lanes stopping at the end of each rung, the last rung one lane's. The
+    best lane's best, never worse than any start. ``info``: ``rounds`` (every lane's),
+    ``start`` (the winning lane's label), ``step_time_s``, ``lanes`` (a row per lane:
+    ``start``, ``from_s``, ``score``, ``rounds``; the winner last)."""
+    lanes = [{"start": label, "from_s": float(s), "score": float(s), "rounds": 0,
+              "best": np.asarray(p, np.int32)} for label, p, s in starts]
+    done = []
+    rungs = 1 + math.ceil(math.log2(len(lanes)))
+    stint = 0
+    for rung in range(rungs):
+        rung_end = time.perf_counter() + (until - time.perf_counter()) / (rungs - rung)
+        for i, lane in enumerate(lanes):
+            now = time.perf_counter()
+            # a fresh seed per stint: a lane's next stint does not repeat its moves
+            lane["best"], lane["score"], out = refine(
+                levels, lane["best"], lane["score"], scores, src=src, dst=dst,
+                rounds=_UNCAPPED, seed=seed + stint,
+                until=now + (rung_end - now) / (len(lanes) - i), screen=screen)
+            lane["rounds"] += out["rounds"]
+            stint += 1
+        lanes.sort(key=lambda lane: lane["score"])
+        keep = len(lanes) if rung == rungs - 1 else (len(lanes) + 1) // 2
+        done += lanes[keep:]
+        lanes = lanes[:keep]
+    win = lanes[0]
+    rows = [{k: v for k, v in lane.items() if k != "best"} for lane in done + [win]]
+    return win["best"], win["score"], {"rounds": sum(r["rounds"] for r in rows),
+                                       "start": win["start"], "step_time_s": win["score"],
+                                       "lanes": rows}
 
 
 def _round_scores(cands: np.ndarray, scores, screen) -> np.ndarray:
