@@ -31,9 +31,10 @@ imitation target being the best placement found so far) for ``1 - polish_share``
 time left. Then the cheap heuristics run (``HEURISTIC_SHARE``). Of the time left,
 ``guided_share`` goes to the search the fine-tuned policy guides (``simplace.rl.guided``,
 as ``rl-pretrained``'s, with the fine-tuned weights' probabilities), racing the best
-placement so far and the heuristics' placements that are faster (``GUIDED_RACE`` in all)
-as ``local`` races its starts, and the remainder to ``local``, started from that search's
-best and the zero-shot placement and the heuristics' placements that are faster still
+placement so far and the heuristics' placements that are faster
+(``simplace.rl.guided.RACE_LANES`` in all) as ``local`` races its starts, and the
+remainder to ``local``, started from that search's best and the zero-shot placement and
+the heuristics' placements that are faster still
 (without a budget: ``updates`` updates, then a deterministic op-level polish,
 ``simplace.rl.refine``). Why the race: on some graphs a heuristic's placement leads the
 search to a faster basin than the policy's. Why searches after the updates:
@@ -69,6 +70,7 @@ from simplace.placers import (
 )
 from simplace.placers.registry import option_values
 from simplace.rl.cli_args import MAX_SAMPLES
+from simplace.rl.guided import RACE_LANES
 
 FALLBACK = "heft"
 DEFAULT_UPDATES = 200
@@ -83,9 +85,6 @@ POLISH_SHARE = 0.7
 # The share of that which the search guided by the fine-tuned policy takes first
 # (``simplace.rl.guided``), from the best placement so far; local takes the rest.
 GUIDED_SHARE = 0.8
-# The guided search races at most this many starts: the best placement so far and the
-# cheap heuristics' placements that score better than it.
-GUIDED_RACE = 3
 
 
 
@@ -203,7 +202,7 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
         if params is not None and opts["guided_share"] > 0:
             now = time.perf_counter()
             lanes = [("fine-tuned", best, best_s)] + [
-                (n, p, s) for s, n, p in heuristics if s < best_s][:GUIDED_RACE - 1]
+                (n, p, s) for s, n, p in heuristics if s < best_s][:RACE_LANES - 1]
             best, best_s = _guided(ctx, params, lanes,
                                    now + opts["guided_share"] * (deadline - now), info)
         best, best_s = _search_rest(ctx, best, best_s, zero_shot=start.placement,

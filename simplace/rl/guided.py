@@ -46,6 +46,9 @@ BATCH = 128
 PATIENCE = 60
 # ``race``'s lanes run until their deadline, not a count of rounds.
 _UNCAPPED = 2**31 - 1
+# rl-universal races at most this many starts: the best placement so far and the cheap
+# heuristics' placements that score better than it.
+RACE_LANES = 3
 # A neighbour's number of policy moves and of cut moves, drawn uniformly from these.
 _POLICY_MOVES = (1, 1, 2, 3, 5)
 _CUT_MOVES = (1, 1, 2, 3)
