@@ -26,7 +26,10 @@ ops. Group moves, by the policy or across a cut, are what a big graph needs from
 search. The search stops after its rounds, after ``PATIENCE`` rounds in a row without a
 gain (under a deadline: it restarts a few random moves away from the best instead), or
 before a round that would end past its deadline. The neighbours are made by a compiled
-kernel from random numbers the seeded generator draws.
+kernel from random numbers the seeded generator draws. ``race`` runs the search from
+several starts under one deadline, dropping the slower half at each rung (``rl-universal``
+races the best placement so far with heuristics' placements that beat it: one of those
+sometimes leads to a faster basin than the policy's).
 """
 
 from __future__ import annotations
