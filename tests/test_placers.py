@@ -91,13 +91,16 @@ def test_compare_takes_prior_results_as_starts_without_running_them_again(nmt, k
 
 
 def test_all_returns_the_best_fitting_result(nmt, k40x4):
-    best = simplace.optimize(nmt, k40x4, "all", budget_s=2.0)
+    messages = []
+    best = simplace.optimize(nmt, k40x4, "all", budget_s=2.0, progress=messages.append)
     check_result(nmt, k40x4, best, expect_fit=True)
     compared = best.info["compared"]
-    # The cheapest run first; under 2 s a late-ranked heuristic may be skipped (said
-    # through progress), so only theirs are sure to be there, and local's.
+    # The cheapest run first; under 2 s a later one may be skipped, said through progress
+    # (under load even expert: single's pace scales the estimates up), so only single's
+    # and local's are sure to be there.
     ran = {row["method"] for row in compared}
-    assert ran >= {"single", "expert"} and len(ran) >= 3
+    assert ran >= {"single", "local"}
+    assert "expert" in ran or any(m.startswith("expert skipped") for m in messages)
     fitting = [row["step_time_s"] for row in compared if not row["oom"]]
     assert best.step_time_s == min(fitting)
 
