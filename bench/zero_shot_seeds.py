@@ -77,7 +77,7 @@ def main() -> None:
         setattr(guided, name, ast.literal_eval(value))
     if args.option and not args.finetune:
         ap.error("--option is for rl-universal: give --finetune too")
-    options = {name: ast.literal_eval(value)
+    options = {name: _literal(value)
                for name, _, value in (item.partition("=") for item in args.option)}
     with open(args.baselines) as f:
         base = json.load(f)
@@ -130,6 +130,14 @@ def main() -> None:
     within = [int((ratios[:, i] <= 1.10).sum()) for i in range(len(seeds))]
     print(f"within 10% of local in at most 2 s, per seed: {within} of {len(ratios)}; "
           f"load {os.getloadavg()[0]:.2f}")
+
+
+def _literal(text: str):
+    """A Python literal (a number, a list), else the text itself (a method name)."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
 
 
 if __name__ == "__main__":

@@ -509,6 +509,20 @@ def test_the_fine_tune_runs_the_cheap_heuristics_best_first(mlp_graph):
     assert min(scores) <= heft * (1 + 1e-9)
 
 
+def test_the_guided_race_takes_distinct_heuristics_that_beat_the_fine_tuned_placement():
+    from simplace.placers.pretrained import _distinct_faster
+
+    best = np.array([0, 1, 2, 3], np.int32)
+    a, b, c = (np.array(x, np.int32) for x in ([1, 1, 1, 1], [0, 0, 1, 1], [2, 2, 2, 2]))
+    found = [(1.0, "m_sct", a), (1.0, "m_etf", a.copy()),  # alike: one lane
+             (2.0, "heft", b), (3.0, "metis", c), (9.0, "single", c)]
+    lanes = _distinct_faster(found, best, 5.0)
+    assert [(n, s) for n, _, s in lanes] == [("m_sct", 1.0), ("heft", 2.0)]
+    assert [n for n, _, _ in _distinct_faster(found, best, 2.5)] == ["m_sct", "heft"]
+    assert [n for n, _, _ in _distinct_faster(found, best, 1.5)] == ["m_sct"]
+    assert _distinct_faster(found, best, 1.0) == []
+
+
 def _guided_setup(dag):
     from simplace.sim.native import NativeSimulator
 

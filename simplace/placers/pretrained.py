@@ -201,8 +201,8 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
         heuristics = _cheap_heuristics(ctx, info)
         if params is not None and opts["guided_share"] > 0:
             now = time.perf_counter()
-            lanes = [("fine-tuned", best, best_s)] + [
-                (n, p, s) for s, n, p in heuristics if s < best_s][:RACE_LANES - 1]
+            lanes = [("fine-tuned", best, best_s)] + _distinct_faster(heuristics, best,
+                                                                      best_s)
             best, best_s = _guided(ctx, params, lanes,
                                    now + opts["guided_share"] * (deadline - now), info)
         best, best_s = _search_rest(ctx, best, best_s, zero_shot=start.placement,
@@ -225,7 +225,8 @@ def _guided(ctx: PlacerContext, params, starts: list, until: float, info: dict):
     from simplace.rl.pretrained import policy_levels
 
     best, best_s = starts[0][1], starts[0][2]
-    fit = [start for start in starts if not bool(ctx.batched(np.asarray(start[1])[None]).oom[0])]
+    oom = np.asarray(ctx.batched(np.stack([np.asarray(p) for _, p, _ in starts])).oom)
+    fit = [start for start, o in zip(starts, oom, strict=True) if not o]
     if not fit:  # an OOM start: local's penalty leads it to one that fits
         return best, best_s
     screen = ctx.screen
@@ -239,6 +240,21 @@ def _guided(ctx: PlacerContext, params, starts: list, until: float, info: dict):
                                       until=until, seed=ctx.seed,
                                       screen=lambda b: screen(b).step_time_s)
     return (out, out_s) if out_s < best_s else (best, best_s)
+
+
+def _distinct_faster(heuristics: list, best, best_s: float) -> list:
+    """``(name, placement, score)`` of the ``RACE_LANES - 1`` fastest distinct heuristics'
+    placements (``heuristics`` as ``_cheap_heuristics`` gives them) that beat ``best``:
+    the guided race's other lanes (two heuristics that place alike would race twice)."""
+    from simplace.placers.local import _race_starts
+
+    faster = [(n, p, s) for s, n, p in heuristics if s < best_s]
+    if not faster:
+        return []
+    placements = np.stack([best] + [p for _, p, _ in faster])
+    scores = np.array([best_s] + [s for _, _, s in faster])
+    picked = _race_starts(placements, scores, RACE_LANES)  # best's row 0 is the slowest
+    return [faster[k - 1] for k in picked if k > 0][:RACE_LANES - 1]
 
 
 def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, heuristics: list,
