@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from simplace import _argtypes
+from simplace import _argtypes, cli_warmup
 from simplace.cli_listing import cmd_graph, cmd_methods, cmd_models
 from simplace.cli_model import _TERMINATED, problem_from_args, raise_if_terminated
 from simplace.cli_outputs import OUTPUT_DIRS, OUTPUT_FILES, check_outputs
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     from simplace.parallel import cli as parallel_cli
     from simplace.rl import cli_train as train_cli
 
-    for stage in (calibrate_cli, validate_cli, parallel_cli, train_cli):
+    for stage in (calibrate_cli, validate_cli, parallel_cli, train_cli, cli_warmup):
         stage.add_parser(sub)
     return p
 
@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands that compile XLA programs (simulators, policies, the executor): they use the
 # persistent compilation cache (``simplace.compile_cache``; $SIMPLACE_COMPILE_CACHE=off).
 _COMPILING_COMMANDS = ("simulate", "optimize", "calibrate", "validate", "parallelize",
-                      "profile", "train-policy")
+                      "profile", "train-policy", "warmup")
 
 
 def console_main() -> int:

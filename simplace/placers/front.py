@@ -14,6 +14,7 @@ import numpy as np
 
 from simplace._argtypes import check_budget, check_seed
 from simplace.errors import OptionError, SimplaceError
+from simplace.kernels import note_cold
 from simplace.placers.context import OptimizeResult, PlacerContext, PlacerOutput
 from simplace.placers.registry import (
     _load_methods,
@@ -65,6 +66,8 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
                               f"{', '.join(sorted(options))}.")
         return best_of(compare(graph, cost_model, seed=seed, budget_s=budget_s,
                                progress=progress))
+    if is_search(method):
+        note_cold(progress, budget_s)
     out, ctx = run_method(graph, cost_model, method, seed=seed,
                           budget_s=_search_budget(graph, budget_s), progress=progress,
                           options=options, t_begin=t_begin)
@@ -202,6 +205,8 @@ def compare(graph, cost_model, methods_: list[str] | None = None, *, seed: int =
     """
     _check_problem(graph, cost_model, seed, budget_s, progress)
     methods_ = _methods_to_compare(methods_, prior)
+    if any(is_search(m) for m in methods_):
+        note_cold(progress, COMPARE_DEFAULT_BUDGET_S if budget_s is None else budget_s)
     num_ops, num_devices = int(graph.num_ops), int(cost_model.num_devices)
     fast = sorted((m for m in methods_ if not is_search(m)), key=lambda m: (
         fast_cost_s(m, num_ops, num_devices) >= _CHEAP_S, fast_rank(m)))

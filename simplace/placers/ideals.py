@@ -69,7 +69,8 @@ THRESHOLD_GROWTH = 2.0
 MAX_COUNT_VECTORS = 4096
 
 
-@register("ideals", cost=Cost(0.0, 0.0, 1.2e-7), rank=10, options={
+@register("ideals", cost=Cost(0.0, 0.0, 1.2e-7, kernels=("simulator", "ideals")), rank=10,
+          options={
     "max_ideals": int_option(f"ideals at most, else a window of the order (default "
                              f"{DEFAULT_MAX_IDEALS})", DEFAULT_MAX_IDEALS, 1),
     "max_pairs": int_option(f"(ideal, smaller ideal) pairs visited in all, at most (default "

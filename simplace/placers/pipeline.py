@@ -41,7 +41,8 @@ DEFAULT_POSITIONS = 128
 RANGE_DP_MAX_OPS = 2500
 
 
-@register("pipeline", cost=Cost(0.3, 1.5e-5), rank=5, options={
+@register("pipeline", cost=Cost(0.3, 1.5e-5, kernels=("simulator", "pipeline")), rank=5,
+          options={
     "rounds": int_option(f"rounds of moving each boundary to its best place (default "
                          f"{DEFAULT_ROUNDS})", DEFAULT_ROUNDS, 0),
     "positions": int_option(f"places tried per boundary move, at most (default "

@@ -91,7 +91,8 @@ GUIDED_SHARE = 0.8
 # As the start of another search (local's starts, compare's fast methods, the rl-* warm
 # starts) it gives its batch alone: the search refines, in the time the resampling would
 # have taken, and one that is deterministic for a seed stays so.
-@register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0), rank=2, learned=True,
+@register("rl-pretrained", cost=Cost(0.1, 2e-6, first_call_s=2.0,
+                                      kernels=("simulator", "policy")), rank=2, learned=True,
           start_options={"refine_rounds": 0}, options={
     "samples": int_option("sampled placements scored besides the greedy one (default 64)",
                           64, 0, MAX_SAMPLES),

@@ -129,13 +129,16 @@ class Cost:
     its budget. ``compare`` and ``local``'s starts skip a method whose estimate does not
     fit the time left. ``paces``: the method's wall time is its whole cost whatever the
     budget (no anytime runs, no compilation), so what it took against its estimate tells
-    ``compare`` how fast the machine runs now."""
+    ``compare`` how fast the machine runs now. ``kernels``: the compiled loops it runs
+    (``simplace.kernels``), whose compilation ``fast_cost_s`` adds while this install has
+    not compiled them (a fresh install's first run)."""
 
     fixed_s: float = 0.0
     per_op_device_s: float = 2e-5
     per_op2_s: float = 0.0
     first_call_s: float = 0.0
     paces: bool = False
+    kernels: tuple[str, ...] = ()
 
     def seconds(self, num_ops: int, num_devices: int, *, first_call: bool = False) -> float:
         """The estimate on ``num_ops`` ops and ``num_devices`` devices."""
@@ -233,10 +236,17 @@ def note_called(name: str) -> None:
 def fast_cost_s(name: str, num_ops: int, num_devices: int) -> float:
     """The least wall time (seconds) fast method ``name`` is expected to take on a graph
     of ``num_ops`` ops and a machine of ``num_devices`` devices (its ``Cost``, with its
-    first-call cost until it has run in this process)."""
+    first-call cost until it has run in this process, and the compilation of its kernels
+    that this install has not compiled yet)."""
     entry = _METHODS.get(name) if isinstance(name, str) else None
     cost = DEFAULT_COST if entry is None else entry.cost
-    return cost.seconds(num_ops, num_devices, first_call=name not in _CALLED)
+    first = name not in _CALLED
+    extra = 0.0
+    if first and cost.kernels:
+        from simplace.kernels import compile_s
+
+        extra = compile_s(cost.kernels)
+    return cost.seconds(num_ops, num_devices, first_call=first) + extra
 
 
 def paces(name: str) -> bool:
