@@ -84,6 +84,17 @@ def test_the_wheel_ships_the_pretrained_policy(installed):
     assert "rl-pretrained" in proc.stdout and "fallback" not in proc.stdout + proc.stderr
 
 
+def test_warmup_keeps_the_kernels_in_the_installed_package(installed):
+    # msr's rulers: no other test here compiles them, and they need no simulator
+    _, simplace, env, work, _, _ = installed
+    env = {k: v for k, v in env.items() if k != "NUMBA_CACHE_DIR"}  # the package's own
+    check = [simplace, "warmup", "--check", "--kernels", "msr"]
+    assert "not compiled" in _run(check, cwd=work, env=env).stdout
+    out = _run([simplace, "warmup", "--kernels", "msr"], cwd=work, env=env).stdout
+    assert "1 of 1 kernels compiled" in out and "could not keep" not in out
+    assert "not compiled" not in _run(check, cwd=work, env=env).stdout
+
+
 def test_simulate_a_shipped_machine(installed):
     _, simplace, env, work, _, _ = installed
     proc = _run([simplace, "simulate", "resnet50", "--cost-model", "cpu_h100x4_nvlink",
