@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
 def cmd_warmup(args) -> int:
     """``simplace warmup``: compile (or load) every kernel, with the seconds each took."""
     from simplace import kernels
+    from simplace.warmup import warm_up
 
     names = None
     if args.kernels is not None:
@@ -43,7 +44,7 @@ def cmd_warmup(args) -> int:
         print(_table(rows, ["kernel", "this install", "for"]))
         return 0
     t0 = time.perf_counter()
-    rows = kernels.warm_up([k.name for k in chosen], progress=note)
+    rows = warm_up([k.name for k in chosen], progress=note)
     print(_table([[r["name"], "loaded" if r["was_cached"] else "compiled",
                    f"{r['seconds']:.1f}"] for r in rows], ["kernel", "", "seconds"]))
     fresh = sum(not r["was_cached"] for r in rows)

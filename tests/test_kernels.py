@@ -11,6 +11,7 @@ import pytest
 from simplace import cli, kernels
 from simplace.placers import methods
 from simplace.placers.registry import _CALLED, fast_cost_s
+from simplace.warmup import warm_up
 
 
 def test_dispatcher_cached_follows_numbas_cache(tmp_path, monkeypatch):
@@ -36,13 +37,13 @@ def test_dispatcher_cached_follows_numbas_cache(tmp_path, monkeypatch):
 
 def test_warm_up_compiles_and_reports(monkeypatch):
     said = []
-    rows = kernels.warm_up(["pipeline"], progress=said.append)
+    rows = warm_up(["pipeline"], progress=said.append)
     assert [r["name"] for r in rows] == ["pipeline"]
     assert rows[0]["cached"] and rows[0]["seconds"] >= 0
     assert "pipeline" not in kernels.cold()
     assert len(said) == 1 and said[0].startswith("pipeline: ")
     with pytest.raises(ValueError, match="unknown kernel 'nope'"):
-        kernels.warm_up(["nope"])
+        warm_up(["nope"])
 
 
 def test_estimates_add_the_compilation_of_cold_kernels(monkeypatch):

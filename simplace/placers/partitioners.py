@@ -54,8 +54,10 @@ _MAX_REPAIR_ROUNDS = 30
 
 # ---------------------------------------------------------------------- shared helpers
 def gpu_devices(cost_model) -> list[int]:
-    """Indices of the devices of kind ``gpu``; all devices when there is none."""
-    gpus = [d for d, dev in enumerate(cost_model.devices) if dev.kind == "gpu"]
+    """Indices of the devices of kind ``gpu``; all devices when there is none, or when
+    ``cost_model`` names no kinds (a priced ``SimInputs``)."""
+    devices = getattr(cost_model, "devices", ())
+    gpus = [d for d, dev in enumerate(devices) if getattr(dev, "kind", None) == "gpu"]
     return gpus or list(range(cost_model.num_devices))
 
 
