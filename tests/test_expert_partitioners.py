@@ -108,6 +108,17 @@ def test_expert_cnn_single_fastest_device():
     assert not res.oom
 
 
+@pytest.mark.parametrize("method", ["expert", *PARTITIONERS])
+def test_priced_inputs_stand_for_the_machine(method):
+    # A SimInputs names no device kinds: every device counts as a GPU, and the method
+    # places rather than failing on the missing device list.
+    g = zoo_graph("resnet50")
+    inp = CostModel.load("haswell_k40x4").price(g)
+    res = optimize(g, inp, method)
+    assert res.placement.shape == (g.num_ops,)
+    assert res.placement.min() >= 0 and res.placement.max() < inp.num_devices
+
+
 def test_expert_cnn_split_when_nothing_fits_one_device():
     g = zoo_graph("resnet50")
     cm = CostModel.load("haswell_k40x4")

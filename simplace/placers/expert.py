@@ -29,7 +29,13 @@ import numpy as np
 
 from simplace.graph import split_name_path
 from simplace.placers import PlacerContext, PlacerOutput, register
-from simplace.placers.partitioners import evaluate, gpu_devices, repair_memory
+from simplace.placers.partitioners import (
+    device_kinds,
+    device_names,
+    evaluate,
+    gpu_devices,
+    repair_memory,
+)
 from simplace.placers.registry import Cost, choice_option, option_values
 from simplace.placers.single import single_device_candidates
 
@@ -118,12 +124,13 @@ def lstm_placement(ctx: PlacerContext, *, embed: str = "gpu") -> tuple[np.ndarra
     """(int[M] placement, info) of an LSTM model: one layer per GPU, attention and softmax after the
     last, embeddings on ``embed`` (``gpu`` or ``cpu``); no memory repair."""
     g, cm = ctx.graph, ctx.cost_model
+    names = device_names(cm)
     gpus = gpu_devices(cm)
     roles = lstm_roles(g)
     layers = [r[1] for r in roles if r is not None and r[0] == "layer"]
     num_layers = max(layers) + 1 if layers else 0
     if embed == "cpu":
-        cpus = [d for d, dev in enumerate(cm.devices) if dev.kind == "cpu"]
+        cpus = [d for d, kind in enumerate(device_kinds(cm)) if kind == "cpu"]
         embed_device = cpus[0] if cpus else gpus[0]
     elif embed == "gpu":
         embed_device = gpus[0]
@@ -138,9 +145,9 @@ def lstm_placement(ctx: PlacerContext, *, embed: str = "gpu") -> tuple[np.ndarra
         p[i] = gpus[r[1] % len(gpus)] if r[0] == "layer" else device_of[r[0]]
     p = follow_neighbours(g, p)
     info = {"rule": "lstm_layer_per_gpu", "num_layers": num_layers,
-            "layer_devices": [cm.device_names[gpus[k % len(gpus)]] for k in range(num_layers)],
-            "head_device": cm.device_names[head_device],
-            "embed_device": cm.device_names[embed_device]}
+            "layer_devices": [names[gpus[k % len(gpus)]] for k in range(num_layers)],
+            "head_device": names[head_device],
+            "embed_device": names[embed_device]}
     return p, info
 
 
@@ -202,6 +209,7 @@ def _dense_or_none(groups: np.ndarray) -> np.ndarray:
 def place(ctx: PlacerContext) -> PlacerOutput:
     """The hand-written placement for the model (see the module docstring)."""
     g, cm = ctx.graph, ctx.cost_model
+    names = device_names(cm)
     m = g.num_ops
     gpus = gpu_devices(cm)
     history: list[dict] = []
@@ -223,11 +231,11 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     for d in single_device_candidates(ctx):
         p = np.full(m, d, dtype=np.int32)
         res = ctx.simulate(p)
-        history.append({"candidate": f"single {cm.device_names[d]}",
+        history.append({"candidate": f"single {names[d]}",
                         "step_time_s": float(res.step_time_s), "oom": bool(res.oom)})
         if not res.oom:
             return PlacerOutput(p, history=history,
-                                info={"rule": "single_device", "device": cm.device_names[d]})
+                                info={"rule": "single_device", "device": names[d]})
 
     # No device holds it: a layer-balanced split across the GPUs.
     if len(gpus) > 1:
@@ -244,7 +252,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         p, rep = repair_memory(ctx, p, _dense_or_none(groups))
         if not rep["oom"]:
             info = {"rule": "layer_split", "balanced_by": name, "module_depth": depth,
-                    "devices": [cm.device_names[d] for d in gpus]}
+                    "devices": [names[d] for d in gpus]}
             if rep.get("repair_rounds"):
                 info["repair_rounds"] = rep["repair_rounds"]
             return PlacerOutput(p, history=history, info=info)
@@ -259,5 +267,5 @@ def place(ctx: PlacerContext) -> PlacerOutput:
                                           "layer split across the GPUs runs out of memory"})
     d = int(np.argmax(cm.memory_bytes))
     return PlacerOutput(np.full(m, d, dtype=np.int32), history=history,
-                        info={"rule": "single_device", "device": cm.device_names[d],
+                        info={"rule": "single_device", "device": names[d],
                               "note": "the model fits on no single device"})

@@ -53,11 +53,26 @@ _MAX_REPAIR_ROUNDS = 30
 
 
 # ---------------------------------------------------------------------- shared helpers
+def device_kinds(cost_model) -> list[str | None]:
+    """Each device's kind (``"gpu"``, ``"cpu"``); None for every device of a machine that
+    names none (a priced ``SimInputs``, such as pretraining's perturbed machines)."""
+    devices = getattr(cost_model, "devices", None)
+    if devices is None:
+        return [None] * int(cost_model.num_devices)
+    return [dev.kind for dev in devices]
+
+
+def device_names(cost_model) -> list[str]:
+    """Each device's name (``"device:K"`` where the machine names none)."""
+    names = getattr(cost_model, "device_names", None)
+    return list(names) if names is not None else [f"device:{d}" for d in
+                                                  range(int(cost_model.num_devices))]
+
+
 def gpu_devices(cost_model) -> list[int]:
     """Indices of the devices of kind ``gpu``; all devices when there is none, or when
-    ``cost_model`` names no kinds (a priced ``SimInputs``)."""
-    devices = getattr(cost_model, "devices", ())
-    gpus = [d for d, dev in enumerate(devices) if getattr(dev, "kind", None) == "gpu"]
+    ``cost_model`` names no kinds."""
+    gpus = [d for d, kind in enumerate(device_kinds(cost_model)) if kind == "gpu"]
     return gpus or list(range(cost_model.num_devices))
 
 
@@ -331,13 +346,13 @@ def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> Placer
     best, best_score, best_info, history = None, np.inf, {}, []
     for devices in device_sets:
         p, score, parts, extra = partition(ug, devices)
-        names = [cm.device_names[d] for d in devices]
+        names = [device_names(cm)[d] for d in devices]
         history.append({"wall_s": time.perf_counter() - t0, "step_time_s": score,
                         "devices": names, **extra, "cut_bytes": ug.cut_bytes(parts)})
         if score < best_score:
             best, best_score = p, score
             best_info = {"devices": names, "cut_bytes": ug.cut_bytes(parts)}
-    info = {"groups": ug.n, "reference_device": cm.device_names[ug.reference_device],
+    info = {"groups": ug.n, "reference_device": device_names(cm)[ug.reference_device],
             **best_info}
     return _finish(ctx, best, ug.groups, info, history)
 
@@ -370,8 +385,10 @@ def _scotch_arch(ctx: PlacerContext, devices: list[int], typical_bytes: float):
     speed = device_speed(ctx)[devices]
     vw = np.maximum(1, np.rint(speed / speed.min() * 100)).astype(np.int64)
     idx = np.asarray(devices)
-    lat = cm.corrected_latency_s[np.ix_(idx, idx)]
-    bw = cm.corrected_bandwidth_bytes_per_s[np.ix_(idx, idx)]
+    # A priced SimInputs (no CostModel) holds the corrected links itself.
+    lat = getattr(cm, "corrected_latency_s", ctx.inputs.latency_s)[np.ix_(idx, idx)]
+    bw = getattr(cm, "corrected_bandwidth_bytes_per_s",
+                 ctx.inputs.bandwidth_bytes_per_s)[np.ix_(idx, idx)]
     with np.errstate(divide="ignore"):
         cost = lat + typical_bytes / bw
     cost = (cost + cost.T) / 2
