@@ -39,18 +39,18 @@ def cmd_warmup(args) -> int:
                                 f"separated by commas.")
     chosen = [kernels.kernel(n) for n in names] if names else list(kernels.KERNELS)
     if args.check:
-        rows = [[k.name, "compiled" if kernels.cached(k.name) else "not compiled", k.what]
+        rows = [[k.name, "compiled" if kernels.on_disk(k.name) else "not compiled", k.what]
                 for k in chosen]
         print(_table(rows, ["kernel", "this install", "for"]))
         return 0
     t0 = time.perf_counter()
     rows = warm_up([k.name for k in chosen], progress=note)
-    print(_table([[r["name"], "loaded" if r["was_cached"] else "compiled",
+    print(_table([[r["name"], "loaded" if r["was_compiled"] else "compiled",
                    f"{r['seconds']:.1f}"] for r in rows], ["kernel", "", "seconds"]))
-    fresh = sum(not r["was_cached"] for r in rows)
+    fresh = sum(not r["was_compiled"] for r in rows)
     print(f"{fresh} of {len(rows)} kernels compiled, {len(rows) - fresh} already were; "
           f"{time.perf_counter() - t0:.1f} s in all")
-    lost = [r["name"] for r in rows if not r["cached"]]
+    lost = [r["name"] for r in rows if not r["on_disk"]]
     if lost:
         print(f"numba could not keep {', '.join(lost)} on disk (a read-only install?): every "
               f"process compiles them again. Set NUMBA_CACHE_DIR to a writable folder and run "

@@ -86,16 +86,24 @@ def _function(path: str):
 
 
 def cached(name: str) -> bool:
-    """Whether every function of kernel ``name`` is in numba's cache (``dispatcher_cached``)
-    or numba is not installed (nothing to compile: the loops run as Python)."""
+    """Whether every function of kernel ``name`` is compiled: in numba's cache
+    (``dispatcher_cached``) or already in this process (a read-only install compiles once
+    per process); True where numba is not installed (the loops run as Python)."""
     from simplace._numba import numba
 
     if numba is None or name in _COMPILED:
         return True
-    if all(dispatcher_cached(_function(f)) for f in kernel(name).functions):
+    fns = [_function(f) for f in kernel(name).functions]
+    if all(getattr(fn, "signatures", None) or dispatcher_cached(fn) for fn in fns):
         _COMPILED.add(name)
         return True
     return False
+
+
+def on_disk(name: str) -> bool:
+    """Whether numba's cache holds every function of kernel ``name`` (for later
+    processes), whatever this process has compiled."""
+    return all(dispatcher_cached(_function(f)) for f in kernel(name).functions)
 
 
 def compile_s(names) -> float:

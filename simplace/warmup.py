@@ -93,10 +93,10 @@ _WARM: dict[str, Callable[[], None]] = {
 
 def warm_up(names=None, progress=None) -> list[dict]:
     """Compile the kernels ``names`` (default: all, in ``KERNELS``' order) by running
-    each on a tiny problem; those already cached are loaded, which is quick. One row per
-    kernel: ``name``, ``seconds``, ``was_cached`` and ``cached`` (False after the run
+    each on a tiny problem; those already compiled are loaded, which is quick. One row per
+    kernel: ``name``, ``seconds``, ``was_compiled`` and ``on_disk`` (False after the run
     where numba keeps no cache: a read-only install)."""
-    from simplace.kernels import KERNELS, cached, kernel
+    from simplace.kernels import KERNELS, cached, kernel, on_disk
 
     rows = []
     for k in [kernel(n) for n in (names or [k.name for k in KERNELS])]:
@@ -106,6 +106,6 @@ def warm_up(names=None, progress=None) -> list[dict]:
                      + ("" if was else f" (about {k.compile_s:g} s)"))
         t = time.perf_counter()
         _WARM[k.name]()
-        rows.append({"name": k.name, "seconds": time.perf_counter() - t, "was_cached": was,
-                     "cached": cached(k.name)})
+        rows.append({"name": k.name, "seconds": time.perf_counter() - t, "was_compiled": was,
+                     "on_disk": on_disk(k.name)})
     return rows

@@ -39,7 +39,7 @@ def test_warm_up_compiles_and_reports(monkeypatch):
     said = []
     rows = warm_up(["pipeline"], progress=said.append)
     assert [r["name"] for r in rows] == ["pipeline"]
-    assert rows[0]["cached"] and rows[0]["seconds"] >= 0
+    assert rows[0]["on_disk"] and rows[0]["seconds"] >= 0
     assert "pipeline" not in kernels.cold()
     assert len(said) == 1 and said[0].startswith("pipeline: ")
     with pytest.raises(ValueError, match="unknown kernel 'nope'"):

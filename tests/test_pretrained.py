@@ -639,6 +639,7 @@ def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag, monkeypat
     m = dag.num_ops
     zero = np.zeros(m, np.int32)
     no_edges = np.zeros(0, np.int64)
+    monkeypatch.setattr(guided, "SHIFT_SHARE", 0.0)  # shift moves: their own test
     # the policy wants device 2 for every op: policy moves take ops there, nowhere else
     sure = _Proposer([Level(np.tile([0.0, 0.0, 1.0], (m, 1)), np.arange(m))],
                      no_edges, no_edges)
@@ -678,6 +679,58 @@ def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag, monkeypat
     # the same seed gives the same neighbours
     np.testing.assert_array_equal(sure(zero, 8, np.random.default_rng(3)),
                                   sure(zero, 8, np.random.default_rng(3)))
+
+
+def test_shift_moves_move_a_segment_boundary_or_merge_a_run(dag, monkeypatch):
+    from simplace.rl import guided
+    from simplace.rl.guided import Level, _Proposer
+
+    m = dag.num_ops
+    # program order 0..m-1: segments [0, 40) on 0, [40, 45) on 2, [45, 100) on 0, [100, m)
+    # on 1; boundaries after ops 39, 44 and 99
+    p = np.zeros(m, np.int32)
+    p[40:45], p[100:] = 2, 1
+    bounds = np.flatnonzero(p[:-1] != p[1:])
+    monkeypatch.setattr(guided, "SHIFT_SHARE", 1.0)
+    monkeypatch.setattr(guided, "MERGE_SHARE", 0.0)
+    proposer = _Proposer([Level(np.full((m, 3), 1 / 3), np.arange(m))], dag.src, dag.dst)
+    for row in proposer(p, 64, np.random.default_rng(1)):
+        moved = np.flatnonzero(row != p)
+        assert 1 <= moved.size <= max(guided._SHIFT_LENGTHS)
+        assert np.all(np.diff(moved) == 1)  # one run of consecutive ops
+        lo, hi = int(moved[0]), int(moved[-1])
+        # it ends at a boundary (the run joins the segment before or after it), and takes
+        # that segment's device
+        b = next(int(b) for b in bounds if b in (lo - 1, hi))
+        assert set(row[moved].tolist()) == {int(p[b] if b == lo - 1 else p[b + 1])}
+    monkeypatch.setattr(guided, "MERGE_SHARE", 1.0)
+    seen = set()
+    for row in proposer(p, 32, np.random.default_rng(2)):  # the next run joins, whole
+        moved = np.flatnonzero(row != p)
+        seen.add((int(moved[0]), int(moved[-1]) + 1, int(row[moved[0]])))
+    assert seen == {(40, 45, 0), (45, 100, 2), (100, m, 0)}
+
+
+def test_the_shift_share_follows_the_gains_of_shifts(dag, monkeypatch):
+    from simplace.rl import guided
+    from simplace.rl.guided import Level, _Proposer
+
+    m = dag.num_ops
+    p = np.zeros(m, np.int32)
+    p[60:] = 1
+    lo, hi = guided.SHIFT_BOUNDS
+    for shifts_gain, bound in ((True, hi), (False, lo)):
+        proposer = _Proposer([Level(np.full((m, 3), 1 / 3), np.arange(m))], dag.src,
+                             dag.dst)
+        rng = np.random.default_rng(0)
+        for _ in range(300):
+            proposer(p, 64, rng)
+            kinds = proposer._shifts
+            # every round's winner is a gain of the one kind
+            j = int(np.flatnonzero(kinds == shifts_gain)[0]) if (kinds == shifts_gain).any() \
+                else 0
+            proposer.credit(j, bool(kinds[j] == shifts_gain))
+        assert proposer.shift_share == pytest.approx(bound)
 
 
 def test_rl_pretrained_refines_its_batch_and_gives_the_batch_alone_as_a_start(dag):
