@@ -711,28 +711,6 @@ def test_shift_moves_move_a_segment_boundary_or_merge_a_run(dag, monkeypatch):
     assert seen == {(40, 45, 0), (45, 100, 2), (100, m, 0)}
 
 
-def test_the_shift_share_follows_the_gains_of_shifts(dag, monkeypatch):
-    from simplace.rl import guided
-    from simplace.rl.guided import Level, _Proposer
-
-    m = dag.num_ops
-    p = np.zeros(m, np.int32)
-    p[60:] = 1
-    lo, hi = guided.SHIFT_BOUNDS
-    for shifts_gain, bound in ((True, hi), (False, lo)):
-        proposer = _Proposer([Level(np.full((m, 3), 1 / 3), np.arange(m))], dag.src,
-                             dag.dst)
-        rng = np.random.default_rng(0)
-        for _ in range(300):
-            proposer(p, 64, rng)
-            kinds = proposer._shifts
-            # every round's winner is a gain of the one kind
-            j = int(np.flatnonzero(kinds == shifts_gain)[0]) if (kinds == shifts_gain).any() \
-                else 0
-            proposer.credit(j, bool(kinds[j] == shifts_gain))
-        assert proposer.shift_share == pytest.approx(bound)
-
-
 def test_rl_pretrained_refines_its_batch_and_gives_the_batch_alone_as_a_start(dag):
     from simplace.errors import OptionError
     from simplace.placers import PlacerContext, optimize

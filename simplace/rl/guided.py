@@ -18,10 +18,10 @@ few for memory. A neighbour is made (``CUT_SHARE``) by:
 * **cut moves**: 1 to 3 ops at a cut (an edge whose ends sit on two devices) each go to
   the device across the cut, alone or (``GROUP_CUT_SHARE``) with the whole unit of one
   level they belong to;
-* **shift moves** (``SHIFT_SHARE`` of the neighbours, drawn first): the ops run in
-  program order, a device's consecutive ops as one segment, so the boundary between two
-  segments moves by 1 to 8 ops, or the whole run after a boundary joins the segment
-  before it (``MERGE_SHARE``).
+* **shift moves** (``SHIFT_SHARE`` of the neighbours, drawn first; none by default): the
+  ops run in program order, a device's consecutive ops as one segment, so the boundary
+  between two segments moves by 1 to 8 ops, or the whole run after a boundary joins the
+  segment before it (``MERGE_SHARE``).
 
 Why: the policy's per-unit probabilities are good proposals, but its batch of
 independent samples rarely gets units that depend on each other right together; a
@@ -64,23 +64,18 @@ CUT_SHARE = 0.5
 # The share of neighbours made by a shift move instead (before the above): the ops run in
 # program order, a device's consecutive ops as one segment, so a boundary between two
 # segments moves by 1 to 8 ops (``_SHIFT_LENGTHS``), or (``MERGE_SHARE`` of these) the
-# whole run past a boundary joins the segment before it. Why: on transformer on 8 K40s,
-# where the fine-tune ended at 1.016x of local-60, none of 4,096 policy and cut
-# neighbours was faster, but 29 of 2,627 shifts were, and a greedy descent over shifts
-# alone took it to 1.010 in 1.7 s (bench/results/pretrained_2026-11-28i_vm_shift-moves.txt).
-SHIFT_SHARE = 0.25
+# whole run past a boundary joins the segment before it. Off by default. Why they exist:
+# on transformer on 8 K40s, where the fine-tune ended at 1.016x of local-60, none of 4,096
+# policy and cut neighbours was faster, but 29 of 2,627 shifts were, and a greedy descent
+# over shifts alone took it to 1.010 in 1.7 s. Why off: at 0.25 the fine-tune gained on
+# transformer on K40s (1.019 -> 0.991x of local-60, 3 seeds) but lost on inception_v3 on
+# 4 H100s (1.016 -> 1.074x) and resnet50 (0.4%, a training row); over the 13 held-out rows
+# and 3 seeds the geometric mean went from 0.977 to 0.979 (a share adapted to the gains of
+# shifts did no better: 0.979)
+# (bench/results/pretrained_2026-11-28i_vm_shift-moves.txt).
+SHIFT_SHARE = 0.0
 MERGE_SHARE = 0.25
 _SHIFT_LENGTHS = (1, 1, 2, 4, 8)
-# The shift share adapts (``_Proposer.credit``): SHIFT_SHARE times the ratio of the gains
-# per neighbour of shifts and of the other moves, within these bounds. Why: at a fixed
-# 0.25 the fine-tune on transformer on 8 K40s went from 1.015-1.025x of local-60 to
-# 0.973-1.001x, but inception_v3 on 4 H100s from 1.002-1.026x to 1.052-1.109x, where
-# shifts rarely gain and take a quarter of the neighbours from the moves that do.
-SHIFT_BOUNDS = (0.03, 0.5)
-# Each round the counts of neighbours tried and of gains decay by this factor (a memory of
-# some hundred rounds); the rates start from this weak prior (gains, neighbours).
-_CREDIT_DECAY = 0.99
-_CREDIT_PRIOR = (0.2, 20.0)
 # The share of policy moves that take the first level (the policy's own op-level units);
 # the rest take any level.
 FIRST_SHARE = 0.5
@@ -195,7 +190,6 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
         s = _round_scores(cands, scores, screen)
         j = int(np.argmin(s))
         done += 1
-        propose.credit(j, bool(s[j] < cur_s))
         if s[j] < cur_s:
             cur, cur_s = cands[j].copy(), float(s[j])
             idle = 0
@@ -215,8 +209,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
         round_s = time.perf_counter() - now
     return best, best_s, {"rounds": done, "gains": gains, "restarts": restarts,
                           "from_s": start_s, "step_time_s": best_s,
-                          "wall_s": time.perf_counter() - t0, "stop": stop,
-                          "shift_share": propose.shift_share}
+                          "wall_s": time.perf_counter() - t0, "stop": stop}
 
 
 def race(levels: list[Level], starts: list, scores, *, src, dst, until: float,
@@ -284,10 +277,6 @@ class _Proposer:
         levels = [lv for lv in levels if lv.probs.shape[0] > 0]
         self.src = np.asarray(src, np.int64)
         self.dst = np.asarray(dst, np.int64)
-        # the share of shift moves, adapted to their gains (``credit``)
-        self.shift_share = SHIFT_SHARE
-        self._shifts = np.zeros(0, bool)
-        self._tries, self._gains = np.zeros(2), np.zeros(2)
         self.d = int(levels[0].probs.shape[1]) if levels else 0
         counts = [lv.probs.shape[0] for lv in levels]
         # unit g (of every level, in order) holds ops order[start[g]:end[g]]
@@ -312,31 +301,12 @@ class _Proposer:
         cut = np.flatnonzero(p[self.src] != p[self.dst])
         bounds = np.flatnonzero(p[:-1] != p[1:]).astype(np.int64)  # segment ends (last op)
         out = np.empty((k, p.size), np.int32)
-        draws = rng.random((k, _DRAWS))
         _propose(p, out, self.src[cut], self.dst[cut], self.probs, self.start, self.end,
-                 self.order, self.base, self.unit_of, self.d, draws,
+                 self.order, self.base, self.unit_of, self.d, rng.random((k, _DRAWS)),
                  CUT_SHARE, FIRST_SHARE, GROUP_CUT_SHARE,
                  np.asarray(_POLICY_MOVES, np.int64), np.asarray(_CUT_MOVES, np.int64),
-                 bounds, self.shift_share, MERGE_SHARE,
-                 np.asarray(_SHIFT_LENGTHS, np.int64))
-        self._shifts = (draws[:, 0] < self.shift_share) & (bounds.size > 0)
+                 bounds, SHIFT_SHARE, MERGE_SHARE, np.asarray(_SHIFT_LENGTHS, np.int64))
         return out
-
-    def credit(self, j: int, gained: bool) -> None:
-        """After a round of the last neighbours: neighbour ``j`` was the round's best and
-        ``gained`` whether it beat the incumbent. Each kind's gains per neighbour
-        (shifts and the rest, decayed by ``_CREDIT_DECAY`` a round, from a prior of
-        ``_CREDIT_PRIOR``) set the next shift share: ``SHIFT_SHARE`` times the ratio of
-        the two rates, within ``SHIFT_BOUNDS``."""
-        shifts = self._shifts
-        self._tries *= _CREDIT_DECAY
-        self._gains *= _CREDIT_DECAY
-        self._tries += (shifts.sum(), shifts.size - shifts.sum())
-        if gained:
-            self._gains[0 if shifts[j] else 1] += 1.0
-        wins, tries = _CREDIT_PRIOR
-        rate = (self._gains + wins) / (self._tries + tries)
-        self.shift_share = float(np.clip(SHIFT_SHARE * rate[0] / rate[1], *SHIFT_BOUNDS))
 
 
 # Random numbers a neighbour takes: its kind, its level and its number of moves, and two
