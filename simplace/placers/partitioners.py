@@ -343,16 +343,17 @@ def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> Placer
         return PlacerOutput(np.zeros(g.num_ops, dtype=np.int32), info={"parts": 1})
     t0 = time.perf_counter()
     ug = _Undirected(ctx)
+    all_names = device_names(cm)
     best, best_score, best_info, history = None, np.inf, {}, []
     for devices in device_sets:
         p, score, parts, extra = partition(ug, devices)
-        names = [device_names(cm)[d] for d in devices]
+        names = [all_names[d] for d in devices]
         history.append({"wall_s": time.perf_counter() - t0, "step_time_s": score,
                         "devices": names, **extra, "cut_bytes": ug.cut_bytes(parts)})
         if score < best_score:
             best, best_score = p, score
             best_info = {"devices": names, "cut_bytes": ug.cut_bytes(parts)}
-    info = {"groups": ug.n, "reference_device": device_names(cm)[ug.reference_device],
+    info = {"groups": ug.n, "reference_device": all_names[ug.reference_device],
             **best_info}
     return _finish(ctx, best, ug.groups, info, history)
 

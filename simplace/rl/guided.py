@@ -76,6 +76,7 @@ CUT_SHARE = 0.5
 SHIFT_SHARE = 0.0
 MERGE_SHARE = 0.25
 _SHIFT_LENGTHS = (1, 1, 2, 4, 8)
+_NO_BOUNDS = np.zeros(0, np.int64)
 # The share of policy moves that take the first level (the policy's own op-level units);
 # the rest take any level.
 FIRST_SHARE = 0.5
@@ -299,7 +300,10 @@ class _Proposer:
         """int32[k, M]: ``k`` neighbours of ``p``."""
         p = np.ascontiguousarray(p, np.int32)
         cut = np.flatnonzero(p[self.src] != p[self.dst])
-        bounds = np.flatnonzero(p[:-1] != p[1:]).astype(np.int64)  # segment ends (last op)
+        # segment ends (each one's last op), for shift moves only: off by default, and this
+        # runs every round
+        bounds = (np.flatnonzero(p[:-1] != p[1:]).astype(np.int64) if SHIFT_SHARE > 0
+                  else _NO_BOUNDS)
         out = np.empty((k, p.size), np.int32)
         _propose(p, out, self.src[cut], self.dst[cut], self.probs, self.start, self.end,
                  self.order, self.base, self.unit_of, self.d, rng.random((k, _DRAWS)),
