@@ -9,7 +9,9 @@ fresh install's cache) and JAX's compilation cache off:
    ``compile_s`` are these, rounded), then again: the seconds to load them;
 2. ``simplace optimize resnet50 --cost-model haswell_k40x4 --method local --budget-s B``
    in another empty cache (the first search of a fresh install), then after ``simplace
-   warmup`` in that cache: the wall time of each against ``B``.
+   warmup`` in that cache: the wall time of each against ``B``;
+3. ``--method all --budget-s 4B`` from a third empty cache: ``compare``'s wall time when
+   its fast methods' estimates carry the compilation (``simplace.kernels``).
 
 Wall times are this machine's: quote its cores and load.
 """
@@ -46,7 +48,8 @@ def main() -> None:
     lines = [f"# bench/kernels.py on {platform.node()}, {os.cpu_count()} cores, "
              f"{datetime.datetime.now():%Y-%m-%d %H:%M}, load at start "
              f"{os.getloadavg()[0]:.2f}"]
-    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b, \
+            tempfile.TemporaryDirectory() as c:
         for label, cache in (("empty cache", a), ("after the first", a)):
             wall, text = _run(simplace + ["warmup"], cache)
             lines.append(f"simplace warmup, {label}: {wall:.1f} s wall")
@@ -61,6 +64,11 @@ def main() -> None:
             said = [ln.strip() for ln in text.splitlines() if "search time" in ln]
             lines.append(f"optimize --method local --budget-s {args.budget_s:g}, {label}: "
                          f"{wall:.1f} s wall; {said[0] if said else ''}")
+        every = search[:-4] + ["--method", "all", "--budget-s", f"{4 * args.budget_s:g}"]
+        wall, text = _run(every, c)
+        said = [ln.strip() for ln in text.splitlines() if "search time" in ln]
+        lines.append(f"optimize --method all --budget-s {4 * args.budget_s:g}, empty cache: "
+                     f"{wall:.1f} s wall; {said[0] if said else ''}")
     lines.append(f"# load at end {os.getloadavg()[0]:.2f}")
     text = "\n".join(lines)
     print(text)
