@@ -12,7 +12,9 @@ and the guided search's rounds; then how many rows are within 10% of ``local`` i
 2 s per seed.
 The process places two random graphs first, as ``bench/pretrained.py`` does, so that the
 policy's programs are compiled. ``--set NAME=VALUE`` overrides a constant of
-``simplace.rl.guided`` (a Python literal), to compare variants of the search.
+``simplace.rl.guided`` (a Python literal), to compare variants of the search;
+``--set MODULE.NAME=VALUE`` one of another module of the method (``pretrained``:
+``simplace.placers.pretrained``, ``refine``: ``simplace.rl.refine``).
 ``--training``: rows of graphs and machines the policy was trained on instead
 (``TRAINING_ROWS``), with no baselines: their step times, and the geometric mean over
 rows and seeds, to compare variants of the search where they were not chosen.
@@ -67,14 +69,19 @@ def main() -> None:
     from simplace.cost_model import CostModel
     from simplace.placers import optimize
     from simplace.rl import distribution as dist
-    from simplace.rl import guided
+    from simplace.placers import pretrained as placer
+    from simplace.rl import guided, refine
 
     enable()
+    modules = {"guided": guided, "pretrained": placer, "refine": refine}
     for item in args.set:
         name, _, value = item.partition("=")
-        if not hasattr(guided, name):
-            ap.error(f"simplace.rl.guided has no constant {name!r}")
-        setattr(guided, name, ast.literal_eval(value))
+        prefix, _, name = name.rpartition(".")
+        module = modules.get(prefix or "guided")
+        if module is None or not hasattr(module, name):
+            ap.error(f"no constant {item.partition('=')[0]!r}: give NAME (of "
+                     f"simplace.rl.guided) or MODULE.NAME, MODULE one of {sorted(modules)}")
+        setattr(module, name, ast.literal_eval(value))
     if args.option and not args.finetune:
         ap.error("--option is for rl-universal: give --finetune too")
     options = {name: _literal(value)

@@ -4,6 +4,7 @@ methods."""
 
 import itertools
 import json
+import time
 
 import jax
 import jax.numpy as jnp
@@ -378,10 +379,22 @@ def test_train_policy_command_writes_weights_and_refuses_no_budget(tmp_path, cap
 
 
 @pytest.mark.slow  # seconds of budget, and a traced model
-def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_graph):
+def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_graph,
+                                                                           monkeypatch):
     from simplace.placers import optimize
+    from simplace.rl import refine
 
+    polished = []
+
+    def spy(score, placement, placement_score, *args, deadline=np.inf, **kwargs):
+        out = real(score, placement, placement_score, *args, deadline=deadline, **kwargs)
+        polished.append((placement_score, deadline, out[1]))
+        return out
+
+    real = refine.polish
+    monkeypatch.setattr(refine, "polish", spy)
     cm = CostModel.load("haswell_k40x4")
+    t0 = time.perf_counter()
     r = optimize(mlp_graph, cm, "rl-universal", samples=16, budget_s=3.0)
     assert r.info["stop"] == "time budget" and isinstance(r.info["local"], dict)
     # local starts from the fine-tuned placement: never worse than it or the zero shot
@@ -394,6 +407,16 @@ def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_
     assert r.step_time_s <= r.info["guided"]["step_time_s"] * (1 + 1e-9)
     # the cheap heuristics ran first, and the result is never worse than any of them
     assert r.step_time_s <= min(r.info["heuristic_starts"].values()) * (1 + 1e-9)
+    # the op-level descent ends it, from local's result, until the budget's end (and
+    # when it converges early, local and the descent again from its result)
+    cycles = r.info["finish"]
+    assert len(polished) == len(cycles) >= 1
+    assert polished[0][0] == pytest.approx(r.info["local"]["score"], rel=1e-9)
+    assert all(t0 < deadline <= t0 + 3.0 for _, deadline, _ in polished)
+    assert all(c["descended"] <= c["annealed"] for c in cycles)
+    assert all(b["annealed"] <= a["descended"] for a, b in itertools.pairwise(cycles))
+    assert r.step_time_s == pytest.approx(polished[-1][2], rel=1e-9)
+    assert r.info["polish_batches"] == sum(c["batches"] for c in cycles)
     alone = optimize(mlp_graph, cm, "rl-universal", samples=16, budget_s=3.0, guided_share=0)
     assert "guided" not in alone.info and isinstance(alone.info["local"], dict)
 

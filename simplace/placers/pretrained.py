@@ -85,6 +85,18 @@ POLISH_SHARE = 0.7
 # The share of that which the search guided by the fine-tuned policy takes first
 # (``simplace.rl.guided``), from the best placement so far; local takes the rest.
 GUIDED_SHARE = 0.8
+# The share of the time left after the cheap heuristics that the op-level descent
+# (simplace.rl.refine.polish: segment boundaries shifted by a few ops, whole runs and
+# single ops across a cut moved) takes at the end, after local. The searches' results
+# end a few ops off a segment boundary; the descent converged in 0.6-1.4 s on transformer
+# and took it from 1.029 to 1.006 of local-60's step time on 8 K40s
+# (bench/results/pretrained_2026-11-28j_vm_end-polish.txt).
+END_POLISH_SHARE = 0.1
+# A descent that converges with more than LOOP_FACTOR times its own time left (and
+# MIN_LOCAL_S besides) hands the rest to local again, then descends from its result:
+# the share above is a guess at the descent's time, and an early end would waste the rest.
+LOOP_FACTOR = 2.0
+MIN_LOCAL_S = 0.5
 
 
 
@@ -198,18 +210,21 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     if tuned_s < best_s:
         best, best_s = tuned, tuned_s
     info.update(updates=trained["updates"], fine_tuned_s=tuned_s)
+    edges = (np.asarray(ctx.graph.src), np.asarray(ctx.graph.dst))
     if math.isfinite(deadline):
         heuristics = _cheap_heuristics(ctx, info)
+        now = time.perf_counter()
+        # the end's op-level descent gets its share of what is left; the searches the rest
+        polish_at = deadline - END_POLISH_SHARE * max(deadline - now, 0.0)
         if params is not None and opts["guided_share"] > 0:
-            now = time.perf_counter()
             lanes = [("fine-tuned", best, best_s)] + _distinct_faster(heuristics, best,
                                                                       best_s)
             best, best_s = _guided(ctx, params, lanes,
-                                   now + opts["guided_share"] * (deadline - now), info)
-        best, best_s = _search_rest(ctx, best, best_s, zero_shot=start.placement,
-                                    heuristics=heuristics, info=info)
+                                   now + opts["guided_share"] * (polish_at - now), info)
+        starts = _local_starts(best, best_s, start.placement, heuristics)
+        best, best_s = _anneal_and_descend(ctx, best, best_s, starts, info, polish_at,
+                                           deadline, samples, edges)
     else:
-        edges = (np.asarray(ctx.graph.src), np.asarray(ctx.graph.dst))
         best, best_s, batches = polish(ctx.score, best, best_s, d, samples, 200,
                                        edges=edges)
         info.update(polish_batches=batches)
@@ -258,25 +273,63 @@ def _distinct_faster(heuristics: list, best, best_s: float) -> list:
     return [faster[k - 1] for k in picked if k > 0][:RACE_LANES - 1]
 
 
-def _search_rest(ctx: PlacerContext, best, best_s: float, *, zero_shot, heuristics: list,
-                 info: dict):
-    """``local`` from the fine-tuned and the zero-shot placements and the ``heuristics``
-    (``_cheap_heuristics``) that beat them until the deadline: (placement, score), never
-    worse than ``best``."""
+def _local_starts(best, best_s: float, zero_shot, heuristics: list) -> list:
+    """``local``'s starts after the guided search: its best, the zero-shot placement and
+    the ``heuristics``' (``_cheap_heuristics``) that beat them."""
+    starts = [best] if np.array_equal(best, zero_shot) else [best, zero_shot]
+    return [np.asarray(p) for p in starts] + [p for s, _, p in heuristics if s < best_s]
+
+
+def _anneal_and_descend(ctx: PlacerContext, best, best_s: float, starts: list, info: dict,
+                        polish_at: float, deadline: float, batch: int, edges):
+    """``local`` from ``starts`` until ``polish_at``, then the op-level descent
+    (``simplace.rl.refine.polish``) until ``deadline`` (``time.perf_counter()`` seconds).
+    A descent that converges early leaves time: while what is left is more than
+    ``LOOP_FACTOR`` times what the descent took and ``MIN_LOCAL_S`` for ``local``, ``local``
+    anneals again from the result for the time left less the descent's, and the descent
+    follows. Returns (placement, score), never worse than ``best``; ``info["local"]`` is
+    the first ``local``'s, ``info["finish"]`` every cycle's scores (after ``local``, after
+    the descent), batches and descent seconds."""
+    from simplace.rl.refine import polish
+
+    cycles, until = [], polish_at
+    while True:
+        best, best_s = _search_rest(ctx, best, best_s, starts, info, until)
+        t, annealed = time.perf_counter(), best_s
+        best, best_s, batches = polish(ctx.score, best, best_s, ctx.inputs.num_devices,
+                                       batch, _UNCAPPED, deadline=deadline, edges=edges)
+        took = time.perf_counter() - t
+        cycles.append({"annealed": annealed, "descended": best_s, "batches": batches,
+                       "descent_s": round(took, 3)})
+        left = deadline - time.perf_counter()
+        if left < LOOP_FACTOR * took + MIN_LOCAL_S:
+            break
+        starts, until = [best], deadline - took
+    info["finish"] = cycles
+    info["polish_batches"] = sum(c["batches"] for c in cycles)
+    return best, best_s
+
+
+def _search_rest(ctx: PlacerContext, best, best_s: float, starts: list, info: dict,
+                 until: float):
+    """``local`` from ``starts`` until ``until`` (``time.perf_counter()`` seconds):
+    (placement, score), never worse than ``best``; the first call's account is
+    ``info["local"]``."""
     from simplace.placers import run_method
 
-    starts = [best] if np.array_equal(best, zero_shot) else [best, zero_shot]
-    starts = [np.asarray(p) for p in starts] + [p for s, _, p in heuristics if s < best_s]
+    first = "local" not in info
     try:
         out, _ = run_method(ctx.graph, ctx.cost_model, "local", seed=ctx.seed,
-                            budget_s=ctx.budget_s, t_begin=ctx.t_begin,
+                            budget_s=max(until - ctx.t_begin, 0.0), t_begin=ctx.t_begin,
                             options={"starts": starts})
-    except SimplaceError as err:  # the fine-tuned placement stands
-        info["local"] = f"failed: {err}"
+    except SimplaceError as err:  # the placement so far stands
+        if first:
+            info["local"] = f"failed: {err}"
         return best, best_s
     s = float(ctx.score(np.asarray(out.placement)[None])[0])
-    info["local"] = {"score": s, **{k: out.info[k] for k in ("restarts", "rounds")
-                                    if k in out.info}}
+    if first:
+        info["local"] = {"score": s, **{k: out.info[k] for k in ("restarts", "rounds")
+                                        if k in out.info}}
     return (np.asarray(out.placement, np.int32), s) if s < best_s else (best, best_s)
 
 
