@@ -68,8 +68,8 @@ def main() -> None:
     from simplace.compile_cache import enable
     from simplace.cost_model import CostModel
     from simplace.placers import optimize
-    from simplace.rl import distribution as dist
     from simplace.placers import pretrained as placer
+    from simplace.rl import distribution as dist
     from simplace.rl import guided, refine
 
     enable()

@@ -34,10 +34,13 @@ as ``rl-pretrained``'s, with the fine-tuned weights' probabilities), racing the 
 placement so far and the heuristics' placements that are faster
 (``simplace.rl.guided.RACE_LANES`` in all) as ``local`` races its starts, and the
 remainder to ``local``, started from that search's best and the zero-shot placement and
-the heuristics' placements that are faster still
-(without a budget: ``updates`` updates, then a deterministic op-level polish,
-``simplace.rl.refine``). Why the race: on some graphs a heuristic's placement leads the
-search to a faster basin than the policy's. Why searches after the updates:
+the heuristics' placements that are faster still, except ``END_POLISH_SHARE`` of it at the
+end: an op-level descent (``simplace.rl.refine.polish``: segment boundaries shifted by a
+few ops, whole runs and single ops across a cut moved), alternating with ``local`` while
+it converges early (without a budget: ``updates`` updates, then the same descent, capped,
+and deterministic). Why the race: on some graphs a heuristic's placement leads the
+search to a faster basin than the policy's. Why the descent: the searches end a few ops
+off the segment boundaries they would gain by. Why searches after the updates:
 per second, searching from the policy's placement improves it faster than more updates
 do, the policy's proposals lead the search on big graphs, and ``local``'s annealing
 finishes what they converge to (``bench/pretrained.py`` compares them at equal wall
@@ -88,8 +91,9 @@ GUIDED_SHARE = 0.8
 # The share of the time left after the cheap heuristics that the op-level descent
 # (simplace.rl.refine.polish: segment boundaries shifted by a few ops, whole runs and
 # single ops across a cut moved) takes at the end, after local. The searches' results
-# end a few ops off a segment boundary; the descent converged in 0.6-1.4 s on transformer
-# and took it from 1.029 to 1.006 of local-60's step time on 8 K40s
+# end a few ops off a segment boundary: with the descent transformer on 8 K40s went from
+# 1.012-1.019 of local-60's step time to 0.998-1.002, inception_v3 on 4 H100s from
+# 1.009-1.068 to 0.989-1.000, and the training rows did not lose
 # (bench/results/pretrained_2026-11-28j_vm_end-polish.txt).
 END_POLISH_SHARE = 0.1
 # A descent that converges with more than LOOP_FACTOR times its own time left (and
