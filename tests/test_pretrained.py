@@ -412,7 +412,9 @@ def test_rl_universal_under_a_budget_searches_from_the_fine_tuned_placement(mlp_
     cycles = r.info["finish"]
     assert len(polished) == len(cycles) >= 1
     assert polished[0][0] == pytest.approx(r.info["local"]["score"], rel=1e-9)
-    assert all(t0 < deadline <= t0 + 3.0 for _, deadline, _ in polished)
+    # every descent runs to the one deadline, the budget's end
+    assert len({deadline for _, deadline, _ in polished}) == 1
+    assert t0 < polished[0][1] <= t0 + 3.01
     assert all(c["descended"] <= c["annealed"] for c in cycles)
     assert all(b["annealed"] <= a["descended"] for a, b in itertools.pairwise(cycles))
     assert r.step_time_s == pytest.approx(polished[-1][2], rel=1e-9)
