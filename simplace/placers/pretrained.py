@@ -298,7 +298,9 @@ def _anneal_and_descend(ctx: PlacerContext, best, best_s: float, starts: list, i
 
     cycles, until = [], polish_at
     while True:
-        best, best_s = _search_rest(ctx, best, best_s, starts, info, until)
+        best, best_s, account = _local(ctx, best, best_s, starts, until)
+        if not cycles:
+            info["local"] = account
         t, annealed = time.perf_counter(), best_s
         best, best_s, batches = polish(ctx.score, best, best_s, ctx.inputs.num_devices,
                                        batch, _UNCAPPED, deadline=deadline, edges=edges)
@@ -314,27 +316,24 @@ def _anneal_and_descend(ctx: PlacerContext, best, best_s: float, starts: list, i
     return best, best_s
 
 
-def _search_rest(ctx: PlacerContext, best, best_s: float, starts: list, info: dict,
-                 until: float):
+def _local(ctx: PlacerContext, best, best_s: float, starts: list, until: float):
     """``local`` from ``starts`` until ``until`` (``time.perf_counter()`` seconds):
-    (placement, score), never worse than ``best``; the first call's account is
-    ``info["local"]``."""
+    (placement, score, account), the placement never worse than ``best``; the account is
+    local's score, restarts and rounds, or why it failed."""
     from simplace.placers import run_method
 
-    first = "local" not in info
     try:
         out, _ = run_method(ctx.graph, ctx.cost_model, "local", seed=ctx.seed,
                             budget_s=max(until - ctx.t_begin, 0.0), t_begin=ctx.t_begin,
                             options={"starts": starts})
     except SimplaceError as err:  # the placement so far stands
-        if first:
-            info["local"] = f"failed: {err}"
-        return best, best_s
+        return best, best_s, f"failed: {err}"
     s = float(ctx.score(np.asarray(out.placement)[None])[0])
-    if first:
-        info["local"] = {"score": s, **{k: out.info[k] for k in ("restarts", "rounds")
-                                        if k in out.info}}
-    return (np.asarray(out.placement, np.int32), s) if s < best_s else (best, best_s)
+    account = {"score": s, **{k: out.info[k] for k in ("restarts", "rounds")
+                              if k in out.info}}
+    if s < best_s:
+        return np.asarray(out.placement, np.int32), s, account
+    return best, best_s, account
 
 
 # After the updates, heuristics that cost little next to the time left (together at most
