@@ -613,7 +613,8 @@ def test_guided_resampling_restarts_when_converged_under_a_deadline(dag, monkeyp
 
 
 def test_screened_resampling_checks_memory_only_for_the_fastest_and_keeps_what_fits(dag):
-    from simplace.rl.guided import SCREEN_CHECKS, Level, refine
+    from simplace.rl.guided import Level, refine
+    from simplace.rl.refine import SCREEN_CHECKS
     from simplace.sim.native import NativeSimulator
 
     # the fastest device holds only half of what the graph needs at its peak: the

@@ -333,6 +333,49 @@ def test_polish_descends_with_range_moves_that_units_cannot_make():
     assert polish(score, start, 9.0, 3, 4, 100, deadline=0.0)[2] == 0
 
 
+
+def test_screened_polish_takes_the_same_steps_and_never_a_placement_that_does_not_fit():
+    from simplace.rl.refine import polish
+    from simplace.search import OOM_PENALTY, penalised
+
+    target = np.array([0, 0, 0, 1, 1, 1, 0, 1, 2, 2], np.int32)
+    src, dst = np.array([1, 5]), np.array([6, 6])
+
+    def step(b):
+        b = np.asarray(b)
+        return (b != target).sum(1) + 0.1 * (np.diff(b, axis=1) != 0).sum(1)
+
+    exact_rows = []
+
+    def make_score(oom_of):
+        def score(b):
+            exact_rows.append(len(b))
+            return penalised(step(b), oom_of(np.asarray(b)))
+        return score
+
+    start = np.array([0, 0, 1, 1, 1, 1, 1, 1, 1, 2], np.int32)
+    fits = make_score(lambda b: np.zeros(len(b), bool))
+    plain = polish(fits, start, float(fits(start[None])[0]), 3, 8, 500, edges=(src, dst))
+    plain_rows, exact_rows[:] = sum(exact_rows), []
+    screened = polish(fits, start, float(fits(start[None])[0]), 3, 8, 500,
+                      edges=(src, dst), screen=step)
+    # Everything fits: the screen's ranking is the exact one, so the same descent, with
+    # only the candidates faster than the current placement checked.
+    assert screened[0].tolist() == plain[0].tolist() == target.tolist()
+    assert screened[1:] == pytest.approx(plain[1:])
+    assert sum(exact_rows) < plain_rows / 4
+    # A placement with two ops on device 2 does not fit: the screen ranks the target
+    # fastest, the check turns it down, and the descent ends on the best that fits.
+    exact_rows[:] = []
+    tight = make_score(lambda b: (b == 2).sum(1) >= 2)
+    best, s, _ = polish(tight, start, float(tight(start[None])[0]), 3, 8, 500,
+                        edges=(src, dst), screen=step)
+    assert (best == 2).sum() < 2 and s < OOM_PENALTY
+    assert s == pytest.approx(float(step(best[None])[0]))
+    unscreened = polish(tight, start, float(tight(start[None])[0]), 3, 8, 500,
+                        edges=(src, dst))
+    assert s == pytest.approx(unscreened[1])
+
 def test_portfolio_starts_are_the_best_distinct_fitting_warm_starts():
     from simplace.rl.reinforce import portfolio_starts
 

@@ -297,13 +297,15 @@ def _anneal_and_descend(ctx: PlacerContext, best, best_s: float, starts: list, i
     from simplace.rl.refine import polish
 
     cycles, until = [], polish_at
+    screen = lambda b: ctx.screen(b).step_time_s  # noqa: E731
     while True:
         best, best_s, account = _local(ctx, best, best_s, starts, until)
         if not cycles:
             info["local"] = account
         t, annealed = time.perf_counter(), best_s
         best, best_s, batches = polish(ctx.score, best, best_s, ctx.inputs.num_devices,
-                                       batch, _UNCAPPED, deadline=deadline, edges=edges)
+                                       batch, _UNCAPPED, deadline=deadline, edges=edges,
+                                       screen=screen)
         took = time.perf_counter() - t
         cycles.append({"annealed": annealed, "descended": best_s, "batches": batches,
                        "descent_s": round(took, 3)})

@@ -46,6 +46,7 @@ import numpy as np
 
 from simplace._numba import njit
 from simplace.groups import members
+from simplace.rl.refine import screened_scores
 
 # Neighbours scored per round (one call of the batched simulator).
 BATCH = 128
@@ -90,11 +91,6 @@ GROUP_CUT_SHARE = 0.75
 # the variants that lost).
 RANGE_COUNTS = (16, 64, 256)
 MODULE_DEPTHS = (1, 2, 3, 4)
-# A screened round (``refine``'s ``screen``) scores its fastest neighbours up to the
-# first of these counts with the memory check, and the next ones up to the following
-# count while none of those fits. Without the memory check, a round of inception_v3 on
-# 8 K40s simulates in a third of the time (2.7 against 8.8 ms for 128 placements).
-SCREEN_CHECKS = (2, 8, 32)
 # A restart (under a deadline, once the search has converged) starts this many neighbour
 # steps away from the best.
 _KICK_STEPS = 4
@@ -153,7 +149,8 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     ``scores(int32[K, M]) -> float[K]``: the batch's scores, lower is better (a placement
     that does not fit scored ``inf``); ``screen``: optionally, the same without the
     memory check (``inf`` never), cheaper: a round ranks its neighbours by it and scores
-    only the fastest few (``SCREEN_CHECKS``, then the next ones while none fits);
+    only the fastest few (``simplace.rl.refine.SCREEN_CHECKS``, then the next ones while
+    none fits);
     ``src``, ``dst``: the graph's edges; ``until``: a ``time.perf_counter()`` deadline (no
     round starts that would end after it, by the last round's time). Without a deadline
     the result is a deterministic function of the seed. ``info``: rounds, gains, the
@@ -251,21 +248,10 @@ def race(levels: list[Level], starts: list, scores, *, src, dst, until: float,
 
 def _round_scores(cands: np.ndarray, scores, screen) -> np.ndarray:
     """float64[K]: the neighbours' scores; screened, only the fastest few's (the rest
-    ``inf``)."""
+    ``inf``; ``simplace.rl.refine.screened_scores``)."""
     if screen is None:
         return np.asarray(scores(cands), np.float64)
-    rank = np.argsort(np.asarray(screen(cands), np.float64), kind="stable")
-    s = np.full(len(cands), np.inf)
-    lo = 0
-    for hi in SCREEN_CHECKS:
-        top = rank[lo:hi]
-        if top.size == 0:
-            break
-        s[top] = np.asarray(scores(cands[top]), np.float64)
-        if np.isfinite(s[top]).any():
-            break
-        lo = hi
-    return s
+    return screened_scores(cands, scores, screen)
 
 
 class _Proposer:

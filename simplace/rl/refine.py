@@ -26,6 +26,11 @@ import numpy as np
 
 # Op-level boundary shifts of ``polish`` move up to this many ops.
 POLISH_REACH = 4
+# A screened batch (``screened_scores``) checks its fastest candidates up to the first of
+# these counts with the memory check, and the next ones up to the following count while
+# none of those fits. Without the memory check, 128 placements of inception_v3 on 8 K40s
+# simulate in a third of the time (2.7 against 8.8 ms).
+SCREEN_CHECKS = (2, 8, 32)
 
 
 def runs(units: np.ndarray) -> np.ndarray:
@@ -139,6 +144,30 @@ def range_moves(placement, num_devices: int, reach: int = 1, edges=None) -> np.n
     return moves
 
 
+def screened_scores(cands: np.ndarray, scores, screen, below: float = np.inf) -> np.ndarray:
+    """float64[K]: the candidates' ``scores`` (``scores(int32[k, M]) -> float64[k]``, the
+    memory-checked ones), computed only for the fastest few by ``screen`` (the same
+    step times without the memory check, far cheaper where memory is tight) and the rest
+    ``inf``: the fastest ``SCREEN_CHECKS[0]`` of those the screen puts below ``below``, then
+    the next ones up to each following count while none checked is below ``below``. A
+    candidate the screen puts at or above ``below`` is never checked: the memory check
+    only makes a step time worse."""
+    fast = np.asarray(screen(cands), np.float64)
+    rank = np.argsort(fast, kind="stable")
+    rank = rank[fast[rank] < below]
+    s = np.full(len(cands), np.inf)
+    lo = 0
+    for hi in SCREEN_CHECKS:
+        top = rank[lo:hi]
+        if top.size == 0:
+            break
+        s[top] = np.asarray(scores(cands[top]), np.float64)
+        if (s[top] < below).any():
+            break
+        lo = hi
+    return s
+
+
 def _apply(placement: np.ndarray, moves: np.ndarray) -> np.ndarray:
     out = np.repeat(placement[None], len(moves), axis=0)
     for i, (lo, hi, d) in enumerate(moves):
@@ -148,7 +177,8 @@ def _apply(placement: np.ndarray, moves: np.ndarray) -> np.ndarray:
 
 def polish(score: Callable[[np.ndarray], np.ndarray], placement, placement_score: float,
            num_devices: int, batch: int, max_batches: int,
-           deadline: float = np.inf, edges=None) -> tuple[np.ndarray, float, int]:
+           deadline: float = np.inf, edges=None,
+           screen=None) -> tuple[np.ndarray, float, int]:
     """First-improvement descent by ``range_moves`` of an *op* placement: what a run's
     best placement gets at its end, at a finer grain than the policy's units (a unit
     placement cannot move one op of a unit; these moves can).
@@ -161,7 +191,10 @@ def polish(score: Callable[[np.ndarray], np.ndarray], placement, placement_score
     goes on from where it was. Stops when a whole neighbourhood holds nothing better,
     after ``max_batches`` batches, or when ``time.perf_counter()`` passes ``deadline``
     (seconds; the only input that is not deterministic). ``score(int32[batch, M]) ->
-    float64[batch]`` penalised scores. Returns (best placement, its score, batches)."""
+    float64[batch]`` penalised scores. ``screen``: optionally, the step times without
+    the memory check; each batch is then ranked by it and only the candidates it puts
+    below the current score are checked (``screened_scores``), so a batch that holds
+    nothing better costs one screen. Returns (best placement, its score, batches)."""
     import time
 
     best = np.asarray(placement, np.int32)
@@ -174,7 +207,10 @@ def polish(score: Callable[[np.ndarray], np.ndarray], placement, placement_score
         n = len(chunk)
         if n < batch:
             chunk = np.concatenate([chunk, np.repeat(best[None], batch - n, axis=0)])
-        s = np.asarray(score(chunk), np.float64)[:n]
+        if screen is None:
+            s = np.asarray(score(chunk), np.float64)[:n]
+        else:  # padded to ``batch`` for the screen's compiled shape; only the n checked
+            s = screened_scores(chunk, score, screen, best_s)[:n]
         used += 1
         j = int(np.argmin(s))
         if s[j] < best_s:
