@@ -333,7 +333,6 @@ def test_polish_descends_with_range_moves_that_units_cannot_make():
     assert polish(score, start, 9.0, 3, 4, 100, deadline=0.0)[2] == 0
 
 
-
 def test_screened_polish_takes_the_same_steps_and_never_a_placement_that_does_not_fit():
     from simplace.rl.refine import polish
     from simplace.search import OOM_PENALTY, penalised
@@ -366,7 +365,6 @@ def test_screened_polish_takes_the_same_steps_and_never_a_placement_that_does_no
     assert sum(exact_rows) < plain_rows / 4
     # A placement with two ops on device 2 does not fit: the screen ranks the target
     # fastest, the check turns it down, and the descent ends on the best that fits.
-    exact_rows[:] = []
     tight = make_score(lambda b: (b == 2).sum(1) >= 2)
     best, s, _ = polish(tight, start, float(tight(start[None])[0]), 3, 8, 500,
                         edges=(src, dst), screen=step)
@@ -375,6 +373,7 @@ def test_screened_polish_takes_the_same_steps_and_never_a_placement_that_does_no
     unscreened = polish(tight, start, float(tight(start[None])[0]), 3, 8, 500,
                         edges=(src, dst))
     assert s == pytest.approx(unscreened[1])
+
 
 def test_portfolio_starts_are_the_best_distinct_fitting_warm_starts():
     from simplace.rl.reinforce import portfolio_starts
