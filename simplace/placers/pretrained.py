@@ -215,6 +215,9 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
         best, best_s = tuned, tuned_s
     info.update(updates=trained["updates"], fine_tuned_s=tuned_s)
     edges = (np.asarray(ctx.graph.src), np.asarray(ctx.graph.dst))
+    # the descents rank their batches without the memory check, and check only what beats
+    # the placement so far (refine.screened_scores)
+    screen = lambda b: ctx.screen(b).step_time_s  # noqa: E731
     if math.isfinite(deadline):
         heuristics = _cheap_heuristics(ctx, info)
         now = time.perf_counter()
@@ -227,10 +230,10 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
                                    now + opts["guided_share"] * (polish_at - now), info)
         starts = _local_starts(best, best_s, start.placement, heuristics)
         best, best_s = _anneal_and_descend(ctx, best, best_s, starts, info, polish_at,
-                                           deadline, samples, edges)
+                                           deadline, samples, edges, screen)
     else:
         best, best_s, batches = polish(ctx.score, best, best_s, d, samples, 200,
-                                       edges=edges)
+                                       edges=edges, screen=screen)
         info.update(polish_batches=batches)
     info.update(score=best_s, stop="time budget" if math.isfinite(deadline) else "updates")
     return PlacerOutput(best, info=info)
@@ -285,7 +288,7 @@ def _local_starts(best, best_s: float, zero_shot, heuristics: list) -> list:
 
 
 def _anneal_and_descend(ctx: PlacerContext, best, best_s: float, starts: list, info: dict,
-                        polish_at: float, deadline: float, batch: int, edges):
+                        polish_at: float, deadline: float, batch: int, edges, screen):
     """``local`` from ``starts`` until ``polish_at``, then the op-level descent
     (``simplace.rl.refine.polish``) until ``deadline`` (``time.perf_counter()`` seconds).
     A descent that converges early leaves time: while what is left is more than
@@ -293,11 +296,10 @@ def _anneal_and_descend(ctx: PlacerContext, best, best_s: float, starts: list, i
     anneals again from the result for the time left less the descent's, and the descent
     follows. Returns (placement, score), never worse than ``best``; ``info["local"]`` is
     the first ``local``'s, ``info["finish"]`` every cycle's scores (after ``local``, after
-    the descent), batches and descent seconds."""
+    the descent), batches and descent seconds. ``screen``: ``polish``'s."""
     from simplace.rl.refine import polish
 
     cycles, until = [], polish_at
-    screen = lambda b: ctx.screen(b).step_time_s  # noqa: E731
     while True:
         best, best_s, account = _local(ctx, best, best_s, starts, until)
         if not cycles:

@@ -29,7 +29,8 @@ POLISH_REACH = 4
 # A screened batch (``screened_scores``) checks its fastest candidates up to the first of
 # these counts with the memory check, and the next ones up to the following count while
 # none of those fits. Without the memory check, 128 placements of inception_v3 on 8 K40s
-# simulate in a third of the time (2.7 against 8.8 ms).
+# simulate in half the time (3.5 against 6.7 ms; section 0 of
+# bench/results/pretrained_2026-11-28k_vm_screened-descent.txt).
 SCREEN_CHECKS = (2, 8, 32)
 
 
