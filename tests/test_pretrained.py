@@ -500,6 +500,50 @@ def test_the_optimize_command_runs_rl_universal(tmp_path, capsys):
     assert "--history does not apply to --method rl-universal" in capsys.readouterr().err
 
 
+def test_zero_shot_races_the_rivals_that_beat_the_policy(dag):
+    import time
+
+    from simplace.sim import simulate
+
+    inp = _machine(dag, [1e9, 4e9, 4e9], bw=1e8)
+    batch = zero_shot(dag, inp, samples=8)[1]
+    better, _ = zero_shot(dag, inp, samples=8, refine_rounds=40)  # a placement to rival
+    better_s = simulate(dag, inp, better).step_time_s
+    assert better_s < batch["step_time_s"]
+    worst = np.zeros(dag.num_ops, np.int32)  # the slowest device alone
+    # scored in the batch: the rival that beats the policy's rows is the answer
+    p, info = zero_shot(dag, inp, samples=8, rivals=[("mine", better), ("slow", worst)])
+    assert info["picked"] == "mine" and np.array_equal(p, better)
+    assert info["scored"] == batch["scored"] + 2
+    # under a deadline the search races it with the policy's best; the slow one stays out
+    p, info = zero_shot(dag, inp, samples=8, rivals=[("mine", better), ("slow", worst)],
+                        refine_rounds=10**9, refine_until=time.perf_counter() + 0.5)
+    lanes = {lane["start"] for lane in info["refine"]["lanes"]}
+    assert "mine" in lanes and "slow" not in lanes and len(lanes) == 2
+    assert info["step_time_s"] <= better_s * (1 + 1e-12)
+    assert simulate(dag, inp, p).step_time_s == pytest.approx(info["step_time_s"], rel=1e-9)
+    # a rival no faster than the policy's best is not raced
+    info = zero_shot(dag, inp, samples=8, rivals=[("slow", worst)], refine_rounds=10**9,
+                     refine_until=time.perf_counter() + 0.2)[1]
+    assert "lanes" not in info["refine"]
+
+
+def test_rl_pretrained_with_a_budget_races_the_cheap_heuristics(mlp_graph):
+    from simplace.placers import optimize
+
+    cm = CostModel.load("haswell_k40x4")
+    r = optimize(mlp_graph, cm, "rl-pretrained", budget_s=1.5)
+    found = r.info["heuristic_starts"]
+    # single is not run: the batch holds every single device
+    assert found and "single" not in found and "rl-pretrained" not in found
+    assert r.step_time_s <= min(found.values()) * (1 + 1e-12)
+    # without a budget (or rounds) none run
+    assert "heuristic_starts" not in optimize(mlp_graph, cm, "rl-pretrained",
+                                              refine_rounds=5).info
+    assert "heuristic_starts" not in optimize(mlp_graph, cm, "rl-pretrained", budget_s=1.5,
+                                              refine_rounds=0).info
+
+
 def test_zero_shot_also_places_the_coarsened_graph(dag):
     # On a machine of four virtual devices that share one chip the best placement is
     # one device or whole blocks; the coarse candidates are placements of whole groups
@@ -539,17 +583,22 @@ def test_the_fine_tune_runs_the_cheap_heuristics_best_first(mlp_graph):
 
 
 def test_the_guided_race_takes_distinct_heuristics_that_beat_the_fine_tuned_placement():
-    from simplace.placers.pretrained import _distinct_faster
+    from simplace.rl.guided import race_lanes
 
     best = np.array([0, 1, 2, 3], np.int32)
     a, b, c = (np.array(x, np.int32) for x in ([1, 1, 1, 1], [0, 0, 1, 1], [2, 2, 2, 2]))
-    found = [(1.0, "m_sct", a), (1.0, "m_etf", a.copy()),  # alike: one lane
-             (2.0, "heft", b), (3.0, "metis", c), (9.0, "single", c)]
-    lanes = _distinct_faster(found, best, 5.0)
-    assert [(n, s) for n, _, s in lanes] == [("m_sct", 1.0), ("heft", 2.0)]
-    assert [n for n, _, _ in _distinct_faster(found, best, 2.5)] == ["m_sct", "heft"]
-    assert [n for n, _, _ in _distinct_faster(found, best, 1.5)] == ["m_sct"]
-    assert _distinct_faster(found, best, 1.0) == []
+    found = [("m_sct", a, 1.0), ("m_etf", a.copy(), 1.0),  # alike: one lane
+             ("heft", b, 2.0), ("metis", c, 3.0), ("single", c, 9.0)]
+
+    def names(best_s):
+        lanes = race_lanes(("fine-tuned", best, best_s), found)
+        assert lanes[0][0] == "fine-tuned"
+        return [(n, s) for n, _, s in lanes[1:]]
+
+    assert names(5.0) == [("m_sct", 1.0), ("heft", 2.0)]
+    assert names(2.5) == [("m_sct", 1.0), ("heft", 2.0)]
+    assert names(1.5) == [("m_sct", 1.0)]
+    assert names(1.0) == []
 
 
 def _guided_setup(dag):

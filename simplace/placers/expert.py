@@ -37,7 +37,7 @@ from simplace.placers.partitioners import (
     repair_memory,
 )
 from simplace.placers.registry import Cost, choice_option, option_values
-from simplace.placers.single import single_device_candidates
+from simplace.placers.single import single_device_trials
 
 _LAYER = re.compile(r"^layer_(\d+)$")
 
@@ -228,13 +228,12 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         return PlacerOutput(p, history=history, info=info)
 
     # The fastest device that holds the whole model (``single``'s choice).
-    for d in single_device_candidates(ctx):
-        p = np.full(m, d, dtype=np.int32)
-        res = ctx.simulate(p)
+    for t in single_device_trials(ctx):
+        d = t["device"]
         history.append({"candidate": f"single {names[d]}",
-                        "step_time_s": float(res.step_time_s), "oom": bool(res.oom)})
-        if not res.oom:
-            return PlacerOutput(p, history=history,
+                        "step_time_s": t["step_time_s"], "oom": t["oom"]})
+        if not t["oom"]:
+            return PlacerOutput(np.full(m, d, dtype=np.int32), history=history,
                                 info={"rule": "single_device", "device": names[d]})
 
     # No device holds it: a layer-balanced split across the GPUs.

@@ -209,7 +209,7 @@ def _score_fixed(ctx: PlacerContext, placements: np.ndarray, batch: int):
 # ---------------------------------------------------------------- starts
 
 
-def _start_list(ctx: PlacerContext) -> list:
+def _start_list(ctx: PlacerContext, add_single: bool = True) -> list:
     starts = ctx.options.get("starts")
     if starts is None:
         from simplace.placers import methods_of_kind
@@ -232,7 +232,7 @@ def _start_list(ctx: PlacerContext) -> list:
     # ``single`` always, unless named or given: a placement of every op on one device
     # stands for it (``compare`` passes single's placement among those it found, and a
     # list scheduler that fell back to one device returned single's).
-    if not any((isinstance(x, str) and x == "single")
+    if add_single and not any((isinstance(x, str) and x == "single")
                or (not isinstance(x, str) and _one_device(x)) for x in starts):
         starts.append("single")
     return starts
@@ -243,8 +243,10 @@ def _one_device(placement) -> bool:
     return p.ndim == 1 and p.size > 0 and bool(np.all(p == p.flat[0]))
 
 
-def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None):
-    """[(label, placement)] and a report row per start. Heuristics are not started after
+def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None,
+               add_single: bool = True):
+    """[(label, placement)] and a report row per start (``single``'s among them unless
+    named or given, or ``add_single`` is False). Heuristics are not started after
     ``starts_until`` (perf_counter time), nor when their estimated cost
     (``simplace.placers.registry.fast_cost_s``) does not fit the time left until then, nor
     once a stop is requested (``single`` is); each is given ``sub_budget`` or the time
@@ -256,7 +258,7 @@ def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None
     m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
     found, report = [], []
     known = methods()
-    for i, s in enumerate(_start_list(ctx)):
+    for i, s in enumerate(_start_list(ctx, add_single)):
         if isinstance(s, str):
             if s == "all" or (s in known and method_kind(s) in ("annealer", "exhaustive")):
                 report.append({"start": s, "error": "not usable as a start"})

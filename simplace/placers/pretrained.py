@@ -10,7 +10,11 @@ every single device by the batched simulator. Then it improves the best of them 
 ``refine_rounds`` rounds (default ``REFINE_ROUNDS``; with a time budget, rounds until it
 is spent) of policy-guided resampling (``simplace.rl.guided``: the policy's probabilities
 propose the moves of a greedy search; no weight changes), fewer once they stop paying,
-and returns the best. Without a time budget the result is a deterministic function of the
+and returns the best. With a time budget the cheap heuristics run first
+(``ZERO_SHOT_HEURISTIC_SHARE`` of it; ``info["heuristic_starts"]``), their placements are
+scored in the batch, and the guided search races those that beat the policy's best from
+their placements too, with the policy's proposals (on small graphs a list scheduler's
+placement is sometimes a far better start than the policy's). Without a time budget the result is a deterministic function of the
 seed. It is a fast method (kind heuristic), so ``local`` and ``--method all`` take
 it as one of their starts: as a start (of ``local``, of the searches of ``--method all``,
 or an ``rl-*`` warm start) it gives its batch alone (``start_options``), and the search
@@ -73,7 +77,7 @@ from simplace.placers import (
 )
 from simplace.placers.registry import option_values
 from simplace.rl.cli_args import MAX_SAMPLES
-from simplace.rl.guided import RACE_LANES
+from simplace.rl.guided import race_lanes
 
 FALLBACK = "heft"
 DEFAULT_UPDATES = 200
@@ -132,12 +136,18 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         until = ctx.t_begin + float(ctx.budget_s)
         if rounds:  # with a budget, rounds until it is spent (or they stop paying)
             rounds = _UNCAPPED
+    found = {}
+    # with a budget, the cheap heuristics' placements race the policy's in its search
+    # (not single: the batch has every single device)
+    rivals = ([(n, p) for _, n, p in _cheap_heuristics(ctx, found, ZERO_SHOT_HEURISTIC_SHARE,
+                                                       single=False)]
+              if until is not None and rounds and ZERO_SHOT_HEURISTIC_SHARE > 0 else [])
     try:
         placement, info = zero_shot(ctx.graph, ctx.inputs, samples=samples, seed=ctx.seed,
                                     weights=weights, simulator=ctx.batched,
                                     screen=ctx.screen if rounds else None,
                                     refine_until=until,
-                                    refine_rounds=rounds)
+                                    refine_rounds=rounds, rivals=rivals)
     except SimplaceError as err:
         if weights is not None or "weights" not in str(err):
             raise
@@ -146,7 +156,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         ctx.progress(f"rl-pretrained: {err} Placing with {FALLBACK} instead.")
         out, _ = run_method(ctx.graph, ctx.cost_model, FALLBACK, seed=ctx.seed)
         return PlacerOutput(out.placement, info={"fallback": FALLBACK, "why": str(err)})
-    return PlacerOutput(placement, info=info)
+    return PlacerOutput(placement, info={**info, **found})
 
 
 @register("rl-universal", kind="policy", options={
@@ -224,8 +234,8 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
         # the end's op-level descent gets its share of what is left; the searches the rest
         polish_at = deadline - END_POLISH_SHARE * max(deadline - now, 0.0)
         if params is not None and opts["guided_share"] > 0:
-            lanes = [("fine-tuned", best, best_s)] + _distinct_faster(heuristics, best,
-                                                                      best_s)
+            lanes = race_lanes(("fine-tuned", best, best_s),
+                               [(n, p, s) for s, n, p in heuristics])
             best, best_s = _guided(ctx, params, lanes,
                                    now + opts["guided_share"] * (polish_at - now), info)
         starts = _local_starts(best, best_s, start.placement, heuristics)
@@ -263,21 +273,6 @@ def _guided(ctx: PlacerContext, params, starts: list, until: float, info: dict):
                                       until=until, seed=ctx.seed,
                                       screen=lambda b: screen(b).step_time_s)
     return (out, out_s) if out_s < best_s else (best, best_s)
-
-
-def _distinct_faster(heuristics: list, best, best_s: float) -> list:
-    """``(name, placement, score)`` of the ``RACE_LANES - 1`` fastest distinct heuristics'
-    placements (``heuristics`` as ``_cheap_heuristics`` gives them) that beat ``best``:
-    the guided race's other lanes (two heuristics that place alike would race twice)."""
-    from simplace.placers.local import _race_starts
-
-    faster = [(n, p, s) for s, n, p in heuristics if s < best_s]
-    if not faster:
-        return []
-    placements = np.stack([best] + [p for _, p, _ in faster])
-    scores = np.array([best_s] + [s for _, _, s in faster])
-    picked = _race_starts(placements, scores, RACE_LANES)  # best's row 0 is the slowest
-    return [faster[k - 1] for k in picked if k > 0][:RACE_LANES - 1]
 
 
 def _local_starts(best, best_s: float, zero_shot, heuristics: list) -> list:
@@ -349,21 +344,28 @@ def _local(ctx: PlacerContext, best, best_s: float, starts: list, until: float):
 # search's (a share of 0.125 took a fifth of the guided search's rounds on inception_v3;
 # bench/results/pretrained_2026-11-28h_vm_guided-race.txt).
 HEURISTIC_SHARE = 0.05
+# rl-pretrained with a budget runs the cheap heuristics first, within this share of it,
+# and its guided search races the fastest of their placements that beat the policy's.
+ZERO_SHOT_HEURISTIC_SHARE = 0.1
 
 
-def _cheap_heuristics(ctx: PlacerContext, info: dict) -> list:
+def _cheap_heuristics(ctx: PlacerContext, info: dict, share: float = HEURISTIC_SHARE,
+                      single: bool = True) -> list:
     """``(score, name, placement)`` of the cheap fast heuristics (not learned; run as
-    ``local`` runs its starts, within ``HEURISTIC_SHARE`` of the time left), best first;
-    ``info["heuristic_starts"]`` has their scores."""
+    ``local`` runs its starts, within ``share`` of the time left; ``single`` always,
+    unless ``single`` is False), best first; ``info["heuristic_starts"]`` has their
+    scores."""
     from simplace.placers.local import run_starts
     from simplace.placers.registry import fast_rank
 
     if ctx.budget_s is None:
         return []
     now = time.perf_counter()
-    allowance = HEURISTIC_SHARE * (ctx.t_begin + float(ctx.budget_s) - now)
-    names = sorted(methods_of_kind("heuristic", learned=False), key=fast_rank)
-    found, _ = run_starts(_with_options(ctx, {"starts": names}), now + allowance, allowance)
+    allowance = share * (ctx.t_begin + float(ctx.budget_s) - now)
+    names = sorted((n for n in methods_of_kind("heuristic", learned=False)
+                    if single or n != "single"), key=fast_rank)
+    found, _ = run_starts(_with_options(ctx, {"starts": names}), now + allowance, allowance,
+                          add_single=single)
     if not found:
         return []
     scores = ctx.score(np.stack([p for _, p in found]))

@@ -27,19 +27,33 @@ def single_device_candidates(ctx: PlacerContext) -> list[int]:
     return [int(d) for d in np.argsort(single_device_step_s(ctx), kind="stable")]
 
 
+def single_device_trials(ctx: PlacerContext) -> list[dict]:
+    """``{"device", "step_time_s", "oom"}`` of every op on one device, for the devices in
+    ``single_device_candidates``' order up to the first that holds the model (all of them
+    if none does), simulated in one call of the batched simulator (a call per device of
+    the reference one took a third of a second on inception_v3)."""
+    devices = single_device_candidates(ctx)
+    if not devices:
+        return []
+    res = ctx.batched(np.repeat(np.asarray(devices, np.int32)[:, None], ctx.graph.num_ops, 1))
+    tried = []
+    for d, t, oom in zip(devices, np.asarray(res.step_time_s), np.asarray(res.oom),
+                         strict=True):
+        tried.append({"device": d, "step_time_s": float(t), "oom": bool(oom)})
+        if not oom:
+            break
+    return tried
+
+
 @register("single", cost=Cost(0.0, 1e-5, paces=True), rank=0)
 def place(ctx: PlacerContext) -> PlacerOutput:
     """Every op on the fastest device that holds the model; if none does, on the device with the
     most memory (``info['fits']`` False)."""
     m = ctx.graph.num_ops
-    tried = []
-    for d in single_device_candidates(ctx):
-        p = np.full(m, d, dtype=np.int32)
-        res = ctx.simulate(p)
-        tried.append({"device": d,
-                      "step_time_s": float(res.step_time_s), "oom": bool(res.oom)})
-        if not res.oom:
-            return PlacerOutput(p, history=tried, info={"device": d})
+    tried = single_device_trials(ctx)
+    if tried and not tried[-1]["oom"]:
+        d = tried[-1]["device"]
+        return PlacerOutput(np.full(m, d, dtype=np.int32), history=tried, info={"device": d})
     # Nothing fits on one device: say so, and return the one with the most memory.
     d = int(np.argmax(ctx.inputs.memory_bytes))
     return PlacerOutput(np.full(m, d, dtype=np.int32), history=tried,

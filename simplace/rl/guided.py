@@ -246,6 +246,22 @@ def race(levels: list[Level], starts: list, scores, *, src, dst, until: float,
                                        "lanes": rows}
 
 
+def race_lanes(first: tuple, others: list) -> list:
+    """``race``'s starts: ``first`` (``(label, placement, score)``, the best placement
+    so far) and the ``RACE_LANES - 1`` fastest distinct ``others`` (likewise) that beat
+    it (two that place alike would race twice)."""
+    from simplace.placers.local import _race_starts
+
+    faster = [o for o in others if o[2] < first[2]]
+    if not faster:
+        return [first]
+    rows = [first] + faster
+    picked = _race_starts(np.stack([np.asarray(p) for _, p, _ in rows]),
+                          np.array([s for _, _, s in rows], np.float64), RACE_LANES)
+    # first (row 0) is the slowest: picked only when fewer others are distinct from it
+    return [first] + [rows[k] for k in picked if k > 0][:RACE_LANES - 1]
+
+
 def _round_scores(cands: np.ndarray, scores, screen) -> np.ndarray:
     """float64[K]: the neighbours' scores; screened, only the fastest few's (the rest
     ``inf``; ``simplace.rl.refine.screened_scores``)."""

@@ -205,8 +205,8 @@ def policy_levels(graph, inputs, params, coarse=COARSE_UNITS) -> list:
 
 def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
               simulator=None, screen=None, coarse=COARSE_UNITS,
-              refine_until: float | None = None,
-              refine_rounds: int | None = None) -> tuple[np.ndarray, dict]:
+              refine_until: float | None = None, refine_rounds: int | None = None,
+              rivals=()) -> tuple[np.ndarray, dict]:
     """``(placement int32[M], info)``: the best of the policy's greedy placement and
     ``samples`` sampled ones, of the ops and of the graph coarsened to each of ``coarse``
     group counts (those below its op count), and every single device, no training.
@@ -217,10 +217,14 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     a native one when ``simulator`` is the default, else none). With ``refine_rounds``,
     the best is then improved by that many rounds of policy-guided resampling
     (``simplace.rl.guided``; fewer if it converges, or if a round would end after
-    ``refine_until``, a ``time.perf_counter()`` deadline; ``info["refine"]``). ``info``:
-    the step time, units, how many placements were scored, which kind won (``picked``,
-    ``picked_units``; ``"refined"`` when the resampling improved it), the batch's best
-    (``batch_s``) and the seconds spent."""
+    ``refine_until``, a ``time.perf_counter()`` deadline; ``info["refine"]``).
+    ``rivals``: ``(label, placement int[M])`` pairs, such as cheap heuristics', scored in
+    the batch too; under a deadline the resampling races the best of the policy's and
+    single-device rows with the fastest distinct rivals that beat it
+    (``simplace.rl.guided.race``, ``race_lanes``). ``info``: the step time, units, how
+    many placements were scored, which kind won (``picked``, ``picked_units``; a rival's
+    label; ``"refined"`` when the resampling improved it), the batch's best (``batch_s``)
+    and the seconds spent."""
     import jax
 
     from simplace.rl.policies import universal as net
@@ -253,6 +257,10 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     d, m = int(inputs.num_devices), graph.num_ops
     cands.append(np.repeat(np.arange(d, dtype=np.int32)[:, None], m, 1))
     kinds += [("single device", m)] * d
+    own = len(kinds)  # the rows before the rivals'
+    for label, p in rivals:
+        cands.append(np.asarray(p, np.int32).reshape(1, m))
+        kinds.append((str(label), m))
     placements = np.concatenate(cands, 0).astype(np.int32)
     if simulator is None:
         from simplace.sim.native import NativeSimulator
@@ -273,15 +281,25 @@ def zero_shot(graph, inputs, *, samples: int = 64, seed: int = 0, weights=None,
     info = {"units": problems[0].num_units, "scored": len(placements), "greedy_s": float(t[0]),
             "batch_s": best_t, "picked": kinds[j][0], "picked_units": kinds[j][1]}
     if np.isfinite(score[j]) and refine_rounds:
-        from simplace.rl.guided import refine
+        from simplace.rl.guided import race, race_lanes, refine
 
-        best, _, info["refine"] = refine(
-            _levels(graph, levels, free), best, float(score[j]), lambda b: scores(b)[1],
-            src=graph.src, dst=graph.dst, seed=seed, until=refine_until,
-            rounds=refine_rounds,
-            screen=None if screen is None else (lambda b: screen(b).step_time_s))
-        if info["refine"]["gains"]:
-            best_t = info["refine"]["step_time_s"]
+        lv = _levels(graph, levels, free)
+        exact = lambda b: scores(b)[1]  # noqa: E731
+        fast = None if screen is None else (lambda b: screen(b).step_time_s)
+        # the race's first lane: the best of the policy's rows and the single devices
+        k = int(np.argmin(score[:own]))
+        lanes = [] if refine_until is None or not np.isfinite(score[k]) else race_lanes(
+            (kinds[k][0], placements[k], float(score[k])),
+            [(kinds[r][0], placements[r], float(score[r])) for r in range(own, len(kinds))])
+        if len(lanes) > 1:
+            out, out_s, info["refine"] = race(lv, lanes, exact, src=graph.src, dst=graph.dst,
+                                              until=refine_until, seed=seed, screen=fast)
+        else:
+            out, out_s, info["refine"] = refine(
+                lv, best, float(score[j]), exact, src=graph.src, dst=graph.dst, seed=seed,
+                until=refine_until, rounds=refine_rounds, screen=fast)
+        if out_s < score[j]:
+            best, best_t = out, float(out_s)
             info["picked"] = "refined"
     # (a refined placement fits: only one that fits is refined, and only by ones that fit)
     info.update(step_time_s=best_t, oom=not np.isfinite(score[j]),
