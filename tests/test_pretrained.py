@@ -719,6 +719,8 @@ def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag, monkeypat
     zero = np.zeros(m, np.int32)
     no_edges = np.zeros(0, np.int64)
     monkeypatch.setattr(guided, "SHIFT_SHARE", 0.0)  # shift moves: their own test
+    # one policy move per neighbour: a unit drawn twice would leave device 2 the second time
+    monkeypatch.setattr(guided, "_POLICY_MOVES", (1,))
     # the policy wants device 2 for every op: policy moves take ops there, nowhere else
     sure = _Proposer([Level(np.tile([0.0, 0.0, 1.0], (m, 1)), np.arange(m))],
                      no_edges, no_edges)
@@ -758,6 +760,37 @@ def test_guided_moves_draw_devices_from_the_policy_and_cross_cuts(dag, monkeypat
     # the same seed gives the same neighbours
     np.testing.assert_array_equal(sure(zero, 8, np.random.default_rng(3)),
                                   sure(zero, 8, np.random.default_rng(3)))
+
+
+def test_the_guided_search_gives_more_neighbours_to_the_moves_that_win(dag, monkeypatch):
+    from simplace.rl import guided
+    from simplace.rl.guided import ADAPT_FLOOR, Level, _ArmStats, _Proposer
+
+    prior = np.array([0.5, 0.25, 0.25])
+    used = np.repeat([0, 1, 2], [64, 32, 32])
+    arms = _ArmStats(prior)
+    arms.update(used, None)  # no winner yet: the prior
+    np.testing.assert_array_equal(arms.shares, prior)
+    for _ in range(50):  # arm 2 makes every round's winner
+        arms.update(used, 2)
+    ratio = arms.shares / prior
+    assert ratio[2] > 2 and ratio[0] < 1 and ratio[1] < 1
+    assert np.all(arms.shares >= ADAPT_FLOOR * prior - 1e-15)
+    # the proposer draws its arms from the shares
+    m = dag.num_ops
+    proposer = _Proposer([Level(np.full((m, 3), 1 / 3), np.arange(m))], dag.src, dag.dst)
+    assert proposer.prior.size == 3 and proposer.prior.sum() == pytest.approx(1.0)
+    p = (np.arange(m) % 3).astype(np.int32)
+    proposer(p, 4000, np.random.default_rng(0), np.array([0.0, 0.0, 1.0]))
+    assert np.all(proposer.arms == 2)
+    proposer(p, 4000, np.random.default_rng(0))
+    np.testing.assert_allclose(np.bincount(proposer.arms, minlength=3) / 4000,
+                               proposer.prior, atol=0.03)
+    # no adaptation: the prior throughout
+    monkeypatch.setattr(guided, "ADAPT_DECAY", 0.0)
+    still = _ArmStats(prior)
+    still.update(used, 2)
+    np.testing.assert_array_equal(still.shares, prior)
 
 
 def test_shift_moves_move_a_segment_boundary_or_merge_a_run(dag, monkeypatch):

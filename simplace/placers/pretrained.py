@@ -14,11 +14,11 @@ and returns the best. With a time budget the cheap heuristics run first
 (``ZERO_SHOT_HEURISTIC_SHARE`` of it; ``info["heuristic_starts"]``), their placements are
 scored in the batch, and the guided search races those that beat the policy's best from
 their placements too, with the policy's proposals (on small graphs a list scheduler's
-placement is sometimes a far better start than the policy's). Without a time budget the result is a deterministic function of the
-seed. It is a fast method (kind heuristic), so ``local`` and ``--method all`` take
-it as one of their starts: as a start (of ``local``, of the searches of ``--method all``,
-or an ``rl-*`` warm start) it gives its batch alone (``start_options``), and the search
-refines.
+placement is sometimes a far better start than the policy's). Without a time budget the
+result is a deterministic function of the seed. It is a fast method (kind heuristic), so
+``local`` and ``--method all`` take it as one of their starts: as a start (of ``local``,
+of the searches of ``--method all``, or an ``rl-*`` warm start) it gives its batch alone
+(``start_options``), and the search refines.
 
 Options: ``samples``; ``refine_rounds`` (0: the batch alone); ``weights``: a weights file
 from ``simplace train-policy`` (default: the shipped one). When the shipped weights cannot

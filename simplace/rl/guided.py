@@ -23,6 +23,10 @@ few for memory. A neighbour is made (``CUT_SHARE``) by:
   between two segments moves by 1 to 8 ops, or the whole run after a boundary joins the
   segment before it (``MERGE_SHARE``).
 
+Each kind of policy or cut move and level is an arm; the shares above are the arms'
+priors, and the search adapts them (``ADAPT_DECAY``): an arm that recently made more of
+the rounds' winning neighbours than the others makes more neighbours.
+
 Why: the policy's per-unit probabilities are good proposals, but its batch of
 independent samples rarely gets units that depend on each other right together; a
 few hundred greedy rounds mend much of that on graphs of a few hundred to a few thousand
@@ -38,6 +42,7 @@ sometimes leads to a faster basin than the policy's).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -101,6 +106,15 @@ _KICK_STEPS = 4
 # seeds, the other held-out rows within their spread
 # (bench/results/pretrained_2026-11-28_vm_annealing.txt).
 TEMPERATURE = (0.003, 0.0003)
+# The arms' shares adapt (adaptive operator selection, as adaptive large neighbourhood
+# search does): each arm (kind of move, level; ``_Proposer.prior``) makes its prior share
+# of the neighbours times its recent rate of making the round's winning neighbour over
+# the rate of all arms, at least ``ADAPT_FLOOR`` of its prior. Its uses and wins decay by
+# ``ADAPT_DECAY`` a round, and ``ADAPT_PSEUDO_USES`` uses at the mean rate smooth an arm
+# that has made few. 0 for ``ADAPT_DECAY``: the prior shares, no adaptation.
+ADAPT_DECAY = 0.99
+ADAPT_PSEUDO_USES = 256.0
+ADAPT_FLOOR = 0.1
 
 
 @dataclass(frozen=True)
@@ -164,6 +178,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     cur, cur_s = best, best_s  # where the search is (after a restart, not the best)
     start_s = best_s
     propose = _Proposer(levels, src, dst)
+    arms = _ArmStats(propose.prior)
     rng = np.random.default_rng(seed)
     done = gains = idle = restarts = 0
     round_s = 0.0  # the last round's seconds
@@ -184,9 +199,10 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
             cur_s = float(np.asarray(scores(cur[None]), np.float64)[0])
             idle = 0
             restarts += 1
-        cands = propose(cur, batch, rng)
+        cands = propose(cur, batch, rng, arms.shares)
         s = _round_scores(cands, scores, screen)
         j = int(np.argmin(s))
+        arms.update(propose.arms, int(propose.arms[j]) if s[j] < cur_s else None)
         done += 1
         if s[j] < cur_s:
             cur, cur_s = cands[j].copy(), float(s[j])
@@ -262,6 +278,33 @@ def race_lanes(first: tuple, others: list) -> list:
     return [first] + [rows[k] for k in picked if k > 0][:RACE_LANES - 1]
 
 
+class _ArmStats:
+    """The arms' decayed uses and wins, and the shares they give (``ADAPT_DECAY``)."""
+
+    def __init__(self, prior: np.ndarray):
+        self.prior = np.asarray(prior, np.float64)
+        self.uses = np.zeros_like(self.prior)
+        self.wins = np.zeros_like(self.prior)
+        self.shares = self.prior
+
+    def update(self, used: np.ndarray, won: int | None) -> None:
+        """A round's arms (``used``, one per neighbour) and the winning neighbour's arm
+        (None: no neighbour beat the incumbent)."""
+        if ADAPT_DECAY <= 0 or self.prior.size < 2:
+            return
+        self.uses *= ADAPT_DECAY
+        self.wins *= ADAPT_DECAY
+        self.uses += np.bincount(used, minlength=self.prior.size)
+        if won is not None:
+            self.wins[won] += 1.0
+        total = self.wins.sum()
+        if total <= 0:
+            return
+        mean = total / self.uses.sum()
+        rate = (self.wins + ADAPT_PSEUDO_USES * mean) / (self.uses + ADAPT_PSEUDO_USES)
+        self.shares = self.prior * np.maximum(rate / mean, ADAPT_FLOOR)
+
+
 def _round_scores(cands: np.ndarray, scores, screen) -> np.ndarray:
     """float64[K]: the neighbours' scores; screened, only the fastest few's (the rest
     ``inf``; ``simplace.rl.refine.screened_scores``)."""
@@ -298,9 +341,31 @@ class _Proposer:
             self.order = np.concatenate([o for o, _ in parts]).astype(np.int64)
             self.unit_of = np.stack([np.asarray(lv.unit_of_op, np.int64) for lv in levels])
 
-    def __call__(self, p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-        """int32[k, M]: ``k`` neighbours of ``p``."""
+    @functools.cached_property
+    def prior(self) -> np.ndarray:
+        """float64[A]: the share of neighbours each arm (kind of move: ops across a cut;
+        whole units of each level across a cut; policy moves of each level) makes by
+        default: ``CUT_SHARE`` cut moves, ``GROUP_CUT_SHARE`` of them whole units of a
+        level drawn uniformly; of the policy moves, ``FIRST_SHARE`` of the first level,
+        the rest of a level drawn uniformly."""
+        nlev = self.base.size - 1
+        if nlev == 0:
+            return np.ones(1)
+        cut = np.concatenate([[CUT_SHARE * (1 - GROUP_CUT_SHARE)],
+                              np.full(nlev, CUT_SHARE * GROUP_CUT_SHARE / nlev)])
+        policy = np.full(nlev, (1 - CUT_SHARE) * (1 - FIRST_SHARE) / nlev)
+        policy[0] += (1 - CUT_SHARE) * FIRST_SHARE
+        return np.concatenate([cut, policy])
+
+    def __call__(self, p: np.ndarray, k: int, rng: np.random.Generator,
+                 shares: np.ndarray | None = None) -> np.ndarray:
+        """int32[k, M]: ``k`` neighbours of ``p``, each made by an arm drawn from
+        ``shares`` (float[A], default ``prior``); the arms drawn are left in
+        ``self.arms``."""
         p = np.ascontiguousarray(p, np.int32)
+        cum = np.cumsum(self.prior if shares is None else shares)
+        self.arms = np.minimum(np.searchsorted(cum, rng.random(k) * cum[-1], side="right"),
+                               cum.size - 1).astype(np.int64)
         cut = np.flatnonzero(p[self.src] != p[self.dst])
         # segment ends (each one's last op), for shift moves only: off by default, and this
         # runs every round
@@ -309,7 +374,7 @@ class _Proposer:
         out = np.empty((k, p.size), np.int32)
         _propose(p, out, self.src[cut], self.dst[cut], self.probs, self.start, self.end,
                  self.order, self.base, self.unit_of, self.d, rng.random((k, _DRAWS)),
-                 CUT_SHARE, FIRST_SHARE, GROUP_CUT_SHARE,
+                 self.arms,
                  np.asarray(_POLICY_MOVES, np.int64), np.asarray(_CUT_MOVES, np.int64),
                  bounds, SHIFT_SHARE, MERGE_SHARE, np.asarray(_SHIFT_LENGTHS, np.int64))
         return out
@@ -321,11 +386,13 @@ _DRAWS = 4 + 2 * max(max(_POLICY_MOVES), max(_CUT_MOVES))
 
 
 @njit()
-def _propose(p, out, cut_a, cut_b, probs, start, end, order, base, unit_of, d, draws,
-             cut_share, first_share, group_cut_share, policy_moves, cut_moves, bounds,
-             shift_share, merge_share, shift_lengths):
-    """Fill ``out`` (int32[k, M]) with neighbours of ``p``, row r from ``draws[r]``
-    (uniform numbers): the kind, the level and the number of moves, then two per move."""
+def _propose(p, out, cut_a, cut_b, probs, start, end, order, base, unit_of, d, draws, arms,
+             policy_moves, cut_moves, bounds, shift_share, merge_share, shift_lengths):
+    """Fill ``out`` (int32[k, M]) with neighbours of ``p``, row r by the kind of move
+    ``arms[r]`` (``_Proposer``'s arms: 0 ops across a cut, 1 + l whole units of level l
+    across a cut, 1 + L + l policy moves of level l) from ``draws[r]`` (uniform numbers):
+    the number of moves, then two per move (a shift move instead where ``draws[r, 0]``
+    is below ``shift_share``)."""
     k, m = out.shape
     nlev = base.size - 1
     ncut = cut_a.size
@@ -361,12 +428,11 @@ def _propose(p, out, cut_a, cut_b, probs, start, end, order, base, unit_of, d, d
                 for t in range(max(b + 1 - n, 0), b + 1):
                     row[t] = dev
             continue
-        if shift_share > 0.0 and nb:
-            x0 = (x0 - shift_share) / (1.0 - shift_share)
-        if ncut and (not policy or x0 < cut_share):
+        arm = arms[r]
+        if ncut and (not policy or arm <= nlev):
             n = cut_moves[min(int(x[1] * cut_moves.size), cut_moves.size - 1)]
-            whole = nlev > 0 and x[2] < group_cut_share
-            lv = min(int(x[3] * nlev), nlev - 1)
+            whole = nlev > 0 and arm >= 1
+            lv = arm - 1 if whole else 0
             for i in range(n):
                 e = min(int(x[4 + 2 * i] * ncut), ncut - 1)
                 a, b = cut_a[e], cut_b[e]
@@ -380,7 +446,8 @@ def _propose(p, out, cut_a, cut_b, probs, start, end, order, base, unit_of, d, d
                 else:
                     row[a] = dev
             continue
-        lv = 0 if x[1] < first_share else min(int(x[2] * nlev), nlev - 1)
+        # a policy move (a cut arm without a cut: its level's units)
+        lv = arm - nlev - 1 if arm > nlev else max(arm - 1, 0)
         units = base[lv + 1] - base[lv]
         n = policy_moves[min(int(x[3] * policy_moves.size), policy_moves.size - 1)]
         for i in range(n):
