@@ -437,7 +437,7 @@ def _propose(p, out, cut_a, cut_b, probs, start, end, order, base, unit_of, d, d
         arm = arms[r]
         if ncut and (not policy or arm <= nlev):
             n = cut_moves[min(int(x[1] * cut_moves.size), cut_moves.size - 1)]
-            whole = nlev > 0 and arm >= 1
+            whole = 1 <= arm <= nlev  # (a policy arm here: no policy, ops alone)
             lv = arm - 1 if whole else 0
             for i in range(n):
                 e = min(int(x[4 + 2 * i] * ncut), ncut - 1)
