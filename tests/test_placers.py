@@ -47,6 +47,27 @@ def test_single_says_when_nothing_fits(nmt, k40x4):
     assert "fits on no single device" in r.info["note"]
 
 
+def test_single_tries_the_same_devices_with_or_without_the_compiled_simulator(
+        nmt, k40x4, monkeypatch):
+    # the fastest device cannot hold the model, the next can: two trials either way
+    from simplace import kernels
+    from simplace.placers.context import PlacerContext
+    from simplace.placers.single import single_device_candidates, single_device_trials
+
+    order = single_device_candidates(PlacerContext(nmt, k40x4))
+    need = simplace.simulate(nmt, k40x4, np.full(nmt.num_ops, order[0])).peak_memory_bytes
+    devs = tuple(dataclasses.replace(d, memory_bytes=float(need[order[0]]) / 2)
+                 if i == order[0] else d for i, d in enumerate(k40x4.devices))
+    cm = dataclasses.replace(k40x4, devices=devs)
+    compiled = single_device_trials(PlacerContext(nmt, cm))
+    monkeypatch.setattr(kernels, "cached", lambda name: False)  # a fresh install
+    reference = single_device_trials(PlacerContext(nmt, cm))
+    assert [t["device"] for t in compiled] == [t["device"] for t in reference] == order[:2]
+    assert [t["oom"] for t in compiled] == [t["oom"] for t in reference] == [True, False]
+    np.testing.assert_allclose([t["step_time_s"] for t in compiled],
+                               [t["step_time_s"] for t in reference], rtol=1e-12)
+
+
 def test_compare_runs_each_method_once(nmt, k40x4):
     results = compare(nmt, k40x4, ["single", *FAST_METHODS[:2]])
     assert [r.method for r in results][0] == "single"

@@ -30,19 +30,34 @@ def single_device_candidates(ctx: PlacerContext) -> list[int]:
 def single_device_trials(ctx: PlacerContext) -> list[dict]:
     """``{"device", "step_time_s", "oom"}`` of every op on one device, for the devices in
     ``single_device_candidates``' order up to the first that holds the model (all of them
-    if none does), simulated in one call of the batched simulator (a call per device of
-    the reference one took a third of a second on inception_v3)."""
+    if none does)."""
     devices = single_device_candidates(ctx)
-    if not devices:
-        return []
-    res = ctx.batched(np.repeat(np.asarray(devices, np.int32)[:, None], ctx.graph.num_ops, 1))
     tried = []
-    for d, t, oom in zip(devices, np.asarray(res.step_time_s), np.asarray(res.oom),
-                         strict=True):
+    for d, (t, oom) in zip(devices, _single_device_results(ctx, devices), strict=True):
         tried.append({"device": d, "step_time_s": float(t), "oom": bool(oom)})
         if not oom:
             break
     return tried
+
+
+def _single_device_results(ctx: PlacerContext, devices: list[int]):
+    """(step time, OOM) of every op on each of ``devices``, in order: all in one call of
+    the batched simulator where this install has it compiled (a call per device of the
+    reference one took a third of a second on inception_v3), else lazily by the
+    reference simulator (compiling the batched one takes tens of seconds on a fresh
+    install, and ``single``'s cost estimate holds no compilation)."""
+    from simplace.kernels import cached
+
+    m = ctx.graph.num_ops
+    if not devices:
+        return
+    if cached("simulator"):
+        res = ctx.batched(np.repeat(np.asarray(devices, np.int32)[:, None], m, 1))
+        yield from zip(np.asarray(res.step_time_s), np.asarray(res.oom), strict=True)
+        return
+    for d in devices:
+        res = ctx.simulate(np.full(m, d, dtype=np.int32))
+        yield res.step_time_s, res.oom
 
 
 @register("single", cost=Cost(0.0, 1e-5, paces=True), rank=0)
