@@ -3,6 +3,7 @@
     python bench/zero_shot_seeds.py --baselines B.JSON [--rows SUBSTR,...] [--seeds 0,1,2]
                                     [--budget-s 1.8] [--set NAME=VALUE ...] [--training]
                                     [--finetune [--option NAME=VALUE ...]]
+                                    [--method NAME]
 
 Per row (``bench/pretrained.py``'s rows; ``--rows``: those whose label contains one of
 the given strings) and seed: ``rl-pretrained`` with ``--budget-s`` (its batch, then the
@@ -21,6 +22,8 @@ rows and seeds, to compare variants of the search where they were not chosen.
 ``--finetune``: ``rl-universal --warm-start pretrained`` instead (give ``--budget-s 20``),
 counting the rows no slower than ``local``; ``--option NAME=VALUE`` passes an option to
 ``rl-universal`` (such as ``polish_share=0.9``), to compare its variants.
+``--method NAME``: another method instead, counted the same way (``--method local
+--budget-s 60``: how far ``local``'s own runs spread around the kept baseline).
 """
 
 from __future__ import annotations
@@ -60,7 +63,11 @@ def main() -> None:
                     help="rl-universal fine-tuned from the shipped weights instead")
     ap.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                     help="an rl-universal option, with --finetune")
+    ap.add_argument("--method", default=None,
+                    help="another method instead (such as local), counted as --finetune")
     args = ap.parse_args()
+    if args.method and args.finetune:
+        ap.error("give --finetune or --method, not both")
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import pretrained as bench
@@ -92,6 +99,7 @@ def main() -> None:
         g0 = dist.random_dag(m, 0)
         optimize(g0, CostModel.load("haswell_k40x4").price(g0), "rl-pretrained")
     want = [w for w in args.rows.split(",") if w]
+    counted = args.finetune or bool(args.method)  # no slower than local, not within 2 s
     seeds = [int(s) for s in args.seeds.split(",")]
     ratios, raw = [], []
     for label, model, mach in TRAINING_ROWS if args.training else bench._rows("all"):
@@ -105,20 +113,23 @@ def main() -> None:
         for seed in seeds:
             gc.collect()
             t0 = time.perf_counter()
-            if args.finetune:
+            if args.method:
+                r = optimize(g, inp, args.method, seed=seed, budget_s=args.budget_s)
+            elif args.finetune:
                 r = optimize(g, inp, "rl-universal", seed=seed, budget_s=args.budget_s,
                              warm_start="pretrained", **options)
             else:
                 r = optimize(g, inp, "rl-pretrained", seed=seed, budget_s=args.budget_s)
             wall = time.perf_counter() - t0
-            rounds = r.info.get("guided" if args.finetune else "refine", {}).get("rounds")
+            rounds = (r.info.get("rounds") if args.method else
+                      r.info.get("guided" if args.finetune else "refine", {}).get("rounds"))
             if args.training:
                 raw.append(r.step_time_s)
                 cells.append(f"{r.step_time_s:.5g} ({wall:.2f}s,{rounds}r)")
                 continue
             ratio = r.step_time_s / base[label]["local_s"]
             # a zero-shot call past 2 s does not count, whatever its placement
-            row.append(ratio if args.finetune or wall <= 2.0 else np.inf)
+            row.append(ratio if counted or wall <= 2.0 else np.inf)
             cells.append(f"{ratio:.3f} ({wall:.2f}s,{rounds}r)")
         ratios.append(row)
         print(f"{label[-45:]:45s} " + "  ".join(cells), flush=True)
@@ -129,7 +140,7 @@ def main() -> None:
     if not ratios:
         return
     ratios = np.array(ratios)
-    if args.finetune:
+    if counted:
         within = [int((ratios[:, i] <= 1.0).sum()) for i in range(len(seeds))]
         print(f"no slower than local, per seed: {within} of {len(ratios)}; "
               f"load {os.getloadavg()[0]:.2f}")
