@@ -7,7 +7,8 @@
 # Needs the checkout on PYTHONPATH (this script sets it) and what `pip install simplace`
 # installs. SIMPLACE_HOME is respected; unset, it is OUT_DIR/home, so nothing outside
 # OUT_DIR is written. Each stage has its own time limit (a share of S seconds, default
-# 480) and a stage that fails or runs out of time does not stop the others; each one's
+# 480; the small models' stage, the last, also what the stages before left unused) and
+# a stage that fails or runs out of time does not stop the others; each one's
 # output is in OUT_DIR/NN_stage.log and its exit status in OUT_DIR/status.txt.
 #
 # --quick: CPU devices only, tiny models and budgets (the test suite runs it on a VM).
