@@ -45,16 +45,13 @@ def main() -> None:
 
     from simplace.compile_cache import enable
     from simplace.cost_model import CostModel
-    from simplace.placers import methods, optimize
+    from simplace.placers import optimize
     from simplace.rl import distribution as dist
     from simplace.rl import guided
     from simplace.rl.pretrained import SHIPPED, cached_weights, policy_levels
     from simplace.sim import batched_simulator
 
-    heuristics = [h for h in args.heuristics.split(",") if h]
-    unknown = [h for h in heuristics if h not in methods()]
-    if unknown:
-        ap.error(f"unknown method(s) {', '.join(unknown)}; one of {', '.join(methods())}")
+    heuristics = bench.method_names(ap, args.heuristics)
     enable()
     with open(args.baselines) as f:
         base = json.load(f)

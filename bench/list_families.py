@@ -32,12 +32,9 @@ def main() -> None:
     import zero_shot_seeds
 
     from simplace.compile_cache import enable
-    from simplace.placers import methods, optimize
+    from simplace.placers import optimize
 
-    names = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in names if m not in methods()]
-    if unknown:
-        ap.error(f"unknown method(s) {', '.join(unknown)}; one of {', '.join(methods())}")
+    names = bench.method_names(ap, args.methods)
     enable()
     want = [w for w in args.rows.split(",") if w]
     rows = list(bench._rows("all")) + list(zero_shot_seeds.TRAINING_ROWS)

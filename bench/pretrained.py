@@ -60,6 +60,17 @@ def _rows(which: str):
     return rows
 
 
+def method_names(ap, text: str) -> list[str]:
+    """The comma-separated method names in ``text``; ``ap.error`` naming any unknown."""
+    from simplace.placers import methods
+
+    names = [m for m in text.split(",") if m]
+    unknown = [m for m in names if m not in methods()]
+    if unknown:
+        ap.error(f"unknown method(s) {', '.join(unknown)}; one of {', '.join(methods())}")
+    return names
+
+
 def _problem(model, mach):
     """(graph, cost model): a zoo model on a datasheet machine, or an imported instance."""
     from simplace.cost_model import CostModel

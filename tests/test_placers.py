@@ -59,6 +59,8 @@ def test_single_tries_the_same_devices_with_or_without_the_compiled_simulator(
     devs = tuple(dataclasses.replace(d, memory_bytes=float(need[order[0]]) / 2)
                  if i == order[0] else d for i, d in enumerate(k40x4.devices))
     cm = dataclasses.replace(k40x4, devices=devs)
+    # the batched path whether or not this worker has compiled the simulator yet
+    monkeypatch.setattr(kernels, "cached", lambda name: True)
     compiled = single_device_trials(PlacerContext(nmt, cm))
     monkeypatch.setattr(kernels, "cached", lambda name: False)  # a fresh install
     reference = single_device_trials(PlacerContext(nmt, cm))
