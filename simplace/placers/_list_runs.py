@@ -378,6 +378,61 @@ def _unit_label(k: int, m: int) -> str:
     return "ops" if k <= 0 or k >= m else f"{k} blocks"
 
 
+class _Pass:
+    """The unit runs under one memory model (``Setup.unit_runs``), in the order of
+    ``plan``: (label, units, lookahead) runs one unit family; None re-runs over the
+    segments of the best placement so far while that helps (``repasses`` runs in all
+    per pass). Runs are skipped once the budget is spent (but a method's first run)."""
+
+    def __init__(self, setup: Setup, choose, memory: str, plan: list, keys: set,
+                 repasses: int):
+        self.setup, self.choose, self.memory = setup, choose, memory
+        self.plan = list(plan)
+        self.seen = set(keys)  # the unit lists run (as their start ops)
+        self.repasses_left = repasses
+        self.runs: list[dict] = []
+
+    def constrained(self) -> bool:
+        """Memory kept some unit of a run so far off a device."""
+        return any(r["constrained"] for r in self.runs)
+
+    def go(self, stop=None) -> None:
+        """Take the plan's steps in order, until it is done or ``stop()`` is true."""
+        s = self.setup
+        while self.plan:
+            step = self.plan.pop(0)
+            if step is None:
+                self._repass()
+            elif s.completed and s.late():
+                s.skipped += 1
+            else:
+                label, units, look = step
+                r = s.run(units, self.choose, lookahead=look, memory=self.memory)
+                if r is not None:
+                    r["unit"] = label + (" + lookahead" if look else "")
+                    self.runs.append(r)
+            if stop is not None and stop():
+                return
+
+    def _repass(self) -> None:
+        s = self.setup
+        while self.repasses_left > 0 and self.runs and not s.late():
+            best = min(self.runs, key=lambda r: r["estimated_s"])
+            units = segments_of(best["placement"])
+            key = tuple(a for a, _ in units)
+            if key in self.seen:
+                return
+            self.seen.add(key)
+            self.repasses_left -= 1
+            r = s.run(units, self.choose, lookahead=best["lookahead"], memory=self.memory)
+            if r is None:
+                return
+            r["unit"] = f"segments of {best['unit']}"
+            self.runs.append(r)
+            if r["estimated_s"] >= best["estimated_s"]:
+                return
+
+
 class Setup:
     """What every method shares: inputs, the program simulator, memory model."""
 
@@ -413,6 +468,7 @@ class Setup:
         placement, simulated step time, unplaceable ops, and how it was made. None when
         the time budget ran out during the run (never the first run: a method always
         has one schedule)."""
+        t0 = time.perf_counter()
         r = _Run(self.graph, self.inp, self.prog, liveness=memory == "liveness")
         try:
             r.run(units, lambda a, b, eligible: choose(r, a, b, eligible),
@@ -423,7 +479,8 @@ class Setup:
         self.completed += 1
         return {"placement": np.asarray(self.prog.p, dtype=np.int32),
                 "estimated_s": self.prog.step_time(), "unplaceable": r.unplaceable,
-                "lookahead": lookahead, "memory": memory, "constrained": r.constrained}
+                "lookahead": lookahead, "memory": memory, "constrained": r.constrained,
+                "wall_s": time.perf_counter() - t0, "made": self.completed}
 
     def memory_runs(self, runs_under) -> list[dict]:
         """``runs_under(memory model)`` under the model asked for; with ``"auto"``,
@@ -442,51 +499,59 @@ class Setup:
     def unit_runs(self, choose) -> list[dict]:
         """One run per unit family (ops, blocks, module runs; identical unit lists run
         once), each family but op units once more with lookahead (option ``lookahead``),
-        then re-runs over the segments of the best placement so far while that helps (at
-        most ``repasses`` times); per memory model (``memory_runs``)."""
+        and re-runs over the segments of the best placement so far while that helps (at
+        most ``repasses`` times); per memory model (under ``"auto"``: conservative, and
+        liveness as well once memory kept some unit off a device).
+
+        The order is what a time budget keeps: op units, the lookahead runs, the
+        re-passes, then the runs without lookahead; under ``"auto"``, once memory kept a
+        conservative run's unit off a device, every liveness run before the rest of the
+        conservative ones. Without a budget every run is made, whatever the order."""
         ctx, m = self.ctx, self.m
         families = [(_unit_label(k, m), blocks(self.work, k))
                     for k in _unit_counts(ctx, m)]
         for depth in sorted(set(common_option(ctx, "module_depths"))):
             families.append((f"module depth {depth}", _module_runs(self.graph, depth)))
-        looks = (False, True) if common_option(ctx, "lookahead") else (False,)
+        unique, keys = [], set()
+        for label, units in families:
+            key = tuple(a for a, _ in units)
+            if key not in keys:
+                keys.add(key)
+                unique.append((label, units))
+        # Finest first (stable: op units, then the most units): where a budget stopped
+        # the runs on the zoo's big graphs, the winners were op units and the finer
+        # families with lookahead (bench/results/list_families_2026-11-29_vm.txt).
+        unique.sort(key=lambda f: -len(f[1]))
+        ops = [(label, units, False) for label, units in unique if len(units) >= m]
+        plain = [(label, units, False) for label, units in unique if len(units) < m]
+        looked = ([(label, units, True) for label, units, _ in plain]
+                  if common_option(ctx, "lookahead") else [])
+        # A re-pass (None) follows the lookahead runs, and again the runs without (it
+        # only runs if one of them became the best).
+        plan = ops + looked + [None] + plain + [None]
         repasses = common_option(ctx, "repasses")
 
-        def runs_under(memory: str) -> list[dict]:
-            runs, seen = [], set()
-            for label, units in families:
-                key = tuple(a for a, _ in units)
-                if key in seen:
-                    continue
-                seen.add(key)
-                for look in looks if len(units) < m else (False,):
-                    if self.completed and self.late():
-                        self.skipped += 1
-                        continue
-                    r = self.run(units, choose, lookahead=look, memory=memory)
-                    if r is None:
-                        continue
-                    r["unit"] = label + (" + lookahead" if look else "")
-                    runs.append(r)
-            for _ in range(repasses):
-                if self.late() or not runs:
-                    break
-                best = min(runs, key=lambda r: r["estimated_s"])
-                units = segments_of(best["placement"])
-                key = tuple(a for a, _ in units)
-                if key in seen:
-                    break
-                seen.add(key)
-                r = self.run(units, choose, lookahead=best["lookahead"], memory=memory)
-                if r is None:
-                    break
-                r["unit"] = f"segments of {best['unit']}"
-                runs.append(r)
-                if r["estimated_s"] >= best["estimated_s"]:
-                    break
-            return runs
+        def new_pass(memory: str) -> _Pass:
+            return _Pass(self, choose, memory, plan, keys, repasses)
 
-        return self.memory_runs(runs_under)
+        if self.memory != "auto":
+            p = new_pass(self.memory)
+            p.go()
+            return p.runs
+        cons = new_pass("conservative")
+        cons.go(stop=cons.constrained)
+        if not cons.constrained():
+            return cons.runs
+        # Memory is tight: the liveness runs first (they won on such machines), then the
+        # rest of the conservative ones (whose best is the fallback that surely fits).
+        live = new_pass("liveness")
+        if self.late():
+            self.skipped += 1
+        else:
+            live.go()
+        cons.go()
+        # In the order they were made (info["runs"]: what a budget would have kept).
+        return sorted(cons.runs + live.runs, key=lambda r: r["made"])
 
     def finish(self, runs: list[dict], info: dict | None = None) -> PlacerOutput:
         """The best run that fits, checked by the reference simulator, against
@@ -520,7 +585,8 @@ class Setup:
                "unit": best.get("unit"), "estimated_makespan_s": float(best["estimated_s"]),
                "unplaceable_ops": len(best["unplaceable"]),
                "runs": [{"unit": r.get("unit"), "memory": r["memory"],
-                         "estimated_step_s": float(r["estimated_s"])} for r in runs],
+                         "estimated_step_s": float(r["estimated_s"]),
+                         "wall_s": float(r.get("wall_s", 0.0))} for r in runs],
                "checked": checked}
         out.update(info or {})
         out.update(best.get("info", {}))
