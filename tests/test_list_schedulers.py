@@ -532,3 +532,45 @@ def test_a_spent_budget_stops_new_runs(method):
     assert "runs_skipped" not in full.info
     assert len(rushed.info["runs"]) == 1
     assert rushed.info["runs_skipped"] >= 1 and "budget" in rushed.info["note_budget"]
+
+
+@pytest.mark.parametrize("method", ("m_etf", "m_sct", "heft"))
+def test_runs_are_made_in_the_order_a_budget_keeps(method):
+    # Op units first, then every family with lookahead from the most units to the
+    # fewest, then the re-passes, then the families without lookahead: a budget that
+    # stops the runs keeps the kinds of run that won on the zoo's big graphs.
+    g = two_layer_rnn(6)
+    inp = machine(np.full((g.num_ops, 2), 0.5), latency=0.1)
+    runs = optimize(g, inp, method=method).info["runs"]
+    units = [r["unit"] for r in runs]
+    assert units[0] == "ops"
+    looked = [k for k, u in enumerate(units) if u.endswith("+ lookahead")]
+    plain = [k for k, u in enumerate(units)
+             if k and not u.endswith("+ lookahead") and not u.startswith("segments")]
+    assert looked and plain and max(looked) < min(plain)
+    # the two families that differ here, in both halves: module depth 2 (a cell, 24
+    # units) before 8 blocks
+    for half in (looked, plain):
+        names = [units[k].removesuffix(" + lookahead") for k in half]
+        assert names.index("module depth 2") < names.index("8 blocks")
+    assert all(r["wall_s"] >= 0 for r in runs)
+
+
+@pytest.mark.parametrize("method", ("m_etf", "m_sct", "heft"))
+def test_auto_memory_runs_liveness_as_soon_as_memory_is_tight(method):
+    # The machine of test_auto_memory_takes_liveness_only_when_the_program_fits: the
+    # first (op-unit) conservative run already finds a device full, so every liveness
+    # run comes before the rest of the conservative ones, and the same runs are made
+    # as under each model alone.
+    m = 10
+    g = make_graph([], [], m=m, out_bytes=np.full(m, 100.0))
+    inp = machine(np.tile([1.0, 1.0, 3.0], (m, 1)), memory=[350.0, 350.0, 1e6])
+    runs = optimize(g, inp, method=method).info["runs"]
+    models = [r["memory"] for r in runs]
+    assert models[0] == "conservative" and models[1] == "liveness"
+    first_rest = models.index("conservative", 1)
+    assert "liveness" not in models[first_rest:]
+    for model in ("conservative", "liveness"):
+        alone = optimize(g, inp, method=method, memory=model).info["runs"]
+        assert [r["unit"] for r in runs if r["memory"] == model] == \
+            [r["unit"] for r in alone]

@@ -36,7 +36,10 @@ program's semantics**:
   **segment re-passes**: the segments of the best placement so far become the units of
   a new run (units aligned with what the first runs found; up to ``repasses`` times,
   while it helps). The run whose simulated step time is lowest wins (``info["unit"]``;
-  every run in ``info["runs"]``).
+  every run in ``info["runs"]``, in the order made, with its wall time). The order is
+  what a time budget keeps: op units, the lookahead runs from the family with the most
+  units to the fewest, the re-passes, then the runs without lookahead (which rarely
+  win), and re-passes again if one of those became the best.
 * **Device rules** (what tells the methods apart):
   - ``m_etf``: earliest task first in the program's order: the unit goes to the device
     that can hold it where its segment ends first (ties: the device of the open
@@ -61,7 +64,8 @@ program's semantics**:
   copies once all its readers are placed (graph outputs never): it packs far more onto a
   device, without a guarantee (the program keeps a segment's outputs until the segment
   ends). ``memory="auto"`` (default) runs under the conservative model, and when memory
-  kept some unit off a device (big training graphs on 12 GB GPUs), under liveness too.
+  kept some unit off a device (big training graphs on 12 GB GPUs), under liveness too:
+  every liveness run as soon as that is seen, then the rest of the conservative ones.
   Whatever the model, the reference simulator has the last word: runs are simulated in
   order of estimated step time (at most ``_MAX_CHECKS``, plus the best conservative
   one) until one fits, and that one is the schedule (``info["checked"]``,
