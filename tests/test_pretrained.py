@@ -856,3 +856,41 @@ def test_rl_pretrained_refines_its_batch_and_gives_the_batch_alone_as_a_start(da
     np.testing.assert_array_equal(ours.placement, batch.placement)
     with pytest.raises(OptionError, match="refine_rounds"):
         optimize(dag, inp, "rl-pretrained", refine_rounds=-1)
+
+
+def test_the_basin_start_races_last_whatever_its_score():
+    from simplace.placers.pretrained import _with_basin
+    from simplace.rl.guided import RACE_LANES
+
+    best, a, b = (np.array(x, np.int32) for x in ([0, 1, 2, 3], [1, 1, 1, 1], [0, 0, 1, 1]))
+    lanes = [("fine-tuned", best, 5.0), ("heft", a, 1.0)]
+    slow = ("m_etf", b, 9.0)
+    assert [n for n, _, _ in _with_basin(lanes, slow)] == ["fine-tuned", "heft", "m_etf"]
+    assert _with_basin(lanes, None) == lanes
+    assert _with_basin(lanes, ("m_etf", a.copy(), 1.0)) == lanes  # places as heft does
+    full = [("fine-tuned", best, 5.0)] + [(f"h{k}", np.full(4, k, np.int32), 1.0)
+                                         for k in range(RACE_LANES - 1)]
+    raced = _with_basin(full, slow)
+    assert len(raced) == RACE_LANES and raced[0][0] == "fine-tuned" and raced[-1] is slow
+
+
+def test_the_basin_start_is_m_etf_s_placement_within_its_share(mlp_graph, monkeypatch):
+    from simplace.placers import PlacerContext, optimize
+    from simplace.placers import pretrained as pp
+
+    cm = CostModel.load("haswell_k40x4")
+    ctx = PlacerContext(mlp_graph, cm, budget_s=30.0)
+    info = {}
+    label, p, s = pp._basin_start(ctx, info, [])
+    assert label == pp.BASIN_METHOD == "m_etf"
+    np.testing.assert_array_equal(p, optimize(mlp_graph, cm, "m_etf").placement)
+    assert s == pytest.approx(float(ctx.score(p[None])[0]), rel=1e-12)
+    assert info["basin_start"]["score"] == s and info["basin_start"]["wall_s"] > 0
+    # taken from the cheap heuristics when it ran there, without running again
+    given = (0.5, "m_etf", np.zeros(mlp_graph.num_ops, np.int32))
+    info = {}
+    assert pp._basin_start(ctx, info, [(0.1, "heft", p), given]) == ("m_etf", given[2], 0.5)
+    assert info == {}
+    assert pp._basin_start(PlacerContext(mlp_graph, cm), {}, []) is None  # no budget
+    monkeypatch.setattr(pp, "BASIN_SHARE", 0.0)
+    assert pp._basin_start(ctx, {}, []) is None

@@ -32,18 +32,20 @@ is refused with the limit stated.
 then trains the weights on this graph alone by the same REINFORCE
 and imitation updates as pretraining (``simplace.rl.pretrain.train_universal``, the
 imitation target being the best placement found so far) for ``1 - polish_share`` of the
-time left. Then the cheap heuristics run (``HEURISTIC_SHARE``). Of the time left,
+time left. Then the cheap heuristics run (``HEURISTIC_SHARE``), and ``m_etf`` within
+``BASIN_SHARE`` of the time left unless it was among them. Of the time left,
 ``guided_share`` goes to the search the fine-tuned policy guides (``simplace.rl.guided``,
 as ``rl-pretrained``'s, with the fine-tuned weights' probabilities), racing the best
-placement so far and the heuristics' placements that are faster
-(``simplace.rl.guided.RACE_LANES`` in all) as ``local`` races its starts, and the
+placement so far, the heuristics' placements that are faster and ``m_etf``'s whatever
+its score (``simplace.rl.guided.RACE_LANES`` in all) as ``local`` races its starts, and the
 remainder to ``local``, started from that search's best and the zero-shot placement and
 the heuristics' placements that are faster still, except ``END_POLISH_SHARE`` of it at the
 end: an op-level descent (``simplace.rl.refine.polish``: segment boundaries shifted by a
 few ops, whole runs and single ops across a cut moved), alternating with ``local`` while
 it converges early (without a budget: ``updates`` updates, then the same descent, capped,
 and deterministic). Why the race: on some graphs a heuristic's placement leads the
-search to a faster basin than the policy's. Why the descent: the searches end a few ops
+search to a faster basin than the policy's, even one that starts slower (``m_etf``'s on
+inception_v3). Why the descent: the searches end a few ops
 off the segment boundaries they would gain by. Why searches after the updates:
 per second, searching from the policy's placement improves it faster than more updates
 do, the policy's proposals lead the search on big graphs, and ``local``'s annealing
@@ -77,7 +79,7 @@ from simplace.placers import (
 )
 from simplace.placers.registry import option_values
 from simplace.rl.cli_args import MAX_SAMPLES
-from simplace.rl.guided import race_lanes
+from simplace.rl.guided import RACE_LANES, race_lanes
 
 FALLBACK = "heft"
 DEFAULT_UPDATES = 200
@@ -230,12 +232,14 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     screen = lambda b: ctx.screen(b).step_time_s  # noqa: E731
     if math.isfinite(deadline):
         heuristics = _cheap_heuristics(ctx, info)
+        basin = _basin_start(ctx, info, heuristics)
         now = time.perf_counter()
         # the end's op-level descent gets its share of what is left; the searches the rest
         polish_at = deadline - END_POLISH_SHARE * max(deadline - now, 0.0)
         if params is not None and opts["guided_share"] > 0:
             lanes = race_lanes(("fine-tuned", best, best_s),
                                [(n, p, s) for s, n, p in heuristics])
+            lanes = _with_basin(lanes, basin)
             best, best_s = _guided(ctx, params, lanes,
                                    now + opts["guided_share"] * (polish_at - now), info)
         starts = _local_starts(best, best_s, start.placement, heuristics)
@@ -377,6 +381,52 @@ def _cheap_heuristics(ctx: PlacerContext, info: dict, share: float = HEURISTIC_S
                   zip(found, scores, strict=True)), key=lambda x: x[0])
     info["heuristic_starts"] = {n: s for s, n, _ in out}
     return out
+
+
+# After the cheap heuristics, the list scheduler BASIN_METHOD runs within this share of
+# the time left (its runs stop at that budget, the most promising first), and its
+# placement races in the guided search whatever its score: it starts slower than the
+# fine-tuned policy's on the zoo's big graphs, but the search from it ends in a better
+# basin on inception_v3 (from m_etf's full placement, 0.99-1.01x of local-60 in 5.7 s
+# against 1.00-1.12x from the policy's: bench/results/pretrained_2026-11-29a_vm_guided-starts.txt).
+# A share of 0.1 (1.3 s) stopped m_etf before its best family on 4 H100s; 0.16 (2.1 s)
+# reached it (bench/results/pretrained_2026-11-29e_vm_basin-race.txt). 0: off.
+BASIN_SHARE = 0.16
+BASIN_METHOD = "m_etf"
+
+
+def _basin_start(ctx: PlacerContext, info: dict, heuristics: list):
+    """``BASIN_METHOD``'s placement as ``(label, placement, score)``: from ``heuristics``
+    (``_cheap_heuristics``) when it ran there, else run within ``BASIN_SHARE`` of the
+    time left; None when it is off or gave nothing. ``info["basin_start"]``: its score
+    and the seconds it took."""
+    from simplace.placers.local import run_starts
+
+    for s, name, p in heuristics:
+        if name == BASIN_METHOD:
+            return (name, p, s)
+    if BASIN_SHARE <= 0 or ctx.budget_s is None:
+        return None
+    now = time.perf_counter()
+    allowance = BASIN_SHARE * (ctx.t_begin + float(ctx.budget_s) - now)
+    found, _ = run_starts(_with_options(ctx, {"starts": [BASIN_METHOD]}), now + allowance,
+                          allowance, add_single=False)
+    if not found:
+        return None
+    p = np.asarray(found[0][1], np.int32)
+    s = float(ctx.score(p[None])[0])
+    info["basin_start"] = {"method": BASIN_METHOD, "score": s,
+                           "wall_s": time.perf_counter() - now}
+    return (BASIN_METHOD, p, s)
+
+
+def _with_basin(lanes: list, basin) -> list:
+    """The guided race's ``lanes`` (``race_lanes``') with ``basin`` (``_basin_start``'s)
+    as the last of ``RACE_LANES``, whatever its score, unless it is None or a lane
+    places alike."""
+    if basin is None or any(np.array_equal(basin[1], p) for _, p, _ in lanes):
+        return lanes
+    return lanes[:RACE_LANES - 1] + [basin]
 
 
 def _with_options(ctx: PlacerContext, options: dict) -> PlacerContext:
