@@ -4,15 +4,16 @@
                                   [--budgets 1,2,4] [--dump FILE]
 
 ``m_etf``, ``m_sct`` and ``heft`` run one schedule per unit family (op units, block
-counts, module depths, each with and without lookahead, then re-runs over the best
-placement's segments) in a fixed order, and with a budget stop at its end, so a family
-that wins late is lost to a short budget. Per row (``bench/pretrained.py``'s held-out
-rows and ``bench/zero_shot_seeds.py``'s training rows; ``--rows``: those whose label
-contains one of the given strings) and method, run without a budget: the wall time, the
-number of runs, the winning run's family and its position (1-based) in the order, and
-the earliest run whose estimate is within 1% of the winner's, with the wall time its runs
-took up to it (``info["runs"]``' ``wall_s``). ``--dump FILE``: every case's runs as JSON
-(label, method, wall time, and per run its family, memory model, estimate and time), to
+counts, module depths, each with and without lookahead, and re-runs over the best
+placement's segments) in a fixed order (``simplace.placers.list_schedulers``), and with
+a budget stop at its end, so a family that wins late is lost to a short budget. Per row
+(``bench/pretrained.py``'s held-out rows and ``bench/zero_shot_seeds.py``'s training
+rows; ``--rows``: those whose label contains one of the given strings) and method, run
+without a budget: the wall time, the number of runs, the winning run's family and its
+position (1-based) in the order, and the earliest run whose estimate is within 1% of the
+winner's, with the wall time its runs took up to it (``info["runs"]``' ``wall_s``).
+``--dump FILE``: every case's runs as JSON (label, method, wall time, and per run its
+family, memory model, estimate and time), to
 weigh other orders of the families without running them again. ``--budgets``: each
 method also runs with these time budgets (seconds), and its step time is printed as a
 ratio to the unbudgeted run's, with its wall time.

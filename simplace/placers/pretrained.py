@@ -232,11 +232,12 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     screen = lambda b: ctx.screen(b).step_time_s  # noqa: E731
     if math.isfinite(deadline):
         heuristics = _cheap_heuristics(ctx, info)
-        basin = _basin_start(ctx, info, heuristics)
+        guided = params is not None and opts["guided_share"] > 0
+        basin = _basin_start(ctx, info, heuristics) if guided else None
         now = time.perf_counter()
         # the end's op-level descent gets its share of what is left; the searches the rest
         polish_at = deadline - END_POLISH_SHARE * max(deadline - now, 0.0)
-        if params is not None and opts["guided_share"] > 0:
+        if guided:
             lanes = race_lanes(("fine-tuned", best, best_s),
                                [(n, p, s) for s, n, p in heuristics])
             lanes = _with_basin(lanes, basin)
@@ -402,11 +403,11 @@ def _basin_start(ctx: PlacerContext, info: dict, heuristics: list):
     and the seconds it took."""
     from simplace.placers.local import run_starts
 
+    if BASIN_SHARE <= 0 or ctx.budget_s is None:
+        return None
     for s, name, p in heuristics:
         if name == BASIN_METHOD:
             return (name, p, s)
-    if BASIN_SHARE <= 0 or ctx.budget_s is None:
-        return None
     now = time.perf_counter()
     allowance = BASIN_SHARE * (ctx.t_begin + float(ctx.budget_s) - now)
     found, _ = run_starts(_with_options(ctx, {"starts": [BASIN_METHOD]}), now + allowance,
