@@ -364,24 +364,33 @@ def _cheap_heuristics(ctx: PlacerContext, info: dict, share: float = HEURISTIC_S
     ``local`` runs its starts, within ``share`` of the time left; ``single`` always,
     unless ``single`` is False), best first; ``info["heuristic_starts"]`` has their
     scores."""
-    from simplace.placers.local import run_starts
     from simplace.placers.registry import fast_rank
 
     if ctx.budget_s is None:
         return []
-    now = time.perf_counter()
-    allowance = share * (ctx.t_begin + float(ctx.budget_s) - now)
     names = sorted((n for n in methods_of_kind("heuristic", learned=False)
                     if single or n != "single"), key=fast_rank)
+    out = _scored_starts(ctx, names, share, single)
+    if out:
+        info["heuristic_starts"] = {n: s for s, n, _ in out}
+    return out
+
+
+def _scored_starts(ctx: PlacerContext, names: list, share: float, single: bool) -> list:
+    """``(score, name, placement)`` of the methods ``names``, run as ``local`` runs its
+    starts (``single`` added unless ``single`` is False) within ``share`` of the time
+    left of the budget, best first."""
+    from simplace.placers.local import run_starts
+
+    now = time.perf_counter()
+    allowance = share * (ctx.t_begin + float(ctx.budget_s) - now)
     found, _ = run_starts(_with_options(ctx, {"starts": names}), now + allowance, allowance,
                           add_single=single)
     if not found:
         return []
     scores = ctx.score(np.stack([p for _, p in found]))
-    out = sorted(((float(s), n, np.asarray(p, np.int32)) for (n, p), s in
-                  zip(found, scores, strict=True)), key=lambda x: x[0])
-    info["heuristic_starts"] = {n: s for s, n, _ in out}
-    return out
+    return sorted(((float(s), n, np.asarray(p, np.int32)) for (n, p), s in
+                   zip(found, scores, strict=True)), key=lambda x: x[0])
 
 
 # After the cheap heuristics, the list scheduler BASIN_METHOD runs within this share of
@@ -401,24 +410,18 @@ def _basin_start(ctx: PlacerContext, info: dict, heuristics: list):
     (``_cheap_heuristics``) when it ran there, else run within ``BASIN_SHARE`` of the
     time left; None when it is off or gave nothing. ``info["basin_start"]``: its score
     and the seconds it took."""
-    from simplace.placers.local import run_starts
-
     if BASIN_SHARE <= 0 or ctx.budget_s is None:
         return None
     for s, name, p in heuristics:
         if name == BASIN_METHOD:
             return (name, p, s)
     now = time.perf_counter()
-    allowance = BASIN_SHARE * (ctx.t_begin + float(ctx.budget_s) - now)
-    found, _ = run_starts(_with_options(ctx, {"starts": [BASIN_METHOD]}), now + allowance,
-                          allowance, add_single=False)
+    found = _scored_starts(ctx, [BASIN_METHOD], BASIN_SHARE, single=False)
     if not found:
         return None
-    p = np.asarray(found[0][1], np.int32)
-    s = float(ctx.score(p[None])[0])
-    info["basin_start"] = {"method": BASIN_METHOD, "score": s,
-                           "wall_s": time.perf_counter() - now}
-    return (BASIN_METHOD, p, s)
+    s, name, p = found[0]
+    info["basin_start"] = {"method": name, "score": s, "wall_s": time.perf_counter() - now}
+    return (name, p, s)
 
 
 def _with_basin(lanes: list, basin) -> list:
