@@ -661,6 +661,34 @@ def test_guided_resampling_restarts_when_converged_under_a_deadline(dag, monkeyp
     assert best_s == pytest.approx(float(scores(best[None])[0]), rel=1e-12)
 
 
+def test_a_converged_search_hands_back_its_time_when_told_to(dag, monkeypatch):
+    # max_restarts: under a deadline the search stops, converged, once that many restarts
+    # in a row found nothing faster than its best, instead of restarting until the
+    # deadline; the race's last rung passes it on
+    import time
+
+    from simplace.rl import guided
+
+    inp, scores = _guided_setup(dag)
+    start = (np.arange(dag.num_ops) % 3).astype(np.int32)
+    s0 = float(scores(start[None])[0])
+    lv = [guided.Level(np.full((dag.num_ops, 3), 1 / 3), np.arange(dag.num_ops))]
+    monkeypatch.setattr(guided, "PATIENCE", 2)
+    kw = {"src": dag.src, "dst": dag.dst, "seed": 1}
+    far = time.perf_counter() + 3600
+    for cap in (0, 2):
+        _, s, info = guided.refine(lv, start, s0, scores, rounds=10_000, **kw, until=far,
+                                   max_restarts=cap)
+        assert info["stop"] == "converged" and info["restarts"] >= cap and s <= s0
+        if cap == 0:
+            assert info["restarts"] == 0
+    t = time.perf_counter()
+    _, s, info = guided.race(lv, [("rr", start, s0)], scores, src=dag.src, dst=dag.dst,
+                             until=t + 3600, seed=1, last_restarts=1)
+    assert time.perf_counter() - t < 60 and s <= s0 and info["stop"] == "converged"
+    assert info["rounds"] >= 2 * guided.PATIENCE
+
+
 def test_screened_resampling_checks_memory_only_for_the_fastest_and_keeps_what_fits(dag):
     from simplace.rl.guided import Level, refine
     from simplace.rl.refine import SCREEN_CHECKS

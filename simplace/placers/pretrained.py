@@ -94,6 +94,16 @@ POLISH_SHARE = 0.7
 # The share of that which the search guided by the fine-tuned policy takes first
 # (``simplace.rl.guided``), from the best placement so far; local takes the rest.
 GUIDED_SHARE = 0.8
+# The guided race's last lane ends once it has converged this many times in a row without
+# a new best (``simplace.rl.guided.race``'s ``last_restarts``; None: it restarts until its
+# share is spent), and local gets the rest. Where its restarts do not pay, local's
+# annealing does better with the time: on transformer on 8 K40s the last lane converged
+# and restarted four times in 3.9 s for 1.6%, and local then took 2% off in 1.9 s; with 0
+# the fine-tune's median over seeds 0-5 there went from 1.005-1.012 of local-60 to
+# 0.998-1.000 (two blocks each). On inception_v3 the last lane does not converge, so
+# nothing changes there. Training rows' geometric mean 0.7071 against 0.7076; held-out
+# 0.9719 against 0.9746 (bench/results/pretrained_2026-11-29f_vm_last-lane.txt).
+GUIDED_LAST_RESTARTS = 0
 # The share of the time left after the cheap heuristics that the op-level descent
 # (simplace.rl.refine.polish: segment boundaries shifted by a few ops, whole runs and
 # single ops across a cut moved) takes at the end, after local. The searches' results
@@ -276,7 +286,8 @@ def _guided(ctx: PlacerContext, params, starts: list, until: float, info: dict):
     out, out_s, info["guided"] = race(policy_levels(ctx.graph, ctx.inputs, params), fit,
                                       scores, src=ctx.graph.src, dst=ctx.graph.dst,
                                       until=until, seed=ctx.seed,
-                                      screen=lambda b: screen(b).step_time_s)
+                                      screen=lambda b: screen(b).step_time_s,
+                                      last_restarts=GUIDED_LAST_RESTARTS)
     return (out, out_s) if out_s < best_s else (best, best_s)
 
 

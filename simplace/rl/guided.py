@@ -161,7 +161,8 @@ def group_levels(graph, op_probs: np.ndarray, free=None) -> list[Level]:
 
 def refine(levels: list[Level], placement, score: float, scores, *, src, dst, rounds: int,
            seed: int = 0, until: float | None = None, screen=None,
-           batch: int | None = None) -> tuple[np.ndarray, float, dict]:
+           batch: int | None = None,
+           max_restarts: int | None = None) -> tuple[np.ndarray, float, dict]:
     """``(placement int32[M], score, info)``: the best placement the guided search finds
     from ``placement`` (whose score is ``score``) in at most ``rounds`` rounds, never
     worse than it.
@@ -176,7 +177,9 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     the result is a deterministic function of the seed. ``info``: rounds, gains, the
     start's and the end's scores, seconds, and why it stopped
     (``"rounds"``, ``"time"`` or, without a deadline, ``"converged"``: ``PATIENCE``
-    rounds without a gain; with one, the search restarts then, ``restarts``)."""
+    rounds without a gain; with one, the search restarts then, ``restarts``, unless
+    ``max_restarts`` (if given) restarts in a row have found nothing faster than the
+    best: then it stops, converged)."""
     t0 = time.perf_counter()
     batch = BATCH if batch is None else int(batch)
     best = np.array(placement, dtype=np.int32)
@@ -186,7 +189,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
     propose = _Proposer(levels, src, dst)
     arms = _ArmStats(propose.prior)
     rng = np.random.default_rng(seed)
-    done = gains = idle = restarts = 0
+    done = gains = idle = restarts = futile = 0
     round_s = 0.0  # the last round's seconds
     stop = "rounds"
     while done < rounds:
@@ -195,7 +198,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
             stop = "time"
             break
         if idle >= PATIENCE:
-            if until is None:
+            if until is None or (max_restarts is not None and futile >= max_restarts):
                 stop = "converged"
                 break
             # With time left: a restart a few random moves away from the best.
@@ -205,6 +208,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
             cur_s = float(np.asarray(scores(cur[None]), np.float64)[0])
             idle = 0
             restarts += 1
+            futile += 1
         cands = propose(cur, batch, rng, arms.shares)
         s = _round_scores(cands, scores, screen)
         j = int(np.argmin(s))
@@ -216,6 +220,7 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
             if cur_s < best_s:
                 best, best_s = cur, cur_s
                 gains += 1
+                futile = 0
         else:
             idle += 1
             if until is not None and np.isfinite(s[j]):
@@ -233,14 +238,18 @@ def refine(levels: list[Level], placement, score: float, scores, *, src, dst, ro
 
 
 def race(levels: list[Level], starts: list, scores, *, src, dst, until: float,
-         seed: int = 0, screen=None) -> tuple[np.ndarray, float, dict]:
+         seed: int = 0, screen=None,
+         last_restarts: int | None = None) -> tuple[np.ndarray, float, dict]:
     """``(placement, score, info)``: ``refine`` from each of ``starts`` (``(label,
     placement, score)``, placements that fit) until ``until``, raced as ``local`` races
     its starts: rungs of equal time, in each a stint of equal time per lane, the slower
     half of the lanes stopping at the end of each rung, the last rung one lane's. The
-    best lane's best, never worse than any start. ``info``: ``rounds`` (every lane's),
+    best lane's best, never worse than any start. ``last_restarts``: the last rung's
+    ``max_restarts`` (the race ends early when that lane's restarts stop paying: the
+    caller's next search gets the time). ``info``: ``rounds`` (every lane's),
     ``start`` (the winning lane's label), ``step_time_s``, ``lanes`` (a row per lane:
-    ``start``, ``from_s``, ``score``, ``rounds``; the winner last)."""
+    ``start``, ``from_s``, ``score``, ``rounds``; the winner last), ``stop`` (the last
+    stint's: ``"time"``, or ``"converged"`` when it ended early)."""
     lanes = [{"start": label, "from_s": float(s), "score": float(s), "rounds": 0,
               "best": np.asarray(p, np.int32)} for label, p, s in starts]
     done = []
@@ -254,7 +263,8 @@ def race(levels: list[Level], starts: list, scores, *, src, dst, until: float,
             lane["best"], lane["score"], out = refine(
                 levels, lane["best"], lane["score"], scores, src=src, dst=dst,
                 rounds=_UNCAPPED, seed=seed + stint,
-                until=now + (rung_end - now) / (len(lanes) - i), screen=screen)
+                until=now + (rung_end - now) / (len(lanes) - i), screen=screen,
+                max_restarts=last_restarts if rung == rungs - 1 else None)
             lane["rounds"] += out["rounds"]
             stint += 1
         lanes.sort(key=lambda lane: lane["score"])
@@ -265,7 +275,7 @@ def race(levels: list[Level], starts: list, scores, *, src, dst, until: float,
     rows = [{k: v for k, v in lane.items() if k != "best"} for lane in done + [win]]
     return win["best"], win["score"], {"rounds": sum(r["rounds"] for r in rows),
                                        "start": win["start"], "step_time_s": win["score"],
-                                       "lanes": rows}
+                                       "lanes": rows, "stop": out["stop"]}
 
 
 def race_lanes(first: tuple, others: list) -> list:
