@@ -639,17 +639,23 @@ def test_guided_resampling_never_loses_is_seeded_and_stops_when_told(dag):
 
 
 
-def test_guided_resampling_restarts_when_converged_under_a_deadline(dag, monkeypatch):
-    import time
-
+def _converging_search(dag, monkeypatch):
+    """A one-level guided search on ``dag`` that converges after 2 idle rounds: (guided
+    module, scores, round-robin start, its score, levels, refine's keywords)."""
     from simplace.rl import guided
 
-    inp, scores = _guided_setup(dag)
+    _, scores = _guided_setup(dag)
     start = (np.arange(dag.num_ops) % 3).astype(np.int32)
     s0 = float(scores(start[None])[0])
     lv = [guided.Level(np.full((dag.num_ops, 3), 1 / 3), np.arange(dag.num_ops))]
     monkeypatch.setattr(guided, "PATIENCE", 2)
-    kw = {"src": dag.src, "dst": dag.dst, "seed": 1}
+    return guided, scores, start, s0, lv, {"src": dag.src, "dst": dag.dst, "seed": 1}
+
+
+def test_guided_resampling_restarts_when_converged_under_a_deadline(dag, monkeypatch):
+    import time
+
+    guided, scores, start, s0, lv, kw = _converging_search(dag, monkeypatch)
     # without a deadline the search stops once converged...
     p1, s1, done = guided.refine(lv, start, s0, scores, rounds=10_000, **kw)
     assert done["stop"] == "converged" and done["restarts"] == 0
@@ -667,14 +673,7 @@ def test_a_converged_search_hands_back_its_time_when_told_to(dag, monkeypatch):
     # deadline; the race's last rung passes it on
     import time
 
-    from simplace.rl import guided
-
-    inp, scores = _guided_setup(dag)
-    start = (np.arange(dag.num_ops) % 3).astype(np.int32)
-    s0 = float(scores(start[None])[0])
-    lv = [guided.Level(np.full((dag.num_ops, 3), 1 / 3), np.arange(dag.num_ops))]
-    monkeypatch.setattr(guided, "PATIENCE", 2)
-    kw = {"src": dag.src, "dst": dag.dst, "seed": 1}
+    guided, scores, start, s0, lv, kw = _converging_search(dag, monkeypatch)
     far = time.perf_counter() + 3600
     for cap in (0, 2):
         _, s, info = guided.refine(lv, start, s0, scores, rounds=10_000, **kw, until=far,
