@@ -100,6 +100,16 @@ def cached(name: str) -> bool:
     return False
 
 
+def loaded(name: str) -> bool:
+    """Whether every function of kernel ``name`` is already machine code in this process
+    (a call costs no compilation nor cache load); True where numba is not installed."""
+    from simplace._numba import numba
+
+    if numba is None:
+        return True
+    return all(getattr(_function(f), "signatures", None) for f in kernel(name).functions)
+
+
 def on_disk(name: str) -> bool:
     """Whether numba's cache holds every function of kernel ``name`` (for later
     processes), whatever this process has compiled."""

@@ -380,12 +380,21 @@ def test_program_estimate_is_the_reference_simulator(shape):
             assert prog.step_time() == pytest.approx(want, rel=1e-9, abs=1e-15)
 
 
+@pytest.mark.parametrize("path", ("batched", "reference"))
 @pytest.mark.parametrize("method", METHODS)
-def test_falls_back_to_the_fastest_single_device(method):
+def test_falls_back_to_the_fastest_single_device(method, path, monkeypatch):
     # Op 0 is a hair faster on device 0, op 1 ten times faster on device 1, and op 0's
     # output takes 100 s to cross. Any schedule that starts op 0 on device 0 ends at 11
     # s; the whole graph on device 1 takes 2.1 s. Op units only, so that no coarser run
-    # finds device 1 (m_topo has no units: its fill over device 1 alone finds it).
+    # finds device 1 (m_topo has no units: its fill over device 1 alone finds it). The
+    # final check simulates by the batched simulator (big graphs) or the reference one.
+    from simplace.placers import context
+
+    monkeypatch.setattr(context, "batched_pays", lambda m, k: path == "batched")
+    if path == "batched":
+        def no_reference(self, placement, **kw):
+            raise AssertionError("the batched path called the reference simulator")
+        monkeypatch.setattr(context.PlacerContext, "simulate", no_reference)
     g = make_graph([0], [1], m=2, edge_bytes=[100.0])
     inp = machine(np.array([[1.0, 1.1], [10.0, 1.0]]), bandwidth=1.0)
     opts = {} if method == "m_topo" else {"units": [0], "module_depths": [], "repasses": 0}

@@ -50,7 +50,7 @@ def test_single_says_when_nothing_fits(nmt, k40x4):
 def test_single_tries_the_same_devices_with_or_without_the_compiled_simulator(
         nmt, k40x4, monkeypatch):
     # the fastest device cannot hold the model, the next can: two trials either way
-    from simplace import kernels
+    from simplace.placers import context
     from simplace.placers.context import PlacerContext
     from simplace.placers.single import single_device_candidates, single_device_trials
 
@@ -59,15 +59,29 @@ def test_single_tries_the_same_devices_with_or_without_the_compiled_simulator(
     devs = tuple(dataclasses.replace(d, memory_bytes=float(need[order[0]]) / 2)
                  if i == order[0] else d for i, d in enumerate(k40x4.devices))
     cm = dataclasses.replace(k40x4, devices=devs)
-    # the batched path whether or not this worker has compiled the simulator yet
-    monkeypatch.setattr(kernels, "cached", lambda name: True)
+    # the batched path whether or not this worker has loaded the simulator yet
+    monkeypatch.setattr(context, "batched_pays", lambda m, k: True)
     compiled = single_device_trials(PlacerContext(nmt, cm))
-    monkeypatch.setattr(kernels, "cached", lambda name: False)  # a fresh install
+    monkeypatch.setattr(context, "batched_pays", lambda m, k: False)  # a fresh install
     reference = single_device_trials(PlacerContext(nmt, cm))
     assert [t["device"] for t in compiled] == [t["device"] for t in reference] == order[:2]
     assert [t["oom"] for t in compiled] == [t["oom"] for t in reference] == [True, False]
     np.testing.assert_allclose([t["step_time_s"] for t in compiled],
                                [t["step_time_s"] for t in reference], rtol=1e-12)
+
+
+def test_the_batched_simulator_checks_where_it_costs_less_than_the_reference(monkeypatch):
+    from simplace import kernels
+    from simplace.placers.context import BATCHED_LOAD_S, REFERENCE_S_PER_OP, batched_pays
+
+    big = int(BATCHED_LOAD_S / REFERENCE_S_PER_OP) + 1  # ops x placements past the load
+    monkeypatch.setattr(kernels, "cached", lambda name: True)
+    monkeypatch.setattr(kernels, "loaded", lambda name: False)  # a fresh process
+    assert not batched_pays(100, 3) and batched_pays(big, 1) and batched_pays((big + 1) // 2, 2)
+    monkeypatch.setattr(kernels, "loaded", lambda name: True)  # loaded: always
+    assert batched_pays(100, 1)
+    monkeypatch.setattr(kernels, "cached", lambda name: False)  # compiling: never
+    assert not batched_pays(big, 10)
 
 
 def test_compare_runs_each_method_once(nmt, k40x4):

@@ -26,7 +26,7 @@ from simplace.sim.incremental import IncrementalProgram
 from simplace.sim.reference import segments_of
 
 MEMORY_MODELS = ("auto", "conservative", "liveness")
-# Runs the reference simulator checks for memory before it settles for the best that fits.
+# Runs the simulator checks for memory before it settles for the best that fits.
 _MAX_CHECKS = 4
 # Block counts tried besides op units: from a few big blocks (close to one device per
 # phase of the model) to many small ones.
@@ -554,7 +554,7 @@ class Setup:
         return sorted(cons.runs + live.runs, key=lambda r: r["made"])
 
     def finish(self, runs: list[dict], info: dict | None = None) -> PlacerOutput:
-        """The best run that fits, checked by the reference simulator, against
+        """The best run that fits, checked by the simulator (``simulate_each``), against
         ``single``'s candidates (module docstring)."""
         from simplace.placers.single import single_device_candidates, single_device_step_s
 
@@ -565,19 +565,19 @@ class Setup:
         order = sorted(range(len(runs)), key=lambda k: (runs[k]["estimated_s"], k))
         best, res, checked = runs[order[0]], None, []
         if m:
-            # The memory models only estimate the program's peak: the reference simulator
+            # The memory models only estimate the program's peak: the simulator
             # decides. Runs in order of simulated step time until one fits (a few at most;
             # the conservative model's best is always among them).
             cons = [k for k in order if runs[k]["memory"] == "conservative"][:1]
             tries = list(dict.fromkeys(order[:_MAX_CHECKS] + cons))
             tries.sort(key=lambda k: (runs[k]["estimated_s"], k))
             scored = []
-            for k in tries:
-                r_ = ctx.simulate(runs[k]["placement"])
+            sims = ctx.simulate_each(np.stack([runs[k]["placement"] for k in tries]))
+            for k, (t, oom) in zip(tries, sims, strict=False):
                 checked.append({"unit": runs[k]["unit"], "memory": runs[k]["memory"],
-                                "step_time_s": float(r_.step_time_s), "oom": bool(r_.oom)})
-                scored.append((float(penalised(r_.step_time_s, r_.oom)), k, r_))
-                if not r_.oom:
+                                "step_time_s": t, "oom": oom})
+                scored.append((float(penalised(t, oom)), k, (t, oom)))
+                if not oom:
                     break
             _, k, res = min(scored, key=lambda x: (x[0], x[1]))
             best = runs[k]
@@ -609,29 +609,28 @@ class Setup:
         if m == 0:
             out["returned"] = "schedule"
             return PlacerOutput(placement, info=out)
-        score = float(penalised(res.step_time_s, res.oom))
+        res_s, res_oom = res
+        score = float(penalised(res_s, res_oom))
         out["returned"] = "schedule"
-        out["schedule_step_time_s"] = float(res.step_time_s)
+        out["schedule_step_time_s"] = res_s
         if not common_option(ctx, "fallback_single"):
             return PlacerOutput(placement, info=out)
         alone = single_device_step_s(ctx)
-        for d in single_device_candidates(ctx):
-            if alone[d] >= score:  # no single device left that could beat the schedule
-                break
-            one = np.full(m, d, dtype=np.int32)
-            r1 = ctx.simulate(one)
-            if r1.oom:
+        # the devices that could beat the schedule alone (the candidates are by that time)
+        devices = [d for d in single_device_candidates(ctx) if alone[d] < score]
+        ones = np.repeat(np.asarray(devices, np.int32)[:, None], m, 1)
+        for d, (t1, oom1) in zip(devices, ctx.simulate_each(ones), strict=False):
+            if oom1:
                 continue  # single skips it as well
-            if r1.step_time_s < score:
-                out.update(returned="single", single_device=int(d),
-                           single_step_time_s=float(r1.step_time_s),
+            if t1 < score:
+                out.update(returned="single", single_device=int(d), single_step_time_s=t1,
                            note_single=(
-                               f"the schedule ({res.step_time_s * 1e3:.3f} ms"
-                               f"{', out of memory' if res.oom else ''}) is slower than the "
-                               f"whole graph on device {d} ({r1.step_time_s * 1e3:.3f} ms): "
+                               f"the schedule ({res_s * 1e3:.3f} ms"
+                               f"{', out of memory' if res_oom else ''}) is slower than the "
+                               f"whole graph on device {d} ({t1 * 1e3:.3f} ms): "
                                "returned that"))
                 out.pop("note", None)
                 out["unplaceable_ops"] = 0
-                return PlacerOutput(one, info=out)
+                return PlacerOutput(np.full(m, d, dtype=np.int32), info=out)
             break  # the first device that fits is single's choice
         return PlacerOutput(placement, info=out)

@@ -147,6 +147,22 @@ class PlacerContext:
 
         return simulate(self.graph, self.cost_model, placement, **kw)
 
+    def simulate_each(self, placements):
+        """(step time, OOM) of each of ``placements`` (int32[K, M]), in order, lazily: all
+        in one call of the batched simulator where that costs less than the reference
+        simulator's calls (``batched_pays``), else one at a time by the reference one."""
+        placements = np.atleast_2d(np.asarray(placements, np.int32))
+        if not len(placements):
+            return
+        if batched_pays(self.graph.num_ops, len(placements)):
+            res = self.batched(placements)
+            yield from zip(np.asarray(res.step_time_s).tolist(),
+                           np.asarray(res.oom).tolist(), strict=True)
+            return
+        for p in placements:
+            res = self.simulate(p)
+            yield float(res.step_time_s), bool(res.oom)
+
     def score(self, placements) -> np.ndarray:
         """float64[B]: each placement's step time, OOM ones pushed behind every placement
         that fits (see ``penalised``); the batched simulator, many placements per call."""
@@ -157,6 +173,27 @@ class PlacerContext:
         """Report one line of progress, if the caller asked for it."""
         if self._progress is not None:
             self._progress(message)
+
+
+# The reference simulator's seconds per op of one placement (4-28 us on the zoo's big
+# graphs on the 2-core VM, 12 on nmt_4layer's single devices), and the seconds a process
+# takes to load the batched simulator's compiled kernels from numba's cache on its first
+# call (0.5-0.55 s there): a few checks of a small graph cost less by the reference
+# simulator than that load; on nmt_4layer (22k ops) a list scheduler's final checks took
+# 1.7 s by it, past a 3 s budget by half.
+REFERENCE_S_PER_OP = 12e-6
+BATCHED_LOAD_S = 0.5
+
+
+def batched_pays(num_ops: int, count: int) -> bool:
+    """Whether ``count`` placements of ``num_ops`` ops are cheaper to simulate in one call of
+    the batched simulator than one by one by the reference one: its kernels compiled, and
+    loaded in this process or the reference calls would cost more than loading them."""
+    from simplace.kernels import cached, loaded
+
+    if not cached("simulator"):  # compiling takes tens of seconds on a fresh install
+        return False
+    return loaded("simulator") or count * num_ops * REFERENCE_S_PER_OP > BATCHED_LOAD_S
 
 
 def _int_option(options: dict, name: str, default: int) -> int:

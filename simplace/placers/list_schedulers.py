@@ -66,14 +66,16 @@ program's semantics**:
   ends). ``memory="auto"`` (default) runs under the conservative model, and when memory
   kept some unit off a device (big training graphs on 12 GB GPUs), under liveness too:
   every liveness run as soon as that is seen, then the rest of the conservative ones.
-  Whatever the model, the reference simulator has the last word: runs are simulated in
-  order of estimated step time (at most ``_MAX_CHECKS``, plus the best conservative
-  one) until one fits, and that one is the schedule (``info["checked"]``,
-  ``info["memory_model"]``). A unit that fits nowhere goes to the device with the most
-  free memory, op by op (``info["unplaceable_ops"]``, ``info["note"]``).
-* **Never worse than one device.** The winning schedule is simulated by the reference
-  simulator and compared with the single-device placements ``single`` considers (devices
-  by the step time of the whole graph alone, the first that fits memory); when one of
+  Whatever the model, the simulator has the last word (the reference one, or the
+  batched one, whose numbers equal it, where that is cheaper: big graphs,
+  ``PlacerContext.simulate_each``): runs are simulated in order of estimated step time
+  (at most ``_MAX_CHECKS``, plus the best conservative one) until one fits, and that
+  one is the schedule (``info["checked"]``, ``info["memory_model"]``). A unit that fits
+  nowhere goes to the device with the most free memory, op by op
+  (``info["unplaceable_ops"]``, ``info["note"]``).
+* **Never worse than one device.** The winning schedule's simulated step time is
+  compared with the single-device placements ``single`` considers (devices by the step
+  time of the whole graph alone, the first that fits memory); when one of
   them is faster (or the schedule runs out of memory and it does not), it is returned
   instead and ``info["returned"]`` says ``"single"`` (else ``"schedule"``), with both
   step times in ``info``.

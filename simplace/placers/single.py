@@ -41,23 +41,11 @@ def single_device_trials(ctx: PlacerContext) -> list[dict]:
 
 
 def _single_device_results(ctx: PlacerContext, devices: list[int]):
-    """(step time, OOM) of every op on each of ``devices``, in order: all in one call of
-    the batched simulator where this install has it compiled (a call per device of the
-    reference one took a third of a second on inception_v3), else lazily by the
-    reference simulator (compiling the batched one takes tens of seconds on a fresh
-    install, and ``single``'s cost estimate holds no compilation)."""
-    from simplace.kernels import cached
-
+    """(step time, OOM) of every op on each of ``devices``, in order, lazily
+    (``PlacerContext.simulate_each``: one call of the batched simulator where that pays,
+    else the reference simulator's, which stop at the first device that fits)."""
     m = ctx.graph.num_ops
-    if not devices:
-        return
-    if cached("simulator"):
-        res = ctx.batched(np.repeat(np.asarray(devices, np.int32)[:, None], m, 1))
-        yield from zip(np.asarray(res.step_time_s), np.asarray(res.oom), strict=True)
-        return
-    for d in devices:
-        res = ctx.simulate(np.full(m, d, dtype=np.int32))
-        yield res.step_time_s, res.oom
+    yield from ctx.simulate_each(np.repeat(np.asarray(devices, np.int32)[:, None], m, 1))
 
 
 @register("single", cost=Cost(0.0, 1e-5, paces=True), rank=0)
