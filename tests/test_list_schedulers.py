@@ -415,6 +415,34 @@ def test_falls_back_to_the_fastest_single_device(method, path, monkeypatch):
         assert raw.info["returned"] == "schedule"
 
 
+def test_the_check_passes_runs_that_do_not_fit_until_one_that_does():
+    # Six independent ops of 1 s (ops 3-5 take 2 s on device 0), memory for three outputs
+    # a device. Five runs that put every op on one device do not fit; the sixth, a split
+    # estimated faster than the conservative model's best (a slower split), does. The
+    # check passes the five (a fixed number of checks settled for the conservative one).
+    from simplace.placers import PlacerContext
+    from simplace.placers._list_runs import Setup
+
+    g = make_graph([], [], m=6)
+    t = np.array([[1.0, 1.0]] * 3 + [[2.0, 1.0]] * 3)
+    fast, slow = np.array([0, 0, 0, 1, 1, 1]), np.array([1, 1, 1, 0, 0, 0])
+    crowded = simulate(g, machine(t), np.zeros(6, np.int32)).peak_memory_bytes[0]
+    split = simulate(g, machine(t), fast).peak_memory_bytes.max()
+    inp = machine(t, memory=(crowded + split) / 2)
+    assert simulate(g, inp, fast).step_time_s < simulate(g, inp, slow).step_time_s
+    runs = [{"placement": np.full(6, k % 2, np.int32), "estimated_s": 1.0 + k,
+             "memory": "liveness", "unit": f"one device {k}", "unplaceable": []}
+            for k in range(5)]
+    runs += [{"placement": fast, "estimated_s": 6.0, "memory": "liveness",
+              "unit": "the fast split", "unplaceable": []},
+             {"placement": slow, "estimated_s": 7.0, "memory": "conservative",
+              "unit": "the slow split", "unplaceable": []}]
+    out = Setup(PlacerContext(g, inp)).finish(runs)
+    np.testing.assert_array_equal(out.placement, fast)
+    assert out.info["unit"] == "the fast split" and out.info["returned"] == "schedule"
+    assert [c["oom"] for c in out.info["checked"]] == [True] * 5 + [False]
+
+
 @pytest.mark.parametrize("option,value", [("units", "many"), ("units", [-1]),
                                           ("units", []), ("module_depths", [0]),
                                           ("module_depths", ["x"])])

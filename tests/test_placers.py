@@ -72,16 +72,25 @@ def test_single_tries_the_same_devices_with_or_without_the_compiled_simulator(
 
 def test_the_batched_simulator_checks_where_it_costs_less_than_the_reference(monkeypatch):
     from simplace import kernels
-    from simplace.placers.context import BATCHED_LOAD_S, REFERENCE_S_PER_OP, batched_pays
+    from simplace.placers.context import (
+        BATCHED_LOAD_S,
+        REFERENCE_S_PER_OP,
+        batched_pays,
+        simulate_each_s,
+    )
 
     big = int(BATCHED_LOAD_S / REFERENCE_S_PER_OP) + 1  # ops x placements past the load
     monkeypatch.setattr(kernels, "cached", lambda name: True)
     monkeypatch.setattr(kernels, "loaded", lambda name: False)  # a fresh process
     assert not batched_pays(100, 3) and batched_pays(big, 1) and batched_pays((big + 1) // 2, 2)
+    # what a list scheduler's runs leave for its final checks: the cheaper way's time
+    assert simulate_each_s(100, 3) == pytest.approx(300 * REFERENCE_S_PER_OP)
+    assert simulate_each_s(big, 2) == BATCHED_LOAD_S
     monkeypatch.setattr(kernels, "loaded", lambda name: True)  # loaded: always
-    assert batched_pays(100, 1)
+    assert batched_pays(100, 1) and simulate_each_s(big, 2) == 0.0
     monkeypatch.setattr(kernels, "cached", lambda name: False)  # compiling: never
     assert not batched_pays(big, 10)
+    assert simulate_each_s(big, 2) == pytest.approx(2 * big * REFERENCE_S_PER_OP)
 
 
 def test_compare_runs_each_method_once(nmt, k40x4):

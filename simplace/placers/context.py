@@ -196,6 +196,16 @@ def batched_pays(num_ops: int, count: int) -> bool:
     return loaded("simulator") or count * num_ops * REFERENCE_S_PER_OP > BATCHED_LOAD_S
 
 
+def simulate_each_s(num_ops: int, count: int) -> float:
+    """About how many seconds ``PlacerContext.simulate_each`` takes on ``count`` placements
+    of ``num_ops`` ops (the batched simulator's own milliseconds left out)."""
+    from simplace.kernels import loaded
+
+    if not batched_pays(num_ops, count):
+        return count * num_ops * REFERENCE_S_PER_OP
+    return 0.0 if loaded("simulator") else BATCHED_LOAD_S
+
+
 def _int_option(options: dict, name: str, default: int) -> int:
     val = options.get(name, default)
     if isinstance(val, bool) or not isinstance(val, int | np.integer):

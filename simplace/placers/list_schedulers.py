@@ -69,7 +69,7 @@ program's semantics**:
   Whatever the model, the simulator has the last word (the reference one, or the
   batched one, whose numbers equal it, where that is cheaper: big graphs,
   ``PlacerContext.simulate_each``): runs are simulated in order of estimated step time
-  (at most ``_MAX_CHECKS``, plus the best conservative one) until one fits, and that
+  until one fits (at the latest the best conservative one: it bounds the peak), and that
   one is the schedule (``info["checked"]``, ``info["memory_model"]``). A unit that fits
   nowhere goes to the device with the most free memory, op by op
   (``info["unplaceable_ops"]``, ``info["note"]``).
