@@ -15,7 +15,12 @@ import numpy as np
 from simplace._argtypes import check_budget, check_seed
 from simplace.errors import OptionError, SimplaceError
 from simplace.kernels import note_cold
-from simplace.placers.context import OptimizeResult, PlacerContext, PlacerOutput
+from simplace.placers.context import (
+    REFERENCE_S_PER_OP,
+    OptimizeResult,
+    PlacerContext,
+    PlacerOutput,
+)
 from simplace.placers.registry import (
     _load_methods,
     check_options,
@@ -89,11 +94,10 @@ def optimize(graph, cost_model, method: str = "heft", *, seed: int = 0,
 
 
 # The reference simulation of the result (below, after the method) counts against the
-# budget: the method gets the budget less this many seconds per op (at most half of it).
-# The reference simulator took 3.4-3.6 us an op on zoo graphs of 3.6k-6.9k ops on the
-# 2-core VM, 8.7 on nmt_4layer (22k ops, 0.2 s); rl-pretrained with --budget-s 1.7
-# answered in 1.96 s there.
-FINAL_SIMULATION_S_PER_OP = 9e-6
+# budget: the method gets the budget less this many seconds per op (at most half of it),
+# the reference simulator's (``context.REFERENCE_S_PER_OP``). With 8.7 us an op,
+# rl-pretrained with --budget-s 1.8 answered in 1.75-1.89 s on nmt_4layer (22k ops).
+FINAL_SIMULATION_S_PER_OP = REFERENCE_S_PER_OP
 
 
 def _search_budget(graph, budget_s: float | None) -> float | None:
