@@ -30,6 +30,7 @@ import numbers
 import numpy as np
 from networkx.utils import UnionFind
 
+from simplace._per_graph import per_graph
 from simplace.errors import GraphError, GroupingError
 from simplace.graph import OpGraph, split_name_path
 
@@ -104,10 +105,23 @@ def _labels(uf: UnionFind, num_ops: int) -> np.ndarray:
 
 
 def _distinct_preds(graph: OpGraph) -> list[list[int]]:
-    preds = [set() for _ in range(graph.num_ops)]
-    for s, d in zip(graph.src.tolist(), graph.dst.tolist(), strict=True):
-        preds[d].add(s)
-    return [sorted(p) for p in preds]
+    """Each op's distinct producer ops, sorted (computed once per graph: not to be
+    modified)."""
+    def make():
+        preds = [set() for _ in range(graph.num_ops)]
+        for s, d in zip(graph.src.tolist(), graph.dst.tolist(), strict=True):
+            preds[d].add(s)
+        return [sorted(p) for p in preds]
+
+    return per_graph(graph, "distinct_preds", make)
+
+
+def _key(groups):
+    """A grouping argument as part of a ``per_graph`` key (None: singletons)."""
+    if groups is None:
+        return None
+    arr = np.asarray(groups)
+    return (arr.dtype.str, arr.shape, arr.tobytes())
 
 
 def singletons(graph: OpGraph) -> np.ndarray:
@@ -127,6 +141,11 @@ def colocate_free_ops(graph: OpGraph, groups=None) -> np.ndarray:
     only inputs, parameters or constants) joins its earliest consumer. A no-work op with
     several producers stays where it is, since joining any of them could make a cycle.
     """
+    return per_graph(graph, ("colocate_free_ops", _key(groups)),
+                     lambda: _colocate_free_ops(graph, groups)).copy()
+
+
+def _colocate_free_ops(graph: OpGraph, groups) -> np.ndarray:
     uf = _union_from(graph, groups)
     preds = _distinct_preds(graph)
     free = no_work(graph)
@@ -144,6 +163,11 @@ def colocate_free_ops(graph: OpGraph, groups=None) -> np.ndarray:
 def chain_collapse(graph: OpGraph, groups=None) -> np.ndarray:
     """Rule (b), HSDAG's coarsening: merge an op into its successor when that successor
     has exactly one predecessor op."""
+    return per_graph(graph, ("chain_collapse", _key(groups)),
+                     lambda: _chain_collapse(graph, groups)).copy()
+
+
+def _chain_collapse(graph: OpGraph, groups) -> np.ndarray:
     uf = _union_from(graph, groups)
     for v, p in enumerate(_distinct_preds(graph)):
         if len(p) == 1:

@@ -83,6 +83,21 @@ def test_chain_collapse_merges_single_predecessor_successors():
     np.testing.assert_array_equal(groups, [0, 0, 0, 0, 1])
 
 
+def test_rules_are_computed_once_per_graph_and_answer_alike(monkeypatch):
+    g = chain_graph()
+    first = G.chain_collapse(g, G.colocate_free_ops(g))
+    first[:] = 7  # a caller's changes to its copy do not reach the next caller
+    calls = []
+    monkeypatch.setattr(G, "_chain_collapse",
+                        lambda *a: calls.append(a) or np.zeros(5, np.int32))
+    again = G.chain_collapse(g, G.colocate_free_ops(g))
+    np.testing.assert_array_equal(again, [0, 0, 0, 0, 1])
+    assert not calls  # from the graph's memo
+    G.chain_collapse(g, [0, 0, 1, 1, 2])  # another grouping is another question
+    G.chain_collapse(chain_graph())  # and another graph
+    assert len(calls) == 2
+
+
 def test_colocate_free_ops_joins_producer_or_earliest_consumer():
     # 0: iota (no work, no producer) feeding 2 and 3; 1: work; 2: reshape of 1 (one
     # producer); 3: add(1, 0); 4: convert of 2 and 3 (two producers, stays alone).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simplace._per_graph import per_graph
 from simplace.graph import split_name_path
 from simplace.groups import (
     by_module,
@@ -73,10 +74,15 @@ def _colocation_mates(ctx: PlacerContext):
 
 def _subtrees(ctx: PlacerContext) -> list[np.ndarray]:
     """Op sets of module subtrees: every op whose path starts with a prefix, for forward
-    ops, backward ops and both; sets of all ops or of one op are left out."""
-    m = ctx.graph.num_ops
+    ops, backward ops and both; sets of all ops or of one op are left out (computed once
+    per graph: not to be modified)."""
+    return per_graph(ctx.graph, "module_subtrees", lambda: _module_subtrees(ctx.graph))
+
+
+def _module_subtrees(graph) -> list[np.ndarray]:
+    m = graph.num_ops
     sets: dict[tuple, list[int]] = {}
-    for i, path in enumerate(ctx.graph.name_path.tolist()):
+    for i, path in enumerate(graph.name_path.tolist()):
         backward, parts = split_name_path(path)
         for k in range(1, len(parts) + 1):
             sets.setdefault(("bwd" if backward else "fwd", parts[:k]), []).append(i)
@@ -86,6 +92,7 @@ def _subtrees(ctx: PlacerContext) -> list[np.ndarray]:
         ops = np.asarray(sets[key], dtype=np.int64)
         if 1 < len(ops) < m and ops.tobytes() not in seen:
             seen.add(ops.tobytes())
+            ops.setflags(write=False)
             out.append(ops)
     return out
 
