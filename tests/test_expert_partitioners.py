@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import os
 import re
 
 import numpy as np
@@ -263,3 +264,17 @@ def test_corner_cases(method, case):
     res = optimize(g, cm, method)
     check_result(g, cm, res)
     assert not res.oom
+
+
+def test_scotch_loads_with_one_thread_unless_the_user_chose(monkeypatch):
+    # Scotch's default thread pool (what runs outside the mapping's one-thread context)
+    # is sized when its library loads: one thread, so that a seed gives one mapping.
+    pytest.importorskip("pyscotch")
+    from simplace.placers.partitioners import _require
+
+    monkeypatch.delenv("SCOTCH_PTHREAD_NUMBER", raising=False)
+    _require("pyscotch")
+    assert os.environ["SCOTCH_PTHREAD_NUMBER"] == "1"
+    monkeypatch.setenv("SCOTCH_PTHREAD_NUMBER", "3")
+    _require("pyscotch")
+    assert os.environ["SCOTCH_PTHREAD_NUMBER"] == "3"

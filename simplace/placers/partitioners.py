@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import os
 import time
 
 import numpy as np
@@ -254,6 +255,12 @@ def _candidate_sets(ctx: PlacerContext) -> list[list[int]]:
 def _require(module: str):
     import importlib
 
+    if module.startswith("pyscotch"):
+        # Scotch sizes its default thread pool from this (else from the cores) when its
+        # library loads: the mapping context is given one thread (_scotch_map), and this
+        # keeps what runs outside it, the architecture's build, on one thread as well (a
+        # determinism test still flaked under load with the context's alone).
+        os.environ.setdefault("SCOTCH_PTHREAD_NUMBER", "1")
     try:
         # pyscotch prints banners to stderr when it loads its library; keep them quiet.
         with contextlib.redirect_stderr(io.StringIO()):
