@@ -1,6 +1,7 @@
 """Whether single methods keep a time budget on big graphs: the wall time of
 ``optimize(graph, machine, method, budget_s=S)`` against ``S``, as the Python API runs it
-(the model traced beforehand; on the command line tracing adds its own seconds).
+(the model traced beforehand; on the command line tracing adds its own seconds), with
+JAX's persistent compilation cache on, as the command line has it.
 
     python bench/method_budgets.py [--rows nmt_4layer:haswell_k40x4,...]
                                    [--methods m_etf,m_sct,heft,m_topo,local]
@@ -17,6 +18,7 @@ import time
 
 from report import Transcript, load_average, machine_line, problems
 
+from simplace.compile_cache import enable as enable_compile_cache
 from simplace.placers import optimize
 
 DEFAULT_ROWS = "nmt_4layer:haswell_k40x4,inception_v3:haswell_k40x4"
@@ -31,6 +33,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="also write the table to this file")
     args = ap.parse_args()
+    enable_compile_cache()
     out = Transcript()
     out.say(machine_line())
     out.say(f"{'model':12s} {'machine':16s} {'method':14s} {'budget':>6s} {'wall s':>7s} "
