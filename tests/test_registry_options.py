@@ -99,7 +99,7 @@ def test_option_values_fill_in_the_defaults():
     ("rl-hierarchical", {"validate_every": -1}, ["'validate_every'", "integer >= 0"]),
     ("rl-hierarchical", {"checkpoint": 5}, ["'checkpoint'", "file path"]),
     ("rl-gnn", {"layers": 1.5}, ["'layers'", "integer in 0.."]),
-    ("rl-universal", {"polish_share": 1.0}, ["'polish_share'", "< 1", "(0.7)"]),
+    ("rl-universal", {"polish_share": 1.0}, ["'polish_share'", "< 1", "(0.9)"]),
     ("rl-universal", {"samples": 1}, ["'samples'", "2..8192"]),
     ("rl-universal", {"guided_share": 1.5}, ["'guided_share'", "<= 1", "(0.8)"]),
     ("rl-pretrained", {"weights": 3}, ["'weights'", "file path"]),
