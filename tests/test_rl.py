@@ -439,6 +439,34 @@ def test_warm_starts_leave_the_budget_to_the_policy(small_case):
     assert len(_warm_starts(early)[0]) == 3
 
 
+def test_warm_starts_fit_their_share_by_estimate_and_stop_at_its_end(small_case, monkeypatch):
+    """A heuristic whose cost estimate does not fit what is left of the warm starts'
+    share is not begun (but the first), and each is given that share as its budget:
+    unbudgeted, ideals begun just inside it took 10.9 s of a 20 s budget on rnnlm."""
+    from simplace import placers
+    from simplace.placers import PlacerContext, registry
+    from simplace.placers.rl import WARM_SHARE, _warm_starts
+
+    g, cm = small_case
+    budgets = {}
+    run = placers.run_method
+
+    def recording(graph, model, name, **kw):
+        budgets[name] = kw.get("budget_s")
+        return run(graph, model, name, **kw)
+
+    monkeypatch.setattr(placers, "run_method", recording)
+    monkeypatch.setattr(registry, "fast_cost_s",
+                        lambda n, m, d: 1e3 if n == "m_topo" else 0.0)
+    ctx = PlacerContext(g, cm, budget_s=10.0, options={"warm_start": "single,m_topo,m_etf"})
+    found, _ = _warm_starts(ctx)
+    assert [n for n, _ in found] == ["single", "m_etf"]
+    assert 0 < budgets["m_etf"] <= WARM_SHARE * 10.0
+    monkeypatch.setattr(registry, "fast_cost_s", lambda n, m, d: 1e3)
+    found, _ = _warm_starts(ctx)
+    assert [n for n, _ in found] == ["single"] and budgets["single"] == 1e3  # the first
+
+
 def test_warm_start_takes_several_placements(small_case):
     """``warm_start`` as int[K, M] (what ``compare`` passes: every placement found so
     far, best first): each is a warm start, scored, in the order given; a bad row is
