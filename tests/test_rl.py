@@ -431,10 +431,13 @@ def test_warm_starts_leave_the_budget_to_the_policy(small_case):
     names = "single,m_topo,m_etf"
     late = PlacerContext(g, cm, budget_s=1.0, options={"warm_start": names},
                          t_begin=time.perf_counter() - 2 * WARM_SHARE)
-    found, scores = _warm_starts(late)
+    found, scores, missed = _warm_starts(late)
     assert [n for n, _ in found] == ["single"] and len(scores) == 1
+    assert set(missed) == {"m_topo", "m_etf"}
+    assert all(why.startswith("skipped") for why in missed.values())
     free = PlacerContext(g, cm, options={"warm_start": names})
     assert [n for n, _ in _warm_starts(free)[0]] == ["single", "m_topo", "m_etf"]
+    assert _warm_starts(free)[2] == {}
     early = PlacerContext(g, cm, budget_s=1000.0, options={"warm_start": names})
     assert len(_warm_starts(early)[0]) == 3
 
@@ -459,12 +462,46 @@ def test_warm_starts_fit_their_share_by_estimate_and_stop_at_its_end(small_case,
     monkeypatch.setattr(registry, "fast_cost_s",
                         lambda n, m, d: 1e3 if n == "m_topo" else 0.0)
     ctx = PlacerContext(g, cm, budget_s=10.0, options={"warm_start": "single,m_topo,m_etf"})
-    found, _ = _warm_starts(ctx)
-    assert [n for n, _ in found] == ["single", "m_etf"]
+    found, _, missed = _warm_starts(ctx)
+    assert [n for n, _ in found] == ["single", "m_etf"] and list(missed) == ["m_topo"]
     assert 0 < budgets["m_etf"] <= WARM_SHARE * 10.0
     monkeypatch.setattr(registry, "fast_cost_s", lambda n, m, d: 1e3)
-    found, _ = _warm_starts(ctx)
+    found, _, _ = _warm_starts(ctx)
     assert [n for n, _ in found] == ["single"] and budgets["single"] == 1e3  # the first
+    # the first named is begun whatever its estimate: the user asked for a warm start
+    found, _, missed = _warm_starts(ctx.with_options({"warm_start": "m_topo,m_etf"}))
+    assert [n for n, _ in found] == ["m_topo"] and budgets["m_topo"] == 1e3
+    assert list(missed) == ["m_etf"]
+
+
+def test_a_failing_warm_start_is_reported_and_the_others_stand(small_case, monkeypatch):
+    """A heuristic that fails is left out and named in the result (``warm_start best``
+    must not sink a run for one method's error); when none gives a placement, the error
+    says why each failed."""
+    from simplace import placers
+    from simplace.placers import PlacerContext
+    from simplace.placers.rl import _warm_starts
+
+    g, cm = small_case
+    run = placers.run_method
+
+    def failing(graph, model, name, **kw):
+        if name in ("m_topo", "heft"):
+            raise SimplaceError(f"{name} broke")
+        return run(graph, model, name, **kw)
+
+    monkeypatch.setattr(placers, "run_method", failing)
+    ctx = PlacerContext(g, cm, budget_s=100.0, options={"warm_start": "m_topo,m_etf"})
+    found, scores, missed = _warm_starts(ctx)
+    assert [n for n, _ in found] == ["m_etf"] and len(scores) == 1
+    assert missed == {"m_topo": "SimplaceError: m_topo broke"}
+    res = optimize(g, cm, method="rl-gnn", episodes=16, samples=8, hidden=16,
+                   warm_start="m_topo,m_etf")
+    assert set(res.info["warm_starts"]) == {"m_etf"}
+    assert res.info["warm_starts_missed"] == missed
+    with pytest.raises(SimplaceError, match=r"No warm start could be made: m_topo: "
+                       r"SimplaceError: m_topo broke; heft: SimplaceError: heft broke"):
+        _warm_starts(ctx.with_options({"warm_start": "m_topo,heft"}))
 
 
 def test_warm_start_takes_several_placements(small_case):
@@ -477,12 +514,12 @@ def test_warm_start_takes_several_placements(small_case):
     g, cm = small_case
     rng = np.random.default_rng(0)
     rows = rng.integers(0, cm.num_devices, size=(3, g.num_ops))
-    found, scores = _warm_starts(PlacerContext(g, cm, options={"warm_start": rows}))
+    found, scores, _ = _warm_starts(PlacerContext(g, cm, options={"warm_start": rows}))
     assert [n for n, _ in found] == ["placement[0]", "placement[1]", "placement[2]"]
     assert all(np.array_equal(p, r) for (_, p), r in zip(found, rows, strict=True))
     ctx = PlacerContext(g, cm)
     assert scores == pytest.approx([float(s) for s in ctx.score(rows)], rel=1e-12)
-    one, _ = _warm_starts(PlacerContext(g, cm, options={"warm_start": rows[1]}))
+    one, _, _ = _warm_starts(PlacerContext(g, cm, options={"warm_start": rows[1]}))
     assert [n for n, _ in one] == ["placement"]
     bad = rows.copy()
     bad[2, 0] = cm.num_devices

@@ -67,7 +67,8 @@ class PlacerContext:
     """Everything a method may use; costly pieces are built on first use and cached.
 
     A context is never changed: ``with_cost_model`` gives a new one for another cost
-    model (with its own simulators), sharing the rest (the random generator included).
+    model (with its own simulators), sharing the rest (the random generator included),
+    and ``with_options`` one with other method options.
 
     Attributes:
       graph, cost_model, seed, budget_s (None: the method's default), options (dict of
@@ -92,6 +93,15 @@ class PlacerContext:
         return PlacerContext(self.graph, cost_model, seed=self.seed, budget_s=self.budget_s,
                              options=self.options, progress=self._progress,
                              t_begin=self.t_begin, rng=self.rng)
+
+    def with_options(self, options: dict) -> PlacerContext:
+        """This context with other method ``options``, sharing the rest (what it has built
+        so far included): for a method that runs another on the same problem."""
+        import copy
+
+        new = copy.copy(self)
+        new.options = dict(options)
+        return new
 
     def session(self, label: str, *, default_budget_s: float | None = None, **kw
                 ) -> SearchSession:

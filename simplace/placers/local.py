@@ -244,13 +244,15 @@ def _one_device(placement) -> bool:
 
 
 def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None,
-               add_single: bool = True):
+               add_single: bool = True, always_first: bool = False):
     """[(label, placement)] and a report row per start (``single``'s among them unless
     named or given, or ``add_single`` is False). Heuristics are not started after
     ``starts_until`` (perf_counter time), nor when their estimated cost
     (``simplace.placers.registry.fast_cost_s``) does not fit the time left until then, nor
-    once a stop is requested (``single`` is); each is given ``sub_budget`` or the time
-    left until ``starts_until``, whichever is less, but at least its estimate."""
+    once a stop is requested (``single`` is, and with ``always_first`` the first method
+    named); each is given ``sub_budget`` or the time left until ``starts_until``,
+    whichever is less, but at least its estimate. A method that fails is reported, not
+    raised."""
     from simplace.placement import check_placement
     from simplace.placers import method_kind, methods, run_method
     from simplace.placers.registry import fast_cost_s, method
@@ -265,11 +267,12 @@ def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None
                 continue
             left_s = starts_until - time.perf_counter()
             need_s = fast_cost_s(s, m, d)
-            if s != "single" and (left_s <= 0 or stop_requested()):
+            forced = s == "single" or (always_first and not report)
+            if not forced and (left_s <= 0 or stop_requested()):
                 report.append({"start": s, "error": "skipped: time budget spent" if
                                not stop_requested() else "skipped: interrupted"})
                 continue
-            if s != "single" and need_s > left_s:
+            if not forced and need_s > left_s:
                 report.append({"start": s, "error": f"skipped: it takes about {need_s:.1f} s "
                                f"here, {left_s:.1f} s of the starts' time left"})
                 continue
@@ -278,7 +281,7 @@ def run_starts(ctx: PlacerContext, starts_until: float, sub_budget: float | None
                 # The raw placement: the search scores every start itself, in one batch.
                 out, _ = run_method(ctx.graph, ctx.cost_model, s, seed=ctx.seed,
                                     budget_s=None if sub_budget is None else
-                                    max(min(sub_budget, left_s), need_s),
+                                    max(min(sub_budget, left_s), need_s, 1e-3),
                                     options=method(s).start_options)
                 p = check_placement(out.placement, m, d)
             except Exception as err:  # a failing heuristic must not sink the search

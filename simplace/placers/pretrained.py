@@ -202,8 +202,8 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     if m == 0 or d == 1:
         return PlacerOutput(np.zeros(m, np.int32), info={"note": "nothing to place"})
     # The zero-shot start without the resampling: the search that follows refines.
-    start = place(_with_options(ctx, {"refine_rounds": 0} if weights in (None, "none")
-                                else {"weights": weights, "refine_rounds": 0}))
+    start = place(ctx.with_options({"refine_rounds": 0} if weights in (None, "none")
+                                   else {"weights": weights, "refine_rounds": 0}))
     best = np.asarray(start.placement, np.int32)
     best_s = float(ctx.score(best[None])[0])
     info = {"zero_shot_s": best_s, "zero_shot": start.info}
@@ -212,8 +212,10 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
             "heuristic", learned=True))):
         from simplace.placers.rl import _warm_starts
 
-        found, scores = _warm_starts(ctx)  # the given placements or methods' (rl-* rules)
+        found, scores, missed = _warm_starts(ctx)  # placements or methods' (rl-* rules)
         info["warm_starts"] = {n: float(v) for (n, _), v in zip(found, scores, strict=True)}
+        if missed:
+            info["warm_starts_missed"] = missed
         if found and min(scores) < best_s:
             j = int(np.argmin(scores))
             best, best_s = np.asarray(found[j][1], np.int32), float(scores[j])
@@ -399,7 +401,7 @@ def _scored_starts(ctx: PlacerContext, names: list, share: float, single: bool) 
 
     now = time.perf_counter()
     allowance = share * (ctx.t_begin + float(ctx.budget_s) - now)
-    found, _ = run_starts(_with_options(ctx, {"starts": names}), now + allowance, allowance,
+    found, _ = run_starts(ctx.with_options({"starts": names}), now + allowance, allowance,
                           add_single=single)
     if not found:
         return []
@@ -446,12 +448,3 @@ def _with_basin(lanes: list, basin) -> list:
     if basin is None or any(np.array_equal(basin[1], p) for _, p, _ in lanes):
         return lanes
     return lanes[:RACE_LANES - 1] + [basin]
-
-
-def _with_options(ctx: PlacerContext, options: dict) -> PlacerContext:
-    """``ctx`` with other method options (the zero-shot start's)."""
-    import copy
-
-    new = copy.copy(ctx)
-    new.options = dict(options)
-    return new

@@ -18,7 +18,10 @@ Options (``optimize(..., **options)``):
     ``info["prepolished"]``) are what the policy trains from; at the end each stint's
     best is polished again (``polish_batches``: at most that many batches per polish, 0:
     no polish). Under a time budget, the named heuristics after the first are not begun
-    once 30% of it is spent (``WARM_SHARE``). Default: none.
+    once 30% of it is spent (``WARM_SHARE``) or when their cost estimate does not fit
+    what is left of that, and each stops there. A named heuristic that fails or is
+    skipped is left out and named in ``info["warm_starts_missed"]`` with why (an error
+    when none gives a placement). Default: none.
   units: ``"auto"`` (co-location groups cut to at most ``max_units`` ranges; default 256
     for seq2seq, 1024 for the others), ``"ops"`` or an int. hidden, groups, layers:
     policy sizes. explore (gnn, seq2seq): expected deviations per sample from a warm
@@ -159,15 +162,16 @@ def fast_heuristics() -> list[str]:
 
 
 def _warm_starts(ctx: PlacerContext):
-    """[(label, placement)] and their penalised scores from option ``warm_start``."""
+    """[(label, placement)], their penalised scores, and {name: why} for the named
+    methods that gave none, from option ``warm_start``."""
     from simplace.placement import check_placement
-    from simplace.placers import run_method
-    from simplace.placers.registry import fast_cost_s, method
+    from simplace.placers.local import run_starts
 
     ws = ctx.options.get("warm_start")
     if ws is None or (isinstance(ws, str) and ws in ("", "none")):
-        return [], []
+        return [], [], {}
     m, d = ctx.graph.num_ops, ctx.inputs.num_devices
+    missed = {}
     if isinstance(ws, str):
         from simplace.placers import methods_of_kind
 
@@ -184,21 +188,21 @@ def _warm_starts(ctx: PlacerContext):
                     f"{', '.join(fast_heuristics())}, 'pretrained', 'best', 'none' or a "
                     f"placement.")
         # Raw placements (no reference simulation): they are scored below in one batch.
-        until = (math.inf if ctx.budget_s is None
-                 else ctx.t_begin + WARM_SHARE * float(ctx.budget_s))
-        found = []
-        for n in names:
-            left = until - time.perf_counter()
-            need = fast_cost_s(n, m, d)
-            if found and need > left:
-                continue  # it would overrun: the rest of the budget is the policy's
-            # Within the share left (but the first heuristic's estimate): the list
-            # schedulers and ideals stop there. Unbudgeted, ideals took 10.9 s of a 20 s
-            # budget on rnnlm on the CPU+GPU machine, begun just inside the share.
-            budget = None if math.isinf(until) else max(left, need, 1e-3)
-            out, _ = run_method(ctx.graph, ctx.cost_model, n, seed=ctx.seed, budget_s=budget,
-                                options=method(n).start_options)
-            found.append((n, check_placement(out.placement, m, d)))
+        # Under a budget, those after the first are begun only while their cost estimate
+        # fits what is left of WARM_SHARE of it, and each stops there (list schedulers and
+        # ideals): unbudgeted, ideals begun just inside the share took 10.9 s of a 20 s
+        # budget on rnnlm on the CPU+GPU machine.
+        share = None if ctx.budget_s is None else WARM_SHARE * float(ctx.budget_s)
+        found, report = run_starts(
+            ctx.with_options({"starts": names}),
+            math.inf if share is None else ctx.t_begin + share, share, add_single=False,
+            always_first=True)
+        missed = {r["start"]: r["error"] for r in report if "error" in r}
+        if not found:
+            raise SimplaceError(
+                "No warm start could be made: " + "; ".join(
+                    f"{n}: {why}" for n, why in missed.items())
+                + ". Name other methods with warm_start, or 'none'.")
     else:
         arr = np.asarray(ws)
         if arr.ndim not in (1, 2) or arr.size == 0:
@@ -215,7 +219,7 @@ def _warm_starts(ctx: PlacerContext):
             except SimplaceError as err:
                 raise SimplaceError(f"warm_start {label} is invalid: {err}") from None
     scores = [float(s) for s in ctx.score(np.stack([p for _, p in found]))]
-    return found, scores
+    return found, scores, missed
 
 
 def _references(ctx: PlacerContext, warm, warm_scores) -> dict[str, float]:
@@ -290,7 +294,7 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     if g.num_ops == 0 or d == 1:
         return PlacerOutput(np.zeros(g.num_ops, np.int32), info={"note": "nothing to place"})
     session = ctx.session(label, bar=opts["progress_bar"], unit="episodes")
-    warm, warm_scores = _warm_starts(ctx)
+    warm, warm_scores, missed = _warm_starts(ctx)
     # The policy trains from the portfolio's warm starts polished first (op-level moves,
     # RLConfig.polish_*): whatever training finds is then beyond the polish's reach.
     t_warm, t_scores, pre = _prepolish(ctx, session, cfg, warm, warm_scores)
@@ -330,6 +334,7 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
     info = {**res.info, "score": res.best_score, "fits": bool(res.best_score < OOM_PENALTY),
             "policy": policy_name, "warm_starts": {n: s for (n, _), s in
                                                    zip(warm, warm_scores, strict=True)},
+            **({"warm_starts_missed": missed} if missed else {}),
             **pre,
             **session.finish(res.info["stop"])}
     info["run_wall_s"] = res.info["wall_s"]  # earlier legs (a resumed checkpoint) included
