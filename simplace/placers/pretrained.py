@@ -32,7 +32,8 @@ is refused with the limit stated.
 then trains the weights on this graph alone by the same REINFORCE
 and imitation updates as pretraining (``simplace.rl.pretrain.train_universal``, the
 imitation target being the best placement found so far) for ``1 - polish_share`` of the
-time left. Then the cheap heuristics run (``HEURISTIC_SHARE``), and ``m_etf`` within
+time left (none when that is under ``MIN_UPDATES_S``; ``info["updates_skipped"]``).
+Then the cheap heuristics run (``HEURISTIC_SHARE``), and ``m_etf`` within
 ``BASIN_SHARE`` of the time left unless it was among them. Of the time left,
 ``guided_share`` goes to the search the fine-tuned policy guides (``simplace.rl.guided``,
 as ``rl-pretrained``'s, with the fine-tuned weights' probabilities), racing the best
@@ -95,6 +96,12 @@ _UNCAPPED = 10**9
 # against 0.9759; on inception_v3 the guided search pays more than the updates
 # (bench/results/pretrained_2026-11-29i_vm_polish-share.txt).
 POLISH_SHARE = 0.9
+# Under a budget, the updates are skipped when their share is shorter than this (and
+# the searches take it): the first update compiles (1.35 s on nmt_4layer in a fresh
+# process, past a 2 s budget) and a few more do not move the weights; the searches
+# from the shipped policy's placement pay from their first round. At 20 s on the
+# held-out rows the share is about 1.9 s, so nothing changes there.
+MIN_UPDATES_S = 1.0
 # The share of that which the search guided by the fine-tuned policy takes first
 # (``simplace.rl.guided``), from the best placement so far; local takes the rest.
 GUIDED_SHARE = 0.8
@@ -232,6 +239,9 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     budget = None if not math.isfinite(left) else max(left * (1 - share), 0.0)
     updates = None if budget is not None else opts["updates"]
     trained = {"updates": 0}
+    if budget is not None and budget < MIN_UPDATES_S:
+        info["updates_skipped"] = f"{budget:.2f} s for the updates, under {MIN_UPDATES_S} s"
+        budget = 0.0
     if budget is None or budget > 0:
         params, trained = train_universal([tp], updates=updates, budget_s=budget or None,
                                      seed=ctx.seed, params=params,
