@@ -66,12 +66,14 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         ops, cut_ok = _blocked(base, classes)
         t = t_all[ops]
         copies = None if copy_s is None else _range_copies(ctx.graph, ops, copy_s, cut_ok)
-        for s in (range(1, min(d, m) + 1) if not math.isfinite(deadline)
-                  else _promising_first(ctx, t, order, ops)):
+        for s, balanced_s in (((s, None) for s in range(1, min(d, m) + 1))
+                              if not math.isfinite(deadline)
+                              else _promising_first(ctx, t, order, ops)):
             if best is not None and (time.perf_counter() > deadline or stop_requested()):
                 stop = "time budget" if not stop_requested() else "interrupted"
                 break
-            candidates = [_stages(ctx, t, order[:s], ops, rounds, positions, deadline)]
+            candidates = [_stages(ctx, t, order[:s], ops, rounds, positions, deadline,
+                                  balanced_s)]
             if s > 1 and copies is not None:  # the stage-load model's best split
                 cuts = _best_cuts(copies, t[:, order[:s]].min(axis=1), s)
                 p = _split(order[:s], cuts, ops)
@@ -179,14 +181,18 @@ def _best_cuts(copies: np.ndarray, work: np.ndarray, s: int) -> np.ndarray:
     return np.asarray(cuts + [m] * (s - 1 - len(cuts)), dtype=np.int64)
 
 
-def _stages(ctx, t, devs, ops, rounds: int, positions: int, deadline: float):
+def _stages(ctx, t, devs, ops, rounds: int, positions: int, deadline: float,
+            balanced_s: float | None = None):
     """(placement, score, placements scored): ``len(devs)`` stages over the ops in the
     order ``ops`` (``t``: their op times in that order), boundaries moved as the module
-    says until ``deadline`` (``time.perf_counter()``)."""
+    says until ``deadline`` (``time.perf_counter()``), from the balanced split (its score
+    ``balanced_s`` when already known)."""
     m, s = len(ops), len(devs)
     cuts = _balanced_cuts(t, devs)
-    score = float(ctx.score(_split(devs, cuts, ops)[None])[0])
-    scored = 1
+    if balanced_s is None:
+        score, scored = float(ctx.score(_split(devs, cuts, ops)[None])[0]), 1
+    else:
+        score, scored = float(balanced_s), 0
     for _ in range(rounds if s > 1 else 0):
         moved = False
         for i in range(s - 1):
@@ -220,13 +226,14 @@ def _balanced_cuts(t: np.ndarray, devs: np.ndarray) -> np.ndarray:
     return np.clip(cuts, 1, m - 1)
 
 
-def _promising_first(ctx, t: np.ndarray, order: np.ndarray, ops: np.ndarray) -> np.ndarray:
-    """The stage counts 1..min(D, M), the one whose balanced split scores best first (all
-    scored in one batch): under a time budget the boundary moves go where they pay most
-    before it runs out, rather than to one and two stages."""
+def _promising_first(ctx, t: np.ndarray, order: np.ndarray, ops: np.ndarray) -> list:
+    """[(stage count, its balanced split's score)] for the counts 1..min(D, M), the best
+    split first (all scored in one batch): under a time budget the boundary moves go
+    where they pay most before it runs out, rather than to one and two stages."""
     counts = np.arange(1, min(len(order), len(ops)) + 1)
     splits = np.stack([_split(order[:s], _balanced_cuts(t, order[:s]), ops) for s in counts])
-    return counts[np.argsort(np.asarray(ctx.score(splits)), kind="stable")]
+    scores = np.asarray(ctx.score(splits), dtype=np.float64)
+    return [(int(counts[k]), float(scores[k])) for k in np.argsort(scores, kind="stable")]
 
 
 def _split(devs: np.ndarray, cuts: np.ndarray, ops: np.ndarray) -> np.ndarray:
