@@ -491,10 +491,14 @@ def test_a_failing_warm_start_is_reported_and_the_others_stand(small_case, monke
         return run(graph, model, name, **kw)
 
     monkeypatch.setattr(placers, "run_method", failing)
-    ctx = PlacerContext(g, cm, budget_s=100.0, options={"warm_start": "m_topo,m_etf"})
+    said = []
+    ctx = PlacerContext(g, cm, budget_s=100.0, options={"warm_start": "m_topo,m_etf"},
+                        progress=said.append)
     found, scores, missed = _warm_starts(ctx)
     assert [n for n, _ in found] == ["m_etf"] and len(scores) == 1
     assert missed == {"m_topo": "SimplaceError: m_topo broke"}
+    assert said == ["warm start m_topo failed (SimplaceError: m_topo broke); going on "
+                    "without it."]
     res = optimize(g, cm, method="rl-gnn", episodes=16, samples=8, hidden=16,
                    warm_start="m_topo,m_etf")
     assert set(res.info["warm_starts"]) == {"m_etf"}

@@ -20,8 +20,8 @@ Options (``optimize(..., **options)``):
     no polish). Under a time budget, the named heuristics after the first are not begun
     once 30% of it is spent (``WARM_SHARE``) or when their cost estimate does not fit
     what is left of that, and each stops there. A named heuristic that fails or is
-    skipped is left out and named in ``info["warm_starts_missed"]`` with why (an error
-    when none gives a placement). Default: none.
+    skipped is left out and named in ``info["warm_starts_missed"]`` with why (a failure
+    is said in the progress too; an error when none gives a placement). Default: none.
   units: ``"auto"`` (co-location groups cut to at most ``max_units`` ranges; default 256
     for seq2seq, 1024 for the others), ``"ops"`` or an int. hidden, groups, layers:
     policy sizes. explore (gnn, seq2seq): expected deviations per sample from a warm
@@ -198,6 +198,9 @@ def _warm_starts(ctx: PlacerContext):
             math.inf if share is None else ctx.t_begin + share, share, add_single=False,
             always_first=True)
         missed = {r["start"]: r["error"] for r in report if "error" in r}
+        for name, why in missed.items():
+            if not why.startswith("skipped"):  # a skip for time is the budget's rule
+                ctx.progress(f"warm start {name} failed ({why}); going on without it.")
         if not found:
             raise SimplaceError(
                 "No warm start could be made: " + "; ".join(
