@@ -466,6 +466,33 @@ def test_the_fine_tuned_policy_guides_a_search_that_never_loses(dag):
     assert s2 == s0 and np.array_equal(p2, start)
 
 
+def test_local_is_not_begun_without_the_time_its_first_batch_takes(dag, monkeypatch):
+    """Past its share (the first call of a process, the guided search's first round
+    compiled) local is skipped and said so, and the descent still runs: begun with no
+    time left on nmt_4layer it took 0.26 s past a 2 s budget."""
+    import time
+
+    from simplace.placers import PlacerContext, pretrained
+
+    ctx = PlacerContext(dag, _machine(dag, [1e9, 4e9, 4e9], bw=1e8), seed=1)
+    start = (np.arange(dag.num_ops) % 3).astype(np.int32)
+    s0 = float(ctx.score(start[None])[0])
+    ran = []
+    monkeypatch.setattr(pretrained, "_local", lambda *a: ran.append(a) or (a[1], a[2], {}))
+    edges = (np.asarray(dag.src), np.asarray(dag.dst))
+    screen = lambda b: ctx.screen(b).step_time_s  # noqa: E731
+    now, info = time.perf_counter(), {}
+    p, s = pretrained._anneal_and_descend(ctx, start, s0, [start], info, now - 0.01,
+                                          now + 0.5, 8, edges, screen)
+    assert ran == [] and info["local"].startswith("skipped: under")
+    assert info["finish"][0]["batches"] >= 1 and s <= s0
+    monkeypatch.setattr(pretrained, "LOCAL_FIRST_S_PER_OP", 0.0)  # no floor: it runs
+    now = time.perf_counter()
+    pretrained._anneal_and_descend(ctx, start, s0, [start], {}, now + 0.3, now + 0.4, 8,
+                                   edges, screen)
+    assert len(ran) >= 1
+
+
 def test_the_guided_search_races_its_starts_and_keeps_the_fastest(dag):
     import time
 
