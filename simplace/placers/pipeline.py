@@ -66,9 +66,9 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         ops, cut_ok = _blocked(base, classes)
         t = t_all[ops]
         copies = None if copy_s is None else _range_copies(ctx.graph, ops, copy_s, cut_ok)
-        for s, balanced_s in (((s, None) for s in range(1, min(d, m) + 1))
-                              if not math.isfinite(deadline)
-                              else _promising_first(ctx, t, order, ops)):
+        counts = (_promising_first(ctx, t, order, ops) if math.isfinite(deadline)
+                  else [(s, None) for s in range(1, min(d, m) + 1)])
+        for s, balanced_s in counts:
             if best is not None and (time.perf_counter() > deadline or stop_requested()):
                 stop = "time budget" if not stop_requested() else "interrupted"
                 break

@@ -236,25 +236,24 @@ def place_universal(ctx: PlacerContext) -> PlacerOutput:
     deadline = (math.inf if ctx.budget_s is None
                 else ctx.t_begin + float(ctx.budget_s))
     left = deadline - time.perf_counter()
-    # Scored by the context's simulator: the problem's objective (latency, throughput or
-    # a ruler), built once for the zero-shot start and the training.
-    tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best,
-                               simulator=ctx.batched)
     budget = None if not math.isfinite(left) else max(left * (1 - share), 0.0)
     updates = None if budget is not None else opts["updates"]
-    trained = {"updates": 0}
+    trained, tuned_s = {"updates": 0}, best_s
     if budget is not None and budget < MIN_UPDATES_S:
         info["updates_skipped"] = f"{budget:.2f} s for the updates, under {MIN_UPDATES_S} s"
-        budget = 0.0
-    if budget is None or budget > 0:
-        params, trained = train_universal([tp], updates=updates, budget_s=budget or None,
-                                     seed=ctx.seed, params=params,
-                                     config=PretrainConfig(samples=samples),
-                                     progress=ctx.progress, progress_every_s=5.0)
-    tuned = tp.problem.expand(tp.best_units)
-    tuned_s = float(ctx.score(tuned[None])[0])
-    if tuned_s < best_s:
-        best, best_s = tuned, tuned_s
+    else:
+        # Scored by the context's simulator: the problem's objective (latency, throughput
+        # or a ruler), its imitation target the best placement so far.
+        tp = make_training_problem("graph", ctx.graph, ctx.inputs, target=best,
+                                   simulator=ctx.batched)
+        params, trained = train_universal([tp], updates=updates, budget_s=budget,
+                                          seed=ctx.seed, params=params,
+                                          config=PretrainConfig(samples=samples),
+                                          progress=ctx.progress, progress_every_s=5.0)
+        tuned = tp.problem.expand(tp.best_units)
+        tuned_s = float(ctx.score(tuned[None])[0])
+        if tuned_s < best_s:
+            best, best_s = tuned, tuned_s
     info.update(updates=trained["updates"], fine_tuned_s=tuned_s)
     edges = (np.asarray(ctx.graph.src), np.asarray(ctx.graph.dst))
     # the descents rank their batches without the memory check, and check only what beats
