@@ -113,6 +113,11 @@ def test_exact_refuses_large_spaces():
     cm_big = machine(sim_cases.random_inputs(np.random.default_rng(0), 40, 4))
     with pytest.raises(SimplaceError, match=r"4 devices \*\* 40 ops = 1\.209e\+24"):
         optimize(big, cm_big, method="exact")
+    # Past what a float holds (nmt_4layer has 22k ops): still a clear error.
+    huge = sim_cases.random_graph(np.random.default_rng(0), "chain", 600)
+    cm_huge = machine(sim_cases.random_inputs(np.random.default_rng(0), 600, 4))
+    with pytest.raises(SimplaceError, match=r"4 devices \*\* 600 ops = about 10\^361 "):
+        optimize(huge, cm_huge, method="exact")
 
 
 def test_exact_prefers_fitting_placements():

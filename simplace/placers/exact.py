@@ -16,6 +16,7 @@ Options:
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -46,6 +47,17 @@ def placements_of(indices, num_units: int, num_devices: int) -> np.ndarray:
     return ((idx[:, None] // powers[None, :]) % num_devices).astype(np.int32)
 
 
+def _count_text(d: int, n: int) -> str:
+    """``d ** n`` as text: every digit up to ten of them, then as a float, then as a power
+    of ten (a float cannot hold 5 ** 22000)."""
+    total = d ** n
+    if total < 10**10:
+        return str(total)
+    if n * math.log10(d) < 300:
+        return f"{float(total):.4g}"
+    return f"about 10^{n * math.log10(d):.0f}"
+
+
 @register("exact", kind="exhaustive", options={
     # Checked against the graph (simplace.groups.check_groups), which the option lacks.
     "groups": Option("int[M] group id per op; ops of a group share a device"),
@@ -62,7 +74,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     what = "groups" if groups is not None else "ops"
     if total > limit:
         raise SimplaceError(
-            f"exact: {d} devices ** {n} {what} = {total:.4g} placements, more than "
+            f"exact: {d} devices ** {n} {what} = {_count_text(d, n)} placements, more than "
             f"max_placements={limit}. Brute force is for tiny graphs: group the ops "
             "(groups=...), raise max_placements, or use a search method such as 'local'.")
     batch = min(opts["batch"], total)
