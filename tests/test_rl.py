@@ -25,6 +25,7 @@ from simplace.rl import (
 from simplace.rl.cli_args import add_rl_args, rl_options
 from simplace.sim import sim_inputs
 from tests.placer_checks import check_result
+from tests.sim_cases import make_graph
 from tests.test_local_exact import oom_case, tiny_case
 
 POLICIES = ("seq2seq", "hierarchical", "gnn")
@@ -54,6 +55,28 @@ def test_policy_reaches_oracle_optimum_and_learns(oracle_case, policy):
     late = np.mean([r["mean_step_time_s"] for r in h[-5:]])
     assert late < 0.75 * h[0]["mean_step_time_s"]
     assert all(np.isfinite(r["grad_norm"]) and np.isfinite(r["loss"]) for r in h)
+
+
+@pytest.mark.parametrize("policy", [pytest.param(p, marks=pytest.mark.slow) if p != "gnn"
+                                    else p for p in POLICIES])  # one run_policy for all
+def test_a_policy_slower_than_one_device_returns_that_device(policy):
+    # A chain of 24 ops, faster on device 1, each edge 100 s to cross: one update of 32
+    # samples of an untrained policy (no polish) crosses somewhere or keeps to device 0;
+    # the chain on device 1 takes 24 s.
+    from tests.test_list_schedulers import machine as list_machine
+
+    m = 24
+    g = make_graph(np.arange(m - 1), np.arange(1, m), m=m, edge_bytes=np.full(m - 1, 100.0))
+    inp = list_machine(np.tile([1.1, 1.0], (m, 1)), bandwidth=1.0)
+    kw = dict(seed=0, episodes=32, samples=32, units="ops", polish_batches=0)
+    raw = optimize(g, inp, method=f"rl-{policy}", fallback_single=False, **kw)
+    res = optimize(g, inp, method=f"rl-{policy}", **kw)
+    assert raw.step_time_s > 24.0 * 1.05 and "returned" not in raw.info
+    assert res.step_time_s == pytest.approx(24.0)
+    np.testing.assert_array_equal(res.placement, np.ones(m))
+    assert res.info["returned"] == "single" and res.info["single_device"] == 1
+    assert res.info["score"] == pytest.approx(raw.step_time_s)  # the policy's own best
+    assert "device 1" in res.info["note_single"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -556,7 +556,7 @@ class Setup:
     def finish(self, runs: list[dict], info: dict | None = None) -> PlacerOutput:
         """The best run that fits, checked by the simulator (``simulate_each``), against
         ``single``'s candidates (module docstring)."""
-        from simplace.placers.single import single_device_candidates, single_device_step_s
+        from simplace.placers.single import faster_single
 
         ctx, m = self.ctx, self.m
         for r in runs:  # (the empty graph's placeholder run)
@@ -618,22 +618,16 @@ class Setup:
         out["schedule_step_time_s"] = res_s
         if not common_option(ctx, "fallback_single"):
             return PlacerOutput(placement, info=out)
-        alone = single_device_step_s(ctx)
-        # the devices that could beat the schedule alone (the candidates are by that time)
-        devices = [d for d in single_device_candidates(ctx) if alone[d] < score]
-        ones = np.repeat(np.asarray(devices, np.int32)[:, None], m, 1)
-        for d, (t1, oom1) in zip(devices, ctx.simulate_each(ones), strict=False):
-            if oom1:
-                continue  # single skips it as well
-            if t1 < score:
-                out.update(returned="single", single_device=int(d), single_step_time_s=t1,
-                           note_single=(
-                               f"the schedule ({res_s * 1e3:.3f} ms"
-                               f"{', out of memory' if res_oom else ''}) is slower than the "
-                               f"whole graph on device {d} ({t1 * 1e3:.3f} ms): "
-                               "returned that"))
-                out.pop("note", None)
-                out["unplaceable_ops"] = 0
-                return PlacerOutput(np.full(m, d, dtype=np.int32), info=out)
-            break  # the first device that fits is single's choice
+        faster = faster_single(ctx, score)
+        if faster is not None:
+            d, t1 = faster
+            out.update(returned="single", single_device=d, single_step_time_s=t1,
+                       note_single=(
+                           f"the schedule ({res_s * 1e3:.3f} ms"
+                           f"{', out of memory' if res_oom else ''}) is slower than the "
+                           f"whole graph on device {d} ({t1 * 1e3:.3f} ms): "
+                           "returned that"))
+            out.pop("note", None)
+            out["unplaceable_ops"] = 0
+            return PlacerOutput(np.full(m, d, dtype=np.int32), info=out)
         return PlacerOutput(placement, info=out)

@@ -48,6 +48,21 @@ def _single_device_results(ctx: PlacerContext, devices: list[int]):
     yield from ctx.simulate_each(np.repeat(np.asarray(devices, np.int32)[:, None], m, 1))
 
 
+def faster_single(ctx: PlacerContext, score: float) -> tuple[int, float] | None:
+    """``(device, step time)`` of the fastest single device that holds the model, when
+    it beats ``score`` (a penalised step time: OOM placements are ``OOM_PENALTY``
+    behind); None otherwise. Only the devices that could beat ``score`` alone are
+    simulated (for their memory), fastest first, up to the first that fits: what a
+    method's result is checked against, so that no method loses to ``single``."""
+    alone = single_device_step_s(ctx)
+    devices = [d for d in single_device_candidates(ctx) if alone[d] < score]
+    for d, (t1, oom1) in zip(devices, _single_device_results(ctx, devices), strict=False):
+        if oom1:
+            continue  # single skips it as well
+        return (d, float(t1)) if t1 < score else None
+    return None
+
+
 @register("single", cost=Cost(0.0, 1e-5, paces=True), rank=0)
 def place(ctx: PlacerContext) -> PlacerOutput:
     """Every op on the fastest device that holds the model; if none does, on the device with the
