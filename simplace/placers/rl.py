@@ -36,6 +36,10 @@ Options (``optimize(..., **options)``):
     trained against from then on, and is the result's ``cost_model``.
   stop_after_updates: stop after that many updates (to be resumed from a checkpoint).
   progress_bar: draw a progress bar on stderr.
+  fallback_single: when the fastest single device that holds the model beats the policy's
+    best placement (a short run's samples are near random), return that device instead
+    (``info["returned"] == "single"``, ``info["note_single"]``; the policy's own best is
+    ``info["score"]``), as the list schedulers do. Default True.
 
 The budget runs from the call of ``optimize``: warm starts, building the policy and
 compilation count. On ``simplace.search.request_stop()`` (Ctrl-C in the CLI) training
