@@ -218,12 +218,20 @@ def test_interchangeable_devices_differ_in_no_simulated_figure(four_gpus):
 def test_partitioner_on_a_real_model(method):
     g = zoo_graph("resnet50")
     cm = CostModel.load("cpu_h100x4_nvlink")
-    res = optimize(g, cm, method)
+    res = optimize(g, cm, method, fallback_single=False)
     check_result(g, cm, res)
     assert not res.oom
     assert np.unique(res.placement).size > 1
-    again = optimize(g, cm, method)
+    again = optimize(g, cm, method, fallback_single=False)
     np.testing.assert_array_equal(res.placement, again.placement)
+    # The fastest H100 alone beats both partitions here: that is what they return.
+    one = optimize(g, cm, "single")
+    assert one.step_time_s < res.step_time_s
+    best = optimize(g, cm, method)
+    check_result(g, cm, best)
+    np.testing.assert_array_equal(best.placement, one.placement)
+    assert best.info["returned"] == "single"
+    assert best.info["partition_step_time_s"] == pytest.approx(res.step_time_s)
 
 
 @pytest.mark.parametrize("method", PARTITIONERS)
