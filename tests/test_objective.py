@@ -157,3 +157,23 @@ def test_pipeline_keeps_a_time_budget(mlp_graph):
     cm = CostModel.load("haswell_k40x4")
     assert optimize(mlp_graph, cm, "pipeline", budget_s=1e-9).info["stop"] == "time budget"
     assert optimize(mlp_graph, cm, "pipeline").info["stop"] == "done"
+
+
+def test_pipeline_under_a_budget_begins_where_a_fitting_split_is_nearest():
+    # A chain of 12 ops, each reading its own 1 GB parameter, on three equal devices of
+    # 3.5 GB: no split fits. One stage is the fastest (no copies) but 8.5 GB over; three
+    # stages of 4 GB are the least over. With the budget spent at once, the first split
+    # tried is returned: the nearest to fitting, not the fastest that cannot run.
+    from tests.test_list_schedulers import machine
+
+    m = 12
+    g = make_graph(np.arange(m - 1), np.arange(1, m), m=m,
+                   params=([1e9] * m, [(i, i) for i in range(m)]))
+    inp = machine(np.ones((m, 3)), bandwidth=1e9, memory=3.5e9)
+    res = optimize(g, inp, "pipeline", budget_s=1e-9)
+    assert res.info["stop"] == "time budget" and res.info["stages"] == 3
+    assert res.oom and res.peak_memory_bytes.max() == pytest.approx(4e9, rel=1e-3)
+    # With the memory for four parameters a device, those three stages fit.
+    roomy = machine(np.ones((m, 3)), bandwidth=1e9, memory=4.5e9)
+    fit = optimize(g, roomy, "pipeline", budget_s=1e-9)
+    assert fit.info["stages"] == 3 and not fit.oom
