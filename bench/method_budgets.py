@@ -8,7 +8,9 @@ JAX's persistent compilation cache on, as the command line has it.
                                    [--budgets 1,3] [--seed 0] [--out FILE]
 
 Per row, method and budget: the wall time, its ratio to the budget, and the step time
-found. The first method of a process also pays the simulator's load from numba's cache;
+found (``!``: out of memory; ``=``: the method returned the single device, faster than
+its own answer; a method that refuses the graph says so).
+The first method of a process also pays the simulator's load from numba's cache;
 wall times are this machine's, so quote the load. Run it with ``PYTHONPATH`` set to
 another checkout to compare two versions.
 """
@@ -19,6 +21,7 @@ import time
 from report import Transcript, load_average, machine_line, problems
 
 from simplace.compile_cache import enable as enable_compile_cache
+from simplace.errors import SimplaceError
 from simplace.placers import optimize
 
 DEFAULT_ROWS = "nmt_4layer:haswell_k40x4,inception_v3:haswell_k40x4"
@@ -42,10 +45,18 @@ def main():
         for method in args.methods.split(","):
             for budget in (float(b) for b in args.budgets.split(",")):
                 t0 = time.perf_counter()
-                res = optimize(graph, cost_model, method, seed=args.seed, budget_s=budget)
+                try:
+                    res = optimize(graph, cost_model, method, seed=args.seed,
+                                   budget_s=budget)
+                except SimplaceError as err:  # a method that refuses the graph (exact)
+                    out.say(f"{model:12s} {machine:16s} {method:14s} {budget:6g} refused: "
+                            f"{str(err)[:80]}")
+                    continue
                 wall = time.perf_counter() - t0
+                flag = "!" if res.oom else ("=" if res.info.get("returned") == "single"
+                                            else " ")
                 out.say(f"{model:12s} {machine:16s} {method:14s} {budget:6g} {wall:7.2f} "
-                        f"{wall / budget:11.2f} {res.step_time_s * 1e3:10.2f}  "
+                        f"{wall / budget:11.2f} {res.step_time_s * 1e3:10.2f}{flag} "
                         f"(load {load_average()})")
     out.finish(__file__, None, args.out)
 
