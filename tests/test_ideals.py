@@ -12,6 +12,7 @@ from simplace import CostModel, optimize
 from simplace.external import msr
 from simplace.placers import PlacerContext
 from simplace.placers.ideals import blocks, count_vectors, enumerate_ideals
+from simplace.placers.pipeline import balanced_starts, fitting_first
 from tests.sim_cases import make_graph
 
 DATA = Path(__file__).resolve().parent.parent / "bench" / "data" / "external" / "msr"
@@ -135,10 +136,33 @@ def test_keeps_a_time_budget_and_a_pair_budget(tmp_path):
     inst = load(tmp_path, random_doc(np.random.default_rng(0), 6, training=True))
     res = optimize(inst.graph, inst.cost_model, "ideals", budget_s=1e-9)
     assert res.info["stop"] == "time budget" and res.info["pairs"] == 0
-    assert len(set(res.placement.tolist())) == 1  # the fallback: one device
+    # The fallback: the best of pipeline's balanced splits, one device among them.
+    ctx = PlacerContext(inst.graph, inst.cost_model)
+    starts = balanced_starts(ctx)
+    assert len(set(starts[0].tolist())) == 1
+    rank, scores = fitting_first(ctx, starts)
+    assert res.step_time_s == pytest.approx(scores[rank[0]]) and not res.oom
+    assert scores[rank[0]] < scores[0]  # here a split beats the one device
     res = optimize(inst.graph, inst.cost_model, "ideals", max_pairs=3)
     assert res.info["stop"] == "max_pairs"
     assert optimize(inst.graph, inst.cost_model, "ideals").info["stop"] == "done"
+
+
+def test_with_no_run_ended_the_answer_fits_where_a_balanced_split_does():
+    # A chain of 12 ops, each reading its own 1 GB parameter, on three equal devices of
+    # 4.5 GB: every op on one device does not fit (12 GB), three stages do. With no run
+    # of the programme ended (one pair allowed), that split is the answer, not the
+    # fastest device alone (nmt_4layer on 4 K40s: it was, out of memory).
+    from tests.test_list_schedulers import machine
+
+    m = 12
+    g = make_graph(np.arange(m - 1), np.arange(1, m), m=m,
+                   params=([1e9] * m, [(i, i) for i in range(m)]))
+    inp = machine(np.ones((m, 3)), bandwidth=1e9, memory=4.5e9)
+    res = optimize(g, inp, "ideals", max_pairs=1)
+    assert res.info["stop"] == "max_pairs" and res.info["ideals"] == 0
+    assert not res.oom and res.info["stages"] == 3
+    assert sorted(np.bincount(res.placement, minlength=3).tolist()) == [4, 4, 4]
 
 
 def test_wide_graphs_fall_back_to_a_window():

@@ -38,7 +38,8 @@ has more than ``max_ideals`` ideals, where ``max_pairs`` (ideal, smaller ideal) 
 have been visited in all or the next window would pass that (its pairs estimated from
 the last window's, growing as the square of the ideals; all these are deterministic:
 the same split on any machine), or where a time budget is spent (checked between slices
-of a run); before any run ends, every op on the fastest device is the answer.
+of a run); before any run ends, the answer is the best of ``pipeline``'s balanced splits
+(no boundary moves; every op on the fastest device among them), those that fit first.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import numpy as np
 
 from simplace._numba import njit
 from simplace.placers import Cost, PlacerContext, PlacerOutput, int_option, register
+from simplace.placers.pipeline import balanced_starts, fitting_first
 from simplace.placers.registry import option_values
 from simplace.search import stop_requested
 
@@ -84,8 +86,13 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         return PlacerOutput(np.zeros(0, dtype=np.int32), info={"stages": 0})
     deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
     t_all = np.asarray(ctx.op_times, dtype=np.float64)
-    best = np.full(m, int(np.argmin(t_all.sum(axis=0))), dtype=np.int32)
-    best_s = float(ctx.score(best[None])[0])
+    # The start: the best of pipeline's balanced splits (one stage on the fastest device
+    # among them), those that fit first. When no run ends (nmt_4layer's 22k blocks: no
+    # window's run ended within max_pairs, 14 s), it is the answer, and every op on the
+    # fastest device does not fit there.
+    starts = balanced_starts(ctx)
+    rank, start_scores = fitting_first(ctx, starts)
+    best, best_s = starts[rank[0]].astype(np.int32), float(start_scores[rank[0]])
     block, nb, edges = blocks(ctx)
     kinds, kind_times, kind_caps = _kinds(ctx, t_all)
     problem = _Problem(ctx, block, nb, kind_times, kind_caps, [len(k) for k in kinds])
@@ -93,7 +100,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     if len(kinds) > 1:
         variants += [1.0 - np.eye(len(kinds))[t] for t in range(len(kinds))]
     last = [None] * len(variants)  # each variant's answer in the last window
-    info = {"stages": 1, "stop": "done", "pairs": 0, "blocks": nb, "ideals": 0, "window": 0}
+    info = {"stages": len(np.unique(best)), "stop": "done", "pairs": 0, "blocks": nb,
+            "ideals": 0, "window": 0}
     spent = 0  # pairs the last window's runs visited
     for window in _windows(nb):
         try:

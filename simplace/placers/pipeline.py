@@ -62,8 +62,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
     best, best_s, best_stages, scored, stop = None, np.inf, 0, 0, "done"
     copy_s = _copy_s(ctx) if m <= RANGE_DP_MAX_OPS else None
-    classes = _classes(ctx)
-    orders = [_blocked(base, classes) for base in (np.arange(m), _as_late_as_possible(ctx.graph))]
+    orders = _orders(ctx)
     copies = (None, None)  # (order index, its range copies): M^2 floats, one at a time
     # (order, stage count, balanced split's score): every one unbudgeted; under a budget
     # the most promising first, over both orders (nmt_4layer on 4 K40s: no balanced
@@ -90,6 +89,23 @@ def place(ctx: PlacerContext) -> PlacerOutput:
                 best, best_s, best_stages = p, score, s
     return PlacerOutput(best, info={"stages": best_stages, "candidates_scored": scored,
                                     "stop": stop})
+
+
+def _orders(ctx) -> list:
+    """[(op order, where a stage may begin)] of the two orders the module names, each
+    with its colocation classes' ops together (``_blocked``)."""
+    classes = _classes(ctx)
+    return [_blocked(base, classes)
+            for base in (np.arange(ctx.graph.num_ops), _as_late_as_possible(ctx.graph))]
+
+
+def balanced_starts(ctx) -> np.ndarray:
+    """int32[S, M]: the balanced splits (no boundary moves) of both orders into 1..D
+    stages over the fastest devices, the first every op on the fastest device: cheap
+    starts that fit where some balanced split does."""
+    t_all = np.asarray(ctx.op_times, dtype=np.float64)
+    order = np.argsort(t_all.sum(axis=0), kind="stable")
+    return balanced_splits(t_all, order, [ops for ops, _ in _orders(ctx)])[1]
 
 
 def _classes(ctx) -> np.ndarray | None:
@@ -230,25 +246,40 @@ def _balanced_cuts(t: np.ndarray, devs: np.ndarray) -> np.ndarray:
     return np.clip(cuts, 1, m - 1)
 
 
-def _promising_first(ctx, t_all: np.ndarray, order: np.ndarray, orders: list) -> list:
-    """[(index into ``orders``, stage count, its balanced split's penalised score)] for
-    every op order of ``orders`` and the counts 1..min(D, M), the best split first (all
-    scored in one batch): under a time budget the boundary moves go where they pay most
-    before it runs out, rather than to one and two stages. Splits that do not fit come
-    after those that do, the least memory over capacity first: when none fits, the moves
-    begin where a fitting split is nearest (nmt_4layer on 4 K40s: with 1 s, the fastest
-    split, one stage, came first and was returned out of memory)."""
+def balanced_splits(t_all: np.ndarray, order: np.ndarray,
+                    orders: list) -> tuple[list, np.ndarray]:
+    """([(index into ``orders``, stage count)], int32[len, M]): the balanced split of
+    each op order of ``orders`` into 1..min(D, M) stages over the fastest devices
+    (``order``), before any boundary moves; ``t_all`` the op times."""
     plan, splits = [], []
     for k, ops in enumerate(orders):
         t = t_all[ops]
         for s in range(1, min(len(order), len(ops)) + 1):
             plan.append((k, s))
             splits.append(_split(order[:s], _balanced_cuts(t, order[:s]), ops))
-    res = ctx.batched(np.stack(splits))
+    return plan, np.stack(splits)
+
+
+def fitting_first(ctx, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rank, penalised scores) of ``placements`` (one batch): those that fit by score,
+    then those that do not by their memory over capacity, the least first."""
+    res = ctx.batched(placements)
     scores = np.asarray(penalised(res.step_time_s, res.oom), dtype=np.float64)
     over = np.maximum(np.asarray(res.peak_memory_bytes) - ctx.inputs.memory_bytes[None, :], 0)
     excess = np.where(np.asarray(res.oom), np.nansum(over, axis=1), 0.0)
-    rank = np.lexsort((scores, excess))  # fitting splits (no excess) by score first
+    return np.lexsort((scores, excess)), scores
+
+
+def _promising_first(ctx, t_all: np.ndarray, order: np.ndarray, orders: list) -> list:
+    """[(index into ``orders``, stage count, its balanced split's penalised score)] for
+    every op order of ``orders`` and the counts 1..min(D, M), the best split first (all
+    scored in one batch): under a time budget the boundary moves go where they pay most
+    before it runs out, rather than to one and two stages. Splits that do not fit come
+    after those that do, the least memory over capacity first (``fitting_first``): when
+    none fits, the moves begin where a fitting split is nearest (nmt_4layer on 4 K40s:
+    with 1 s, the fastest split, one stage, came first and was returned out of memory)."""
+    plan, splits = balanced_splits(t_all, order, orders)
+    rank, scores = fitting_first(ctx, splits)
     return [(*plan[i], float(scores[i])) for i in rank]
 
 
