@@ -286,3 +286,23 @@ def test_scotch_loads_with_one_thread_unless_the_user_chose(monkeypatch):
     monkeypatch.setenv("SCOTCH_PTHREAD_NUMBER", "3")
     _require("pyscotch")
     assert os.environ["SCOTCH_PTHREAD_NUMBER"] == "3"
+
+
+def test_memory_repair_begins_no_round_past_its_deadline():
+    from simplace.placers import OOM_PENALTY, PlacerContext
+    from simplace.placers.partitioners import repair_memory
+
+    g = zoo_graph("rnnlm")
+    cm = CostModel.load("cpu_h100x4_nvlink")
+    gpus = [d for d, dev in enumerate(cm.devices) if dev.kind == "gpu"]
+    tight = with_memory(cm, 0.8 * optimize(g, cm, "single").peak_memory_bytes.max())
+    ctx = PlacerContext(g, tight)
+    groups = np.arange(g.num_ops)
+    start = np.full(g.num_ops, gpus[0], np.int32)
+    fixed, rep = repair_memory(ctx, start, groups)
+    assert not rep["oom"] and rep["repair_rounds"] >= 1
+    assert rep["score"] == pytest.approx(ctx.simulate(fixed).step_time_s)
+    late, rep = repair_memory(ctx, start, groups, deadline=0.0)
+    assert rep["oom"] and rep["repair_rounds"] == 0
+    assert rep["score"] == pytest.approx(OOM_PENALTY + ctx.simulate(start).step_time_s)
+    np.testing.assert_array_equal(late, start)

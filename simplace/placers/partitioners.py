@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import math
 import os
 import time
 
@@ -137,12 +138,14 @@ def device_classes(ctx: PlacerContext) -> np.ndarray:
     return cls
 
 
-def repair_memory(ctx: PlacerContext, placement, groups) -> tuple[np.ndarray, dict]:
+def repair_memory(ctx: PlacerContext, placement, groups,
+                  deadline: float = math.inf) -> tuple[np.ndarray, dict]:
     """Move whole groups off devices whose peak memory is over capacity.
 
     Each round takes the most overfull device, moves its groups (largest resident bytes
     first, parameters plus outputs) until their bytes cover the excess, onto the device
-    with the most free memory, and re-simulates. Returns the placement (the original one
+    with the most free memory, and re-simulates; no round begins after ``deadline``
+    (``time.perf_counter()``). Returns the placement (the original one
     when no round helped) and a dict for ``info`` (``repair_rounds``, ``oom``) with the
     placement's penalised step time (``score``).
     """
@@ -159,6 +162,9 @@ def repair_memory(ctx: PlacerContext, placement, groups) -> tuple[np.ndarray, di
     best_s = float(penalised(res.step_time_s, res.oom))
     rounds = 0
     for rounds in range(1, _MAX_REPAIR_ROUNDS + 1):
+        if time.perf_counter() > deadline:
+            rounds -= 1
+            break
         excess = res.peak_memory_bytes - mem
         src = int(np.argmax(excess))
         headroom = mem - res.peak_memory_bytes
