@@ -354,7 +354,9 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
         info["checkpoint_path"] = opts["checkpoint"]
     rows = [{**r, "step_time_s": r["best_step_time_s"]} for r in res.history]
     placement = res.best_placement.astype(np.int32)
-    faster = faster_single(ctx, res.best_score) if opts["fallback_single"] else None
+    # (Not against a drift-corrected model: the policy's score is under that one.)
+    faster = faster_single(ctx, res.best_score) if opts["fallback_single"] and \
+        not session.validation["corrections"] else None
     if faster is not None:
         # Too short a run (or a poor one) can end slower than one device: a from-scratch
         # policy's first samples are near random (resnet50 on 4 H100s, 2 s: rl-gnn's
