@@ -119,8 +119,10 @@ def cmd_optimize(args) -> int:
     # the budget counts them
     waited_s = max(time.perf_counter() - getattr(args, "started_s", t_search), search_s)
     print(_budget_line(best, args.budget_s, waited_s, args.method == "all"))
-    if best.info.get("note"):
-        print(f"note: {best.info['note']}")
+    # A method's notes (why it returned one device, repaired its memory, stopped early).
+    for key in sorted(k for k in best.info if k == "note" or k.startswith("note_")):
+        if isinstance(best.info[key], str) and best.info[key]:
+            print(f"note: {best.info[key]}")
     judged = best.cost_model if best.cost_model is not None else cost_model
     if judged is not cost_model:
         # Like with like: the winner and the bound under the model the search judged by.

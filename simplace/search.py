@@ -83,6 +83,13 @@ def penalised(step_time_s, oom) -> np.ndarray:
     return np.where(np.asarray(oom), step + OOM_PENALTY, step)
 
 
+def penalised_text(score: float) -> str:
+    """A penalised step time as text: milliseconds, and whether it is out of memory."""
+    if score >= OOM_PENALTY:
+        return f"{(score - OOM_PENALTY) * 1e3:.3f} ms, out of memory"
+    return f"{score * 1e3:.3f} ms"
+
+
 # ------------------------------------------------------------------------ interrupts
 _STOP = threading.Event()
 

@@ -100,6 +100,15 @@ def test_simulate_single_and_placement_file(capsys, tmp_path):
     assert out.split("step time")[1].split("ms")[0] == out2.split("step time")[1].split("ms")[0]
 
 
+def test_optimize_says_why_a_method_returned_one_device(capsys):
+    # scotch spreads the small MLP over the five devices; the CPU alone is faster, and
+    # the answer says so (every note of the method's, not only info["note"]).
+    code, out, _ = run(capsys, "optimize", "mlp", "--small", "--cost-model",
+                       "cpu_h100x4_nvlink", "--method", "scotch", "--no-profile")
+    assert code == 0
+    assert "note: the partition (" in out and "returned that" in out
+
+
 def test_simulate_refuses_mismatched_placements(capsys, tmp_path):
     p_path = tmp_path / "p.json"
     run(capsys, "simulate", "mlp", "--small", "--cost-model", "cpu_h100x4_nvlink",

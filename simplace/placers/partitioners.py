@@ -46,6 +46,7 @@ import numpy as np
 from simplace import groups as G
 from simplace.errors import SimplaceError
 from simplace.placers import Cost, PlacerContext, PlacerOutput, bool_option, penalised, register
+from simplace.search import penalised_text
 from simplace.sim.inputs import put_waits_of
 
 # Integer scales for the libraries' weights: totals stay far below 2**31 (METIS may be
@@ -205,7 +206,10 @@ def _finish(ctx: PlacerContext, best: np.ndarray, groups, info: dict,
     if faster is not None:
         d, t1 = faster
         info.update(returned="single", single_device=d, single_step_time_s=t1,
-                    partition_step_time_s=rep["score"])
+                    partition_step_time_s=rep["score"],
+                    note_single=f"the partition ({penalised_text(rep['score'])}) is slower than "
+                                f"the whole graph on device {d} ({t1 * 1e3:.3f} ms): "
+                                "returned that")
         return PlacerOutput(np.full(ctx.graph.num_ops, d, np.int32), history=history,
                             info=info)
     if rep.get("repair_rounds"):

@@ -70,7 +70,7 @@ from simplace.placers import (
     register,
 )
 from simplace.placers.registry import option_values
-from simplace.search import OOM_PENALTY, SESSION_OPTIONS
+from simplace.search import OOM_PENALTY, SESSION_OPTIONS, penalised_text
 
 DEFAULT_MAX_UNITS = {"seq2seq": 256, "hierarchical": 1024, "gnn": 1024}
 # Under a time budget, warm-start heuristics after the first are not begun once this
@@ -364,19 +364,12 @@ def run_policy(ctx: PlacerContext, policy_name: str) -> PlacerOutput:
         d, t1 = faster
         placement = np.full(g.num_ops, d, np.int32)
         info.update(returned="single", single_device=d, single_step_time_s=t1,
-                    note_single=f"the policy's best placement ({_ms_text(res.best_score)}) "
+                    note_single=f"the policy's best placement ({penalised_text(res.best_score)}) "
                                 f"is slower than the whole graph on device {d} "
                                 f"({t1 * 1e3:.3f} ms): returned that")
     return PlacerOutput(placement, history=rows, info=info,
                         cost_model=session.cost_model if session.validation["corrections"]
                         else None)
-
-
-def _ms_text(score: float) -> str:
-    """A penalised score as text: milliseconds, and whether it is out of memory."""
-    if score >= OOM_PENALTY:
-        return f"{(score - OOM_PENALTY) * 1e3:.3f} ms, out of memory"
-    return f"{score * 1e3:.3f} ms"
 
 
 @register("rl-seq2seq", kind="policy", options=_options("seq2seq"))
