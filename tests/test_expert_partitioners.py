@@ -290,7 +290,7 @@ def test_scotch_loads_with_one_thread_unless_the_user_chose(monkeypatch):
 
 def test_memory_repair_begins_no_round_past_its_deadline():
     from simplace.placers import OOM_PENALTY, PlacerContext
-    from simplace.placers.partitioners import repair_memory
+    from simplace.placers.memory_repair import repair_memory
 
     g = zoo_graph("rnnlm")
     cm = CostModel.load("cpu_h100x4_nvlink")

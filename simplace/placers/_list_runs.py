@@ -553,36 +553,10 @@ class Setup:
         # In the order they were made (info["runs"]: what a budget would have kept).
         return sorted(cons.runs + live.runs, key=lambda r: r["made"])
 
-    def _repair(self, placement: np.ndarray, step_s: float, out: dict):
-        """(placement, step time, OOM) after ``partitioners.repair_memory`` on a best run
-        that does not fit (whole chains moved off the overfull devices), within the
-        budget's final seconds. The memory models only estimate the simulator's peak;
-        where a segment's outputs live as long as it does (the VM's CPU devices) even
-        the conservative run can be over: m_topo on nmt_2layer on cpu_vm2core_x4 was
-        returned out of memory, and 7 rounds made it fit."""
-        from simplace import groups as G
-        from simplace.placers.partitioners import repair_memory
-
-        ctx = self.ctx
-        deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
-        groups = G.chain_collapse(self.graph, G.colocate_free_ops(self.graph))
-        fixed, rep = repair_memory(ctx, placement, groups, deadline=deadline)
-        out["repair_rounds"] = rep.get("repair_rounds", 0)
-        if rep["oom"]:
-            out["note_memory"] = (
-                "the best schedule does not fit device memory, and moving chains off the "
-                "overfull devices did not make it fit" if out["repair_rounds"] else
-                "the best schedule does not fit device memory, and the time budget left no "
-                "time to move chains off the overfull devices")
-            return placement, step_s, True
-        out["note_memory"] = ("the best schedule did not fit device memory: chains were "
-                              "moved off the overfull devices until it did")
-        out["unrepaired_step_time_s"] = step_s
-        return fixed, float(rep["score"]), False
-
     def finish(self, runs: list[dict], info: dict | None = None) -> PlacerOutput:
         """The best run that fits, checked by the simulator (``simulate_each``), against
         ``single``'s candidates (module docstring)."""
+        from simplace.placers.memory_repair import repair_answer
         from simplace.placers.single import faster_single
 
         ctx, m = self.ctx, self.m
@@ -641,7 +615,11 @@ class Setup:
             return PlacerOutput(placement, info=out)
         res_s, res_oom = res
         if res_oom:
-            placement, res_s, res_oom = self._repair(placement, res_s, out)
+            # The memory models only estimate the simulator's peak; where a segment's
+            # outputs live as long as it does (the VM's CPU devices) even the
+            # conservative run can be over: m_topo on nmt_2layer on cpu_vm2core_x4 was
+            # returned out of memory, and 7 rounds of moves made it fit.
+            placement, res_s, res_oom = repair_answer(ctx, placement, res_s, out)
         score = float(penalised(res_s, res_oom))
         out["returned"] = "schedule"
         out["schedule_step_time_s"] = res_s

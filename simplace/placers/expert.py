@@ -29,12 +29,12 @@ import numpy as np
 
 from simplace.graph import split_name_path
 from simplace.placers import PlacerContext, PlacerOutput, register
+from simplace.placers.memory_repair import repair_memory
 from simplace.placers.partitioners import (
     device_kinds,
     device_names,
     evaluate,
     gpu_devices,
-    repair_memory,
 )
 from simplace.placers.registry import Cost, choice_option, option_values
 from simplace.placers.single import single_device_trials

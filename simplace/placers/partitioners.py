@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
-import math
 import os
 import time
 
@@ -46,6 +45,7 @@ import numpy as np
 from simplace import groups as G
 from simplace.errors import SimplaceError
 from simplace.placers import Cost, PlacerContext, PlacerOutput, bool_option, penalised, register
+from simplace.placers.memory_repair import repair_memory
 from simplace.search import penalised_text
 from simplace.sim.inputs import put_waits_of
 
@@ -58,8 +58,6 @@ _MAX_EXHAUSTIVE_PARTS = 6
 OPTIONS = {"fallback_single": bool_option(
     "return the fastest single device that fits when it beats the partition (default True)",
     True)}
-# Rounds of group moves that ``repair_memory`` tries before giving up.
-_MAX_REPAIR_ROUNDS = 30
 
 
 # ---------------------------------------------------------------------- shared helpers
@@ -137,60 +135,6 @@ def device_classes(ctx: PlacerContext) -> np.ndarray:
             if cls[j] < 0 and swap_is_automorphism(i, j):
                 cls[j] = i
     return cls
-
-
-def repair_memory(ctx: PlacerContext, placement, groups,
-                  deadline: float = math.inf) -> tuple[np.ndarray, dict]:
-    """Move whole groups off devices whose peak memory is over capacity.
-
-    Each round takes the most overfull device, moves its groups (largest resident bytes
-    first, parameters plus outputs) until their bytes cover the excess, onto the device
-    with the most free memory, and re-simulates; no round begins after ``deadline``
-    (``time.perf_counter()``). Returns the placement (the original one
-    when no round helped) and a dict for ``info`` (``repair_rounds``, ``oom``) with the
-    placement's penalised step time (``score``).
-    """
-    g = ctx.graph
-    groups = np.asarray(groups)
-    p = np.asarray(placement, dtype=np.int32).copy()
-    res = ctx.simulate(p)
-    if not res.oom:
-        return p, {"oom": False, "score": float(res.step_time_s)}
-    mem = ctx.cost_model.memory_bytes
-    n_groups = int(groups.max()) + 1 if groups.size else 0
-    resident = np.bincount(groups, weights=g.param_bytes + g.out_bytes, minlength=n_groups)
-    best_p, best_excess = p.copy(), float(np.sum(np.maximum(res.peak_memory_bytes - mem, 0)))
-    best_s = float(penalised(res.step_time_s, res.oom))
-    rounds = 0
-    for rounds in range(1, _MAX_REPAIR_ROUNDS + 1):
-        if time.perf_counter() > deadline:
-            rounds -= 1
-            break
-        excess = res.peak_memory_bytes - mem
-        src = int(np.argmax(excess))
-        headroom = mem - res.peak_memory_bytes
-        headroom[src] = -np.inf
-        dst = int(np.argmax(headroom))
-        if headroom[dst] <= 0:
-            break
-        on_src = np.unique(groups[p == src])
-        if on_src.size <= 1:
-            break
-        order = on_src[np.argsort(-resident[on_src], kind="stable")]
-        # Move enough to cover the excess, but never more than the target's headroom nor
-        # all of the source's groups.
-        cum = np.cumsum(resident[order])
-        k = int(np.searchsorted(cum, excess[src])) + 1
-        k = max(1, min(k, on_src.size - 1, int(np.searchsorted(cum, headroom[dst])) or 1))
-        p[np.isin(groups, order[:k])] = dst
-        res = ctx.simulate(p)
-        total_excess = float(np.sum(np.maximum(res.peak_memory_bytes - mem, 0)))
-        if total_excess < best_excess:
-            best_p, best_excess = p.copy(), total_excess
-            best_s = float(penalised(res.step_time_s, res.oom))
-        if not res.oom:
-            return p, {"oom": False, "repair_rounds": rounds, "score": float(res.step_time_s)}
-    return best_p, {"oom": True, "repair_rounds": rounds, "score": best_s}
 
 
 def _finish(ctx: PlacerContext, best: np.ndarray, groups, info: dict,
