@@ -177,3 +177,23 @@ def test_pipeline_under_a_budget_begins_where_a_fitting_split_is_nearest():
     roomy = machine(np.ones((m, 3)), bandwidth=1e9, memory=4.5e9)
     fit = optimize(g, roomy, "pipeline", budget_s=1e-9)
     assert fit.info["stages"] == 3 and not fit.oom
+
+
+@pytest.mark.parametrize("method, opts", [("pipeline", {"rounds": 0}),
+                                          ("ideals", {"max_pairs": 1})])
+def test_a_split_that_does_not_fit_is_repaired(method, opts):
+    # A fan of 12 ops (a root, ten branches, a sink), each reading its own 1 GB
+    # parameter; device 0 is twice as fast but holds 4.5 GB, device 1 holds 100 GB.
+    # Every balanced split puts more than that on device 0. With no boundary moves and
+    # no run of ideals' programme, the answer is repaired: branches moved to device 1.
+    from tests.test_list_schedulers import machine
+
+    m = 12
+    src, dst = [0] * 10 + list(range(1, 11)), list(range(1, 11)) + [11] * 10
+    g = make_graph(src, dst, m=m, params=([1e9] * m, [(i, i) for i in range(m)]))
+    inp = machine(np.tile([1.0, 2.0], (m, 1)), bandwidth=1e9, memory=[4.5e9, 100e9])
+    res = optimize(g, inp, method, **opts)
+    assert not res.oom and res.peak_memory_bytes[0] <= 4.5e9
+    assert res.info["repair_rounds"] >= 1
+    assert "moved off the overfull devices" in res.info["note_memory"]
+    assert res.info["unrepaired_step_time_s"] < res.step_time_s

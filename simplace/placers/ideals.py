@@ -51,7 +51,16 @@ import time
 import numpy as np
 
 from simplace._numba import njit
-from simplace.placers import Cost, PlacerContext, PlacerOutput, int_option, register
+from simplace.placers import (
+    OOM_PENALTY,
+    Cost,
+    PlacerContext,
+    PlacerOutput,
+    int_option,
+    register,
+)
+from simplace.placers.context import REFERENCE_S_PER_OP
+from simplace.placers.memory_repair import repair_answer
 from simplace.placers.pipeline import balanced_starts, fitting_first
 from simplace.placers.registry import option_values
 from simplace.search import stop_requested
@@ -66,6 +75,10 @@ _CLOCK_IDEALS = 1024
 # least linearly), so doubling keeps the failed runs together below the last one, which
 # overshoots the answer at most twofold; the first run that finds a chain is exact.
 THRESHOLD_GROWTH = 2.0
+# Under a budget, when none of the starts fits, the programme stops this many reference
+# simulations early, for the repair of its answer (memory_repair): 2-5 rounds made the
+# zoo's models fit on cpu_vm2core_x4.
+REPAIR_RESERVE_ROUNDS = 5
 # The programme's table has one row per vector of device counts (one count per kind);
 # beyond this many rows, the largest kinds are cut down.
 MAX_COUNT_VECTORS = 4096
@@ -93,6 +106,9 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     starts = balanced_starts(ctx)
     rank, start_scores = fitting_first(ctx, starts)
     best, best_s = starts[rank[0]].astype(np.int32), float(start_scores[rank[0]])
+    if best_s >= OOM_PENALTY and math.isfinite(deadline):
+        # No start fits: the programme leaves time for the answer's memory repair.
+        deadline -= REPAIR_RESERVE_ROUNDS * REFERENCE_S_PER_OP * m
     block, nb, edges = blocks(ctx)
     kinds, kind_times, kind_caps = _kinds(ctx, t_all)
     problem = _Problem(ctx, block, nb, kind_times, kind_caps, [len(k) for k in kinds])
@@ -144,6 +160,8 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             break
         spent = info["pairs"] - before
         info.update(ideals=n, window=window)
+    if best_s >= OOM_PENALTY:  # no chain nor balanced split fits: see memory_repair
+        best, _, _ = repair_answer(ctx, best, best_s - OOM_PENALTY, info, what="split")
     return PlacerOutput(best, info=info)
 
 

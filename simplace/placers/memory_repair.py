@@ -79,20 +79,28 @@ def repair_answer(ctx: PlacerContext, placement, step_s: float, info: dict,
                   what: str = "schedule") -> tuple[np.ndarray, float, bool]:
     """(placement, step time, OOM) of a method's answer ``placement`` (out of memory,
     ``step_s`` its step time) after ``repair_memory`` with the graph's chains as groups,
-    no round begun past the budget; ``info`` gets ``repair_rounds`` and ``note_memory``
-    (and ``unrepaired_step_time_s`` when it fits). ``what`` names the answer in the note."""
+    then single ops if that does not make it fit, no round begun past the budget;
+    ``info`` gets ``repair_rounds`` and ``note_memory`` (and ``unrepaired_step_time_s``
+    when it fits). ``what`` names the answer in the note."""
     deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
-    groups = G.chain_collapse(ctx.graph, G.colocate_free_ops(ctx.graph))
-    fixed, rep = repair_memory(ctx, placement, groups, deadline=deadline)
-    info["repair_rounds"] = rep.get("repair_rounds", 0)
+    chains = G.chain_collapse(ctx.graph, G.colocate_free_ops(ctx.graph))
+    rounds = 0
+    # Chains first (whole chains keep their tensors together); where they are too coarse
+    # (a chain holding most of the overfull device), single ops.
+    for groups in (chains, np.arange(ctx.graph.num_ops)):
+        fixed, rep = repair_memory(ctx, placement, groups, deadline=deadline)
+        rounds += rep.get("repair_rounds", 0)
+        if not rep["oom"] or time.perf_counter() > deadline:
+            break
+    info["repair_rounds"] = rounds
     if rep["oom"]:
         info["note_memory"] = (
-            f"the best {what} does not fit device memory, and moving chains off the "
-            "overfull devices did not make it fit" if info["repair_rounds"] else
+            f"the best {what} does not fit device memory, and moving chains and ops off "
+            "the overfull devices did not make it fit" if info["repair_rounds"] else
             f"the best {what} does not fit device memory, and the time budget left no "
             "time to move chains off the overfull devices")
         return np.asarray(placement, np.int32), step_s, True
-    info["note_memory"] = (f"the best {what} did not fit device memory: chains were moved "
-                           "off the overfull devices until it did")
+    info["note_memory"] = (f"the best {what} did not fit device memory: chains (or ops) "
+                           "were moved off the overfull devices until it did")
     info["unrepaired_step_time_s"] = step_s
     return fixed, float(rep["score"]), False

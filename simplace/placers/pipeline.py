@@ -31,7 +31,8 @@ import time
 import numpy as np
 
 from simplace._numba import njit
-from simplace.placers import PlacerContext, PlacerOutput, penalised, register
+from simplace.placers import OOM_PENALTY, PlacerContext, PlacerOutput, penalised, register
+from simplace.placers.memory_repair import repair_answer
 from simplace.placers.registry import Cost, int_option, option_values
 from simplace.search import stop_requested
 
@@ -87,8 +88,10 @@ def place(ctx: PlacerContext) -> PlacerOutput:
             scored += n
             if score < best_s:
                 best, best_s, best_stages = p, score, s
-    return PlacerOutput(best, info={"stages": best_stages, "candidates_scored": scored,
-                                    "stop": stop})
+    info = {"stages": best_stages, "candidates_scored": scored, "stop": stop}
+    if best_s >= OOM_PENALTY:  # no split fits (a stage is one segment: see memory_repair)
+        best, _, _ = repair_answer(ctx, best, best_s - OOM_PENALTY, info, what="split")
+    return PlacerOutput(best, info=info)
 
 
 def _orders(ctx) -> list:
