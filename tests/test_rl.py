@@ -57,8 +57,8 @@ def test_policy_reaches_oracle_optimum_and_learns(oracle_case, policy):
     assert all(np.isfinite(r["grad_norm"]) and np.isfinite(r["loss"]) for r in h)
 
 
-@pytest.mark.parametrize("policy", [pytest.param(p, marks=pytest.mark.slow) if p != "gnn"
-                                    else p for p in POLICIES])  # one run_policy for all
+@pytest.mark.slow  # a policy's compilation each (the README suite keeps its 4 minutes)
+@pytest.mark.parametrize("policy", POLICIES)
 def test_a_policy_slower_than_one_device_returns_that_device(policy):
     # A chain of 24 ops, faster on device 1, each edge 100 s to cross: one update of 32
     # samples of an untrained policy (no polish) crosses somewhere or keeps to device 0;
