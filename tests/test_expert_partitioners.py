@@ -306,3 +306,17 @@ def test_memory_repair_begins_no_round_past_its_deadline():
     assert rep["oom"] and rep["repair_rounds"] == 0
     assert rep["score"] == pytest.approx(OOM_PENALTY + ctx.simulate(start).step_time_s)
     np.testing.assert_array_equal(late, start)
+
+
+@pytest.mark.parametrize("method", PARTITIONERS)
+def test_partitioner_under_a_spent_budget_partitions_one_device_set(method):
+    # resnet50 on 4 K40s and a CPU: several device sets (all devices, the GPUs...); with
+    # the budget spent at once only the first is partitioned, and the answer says so.
+    g = zoo_graph("resnet50")
+    cm = CostModel.load("haswell_k40x4")
+    full = optimize(g, cm, method, fallback_single=False)
+    assert full.info["stop"] == "done" and len(full.history) > 1
+    res = optimize(g, cm, method, budget_s=1e-9, fallback_single=False)
+    check_result(g, cm, res)
+    assert res.info["stop"] == "time budget" and len(res.history) == 1
+    assert res.history[0]["devices"] == full.history[0]["devices"]

@@ -98,7 +98,7 @@ def repair_answer(ctx: PlacerContext, placement, step_s: float, info: dict,
             f"the best {what} does not fit device memory, and moving chains and ops off "
             "the overfull devices did not make it fit" if info["repair_rounds"] else
             f"the best {what} does not fit device memory, and the time budget left no "
-            "time to move chains off the overfull devices")
+            "time to move chains off the overfull devices (a larger budget lets it)")
         return np.asarray(placement, np.int32), step_s, True
     info["note_memory"] = (f"the best {what} did not fit device memory: chains (or ops) "
                            "were moved off the overfull devices until it did")

@@ -23,7 +23,9 @@ returned instead (``info["returned"] == "single"``, the partition's score in
 
 Neither library knows about memory: a result that runs out of memory is repaired by
 moving groups off the overfull device (``repair_memory``), or reported in
-``info["note"]``. Both are deterministic for a given ``ctx.seed``: METIS through its
+``info["note"]``. Under a time budget, no device set is partitioned and no repair round
+begun past it (the first set always is; ``info["stop"]``). Both are deterministic for a
+given ``ctx.seed``: METIS through its
 ``seed`` option; Scotch through a context in deterministic, fixed-seed mode seeded with
 ``ctx.seed`` (plus a one-time warm-up, see ``_scotch_map``).
 
@@ -37,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import math
 import os
 import time
 
@@ -138,10 +141,10 @@ def device_classes(ctx: PlacerContext) -> np.ndarray:
 
 
 def _finish(ctx: PlacerContext, best: np.ndarray, groups, info: dict,
-            history: list) -> PlacerOutput:
+            history: list, deadline: float = math.inf) -> PlacerOutput:
     from simplace.placers.single import faster_single
 
-    best, rep = repair_memory(ctx, best, groups)
+    best, rep = repair_memory(ctx, best, groups, deadline=deadline)
     # One part is a candidate too: the fastest single device that holds the model, when
     # it beats the partition (resnet50 on 4 H100s: scotch's 35.6 ms, single's 33.4 ms).
     fallback = OPTIONS["fallback_single"]
@@ -160,7 +163,11 @@ def _finish(ctx: PlacerContext, best: np.ndarray, groups, info: dict,
         info["repair_rounds"] = rep["repair_rounds"]
     if rep["oom"]:
         info["note"] = ("no candidate fits device memory, and moving groups off the overfull "
-                        "devices did not make it fit; this placement runs out of memory")
+                        "devices did not make it fit; this placement runs out of memory"
+                        if rep.get("repair_rounds") else
+                        "no candidate fits device memory, and the time budget left no time "
+                        "to move groups off the overfull devices (a larger budget lets it); "
+                        "this placement runs out of memory")
     elif rep.get("repair_rounds"):
         info["note"] = "the best partition ran out of memory; groups were moved to make it fit"
     return PlacerOutput(best.astype(np.int32), history=history, info=info)
@@ -326,10 +333,15 @@ def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> Placer
     if g.num_ops == 0 or cm.num_devices == 1:
         return PlacerOutput(np.zeros(g.num_ops, dtype=np.int32), info={"parts": 1})
     t0 = time.perf_counter()
+    deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
     ug = _Undirected(ctx)
     all_names = device_names(cm)
     best, best_score, best_info, history = None, np.inf, {}, []
+    stop = "done"
     for devices in device_sets:
+        if best is not None and time.perf_counter() > deadline:
+            stop = "time budget"  # the other device sets are not partitioned
+            break
         p, score, parts, extra = partition(ug, devices)
         names = [all_names[d] for d in devices]
         history.append({"wall_s": time.perf_counter() - t0, "step_time_s": score,
@@ -338,8 +350,8 @@ def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> Placer
             best, best_score = p, score
             best_info = {"devices": names, "cut_bytes": ug.cut_bytes(parts)}
     info = {"groups": ug.n, "reference_device": all_names[ug.reference_device],
-            **best_info}
-    return _finish(ctx, best, ug.groups, info, history)
+            "stop": stop, **best_info}
+    return _finish(ctx, best, ug.groups, info, history, deadline)
 
 
 @register("metis", cost=Cost(0.0, 1.5e-5, paces=True), rank=4, options=OPTIONS)
