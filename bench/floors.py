@@ -58,20 +58,20 @@ def main():
         some_fit = any(oom is False for _, oom, _, _ in found.values())
         cells = []
         for method, (step, oom, wall, error) in found.items():
-            marks = []
+            marks = {}  # kind: text
             if method != "single":
                 if oom and some_fit:
-                    marks.append("<OOM")
+                    marks["<OOM"] = "<OOM"
                 if one is not None and one[1] is False and oom is False and \
                         step > one[0] * (1 + 1e-9):
-                    marks.append("<SINGLE")
+                    marks["<SINGLE"] = "<SINGLE"
                 if wall > 1.15 * args.budget_s:
-                    marks.append(f">BUDGET({wall:.1f}s)")
+                    marks[">BUDGET"] = f">BUDGET({wall:.1f}s)"
                 if error:
-                    marks.append(f"ERR {error}")
-            for mark in marks:
-                counts[mark.split("(")[0].split(" ")[0]] += 1
-            cells.append(f"{method}={step * 1e3:.1f}{'!' if oom else ''}{''.join(marks)}")
+                    marks["ERR"] = f"ERR {error}"
+            for kind in marks:
+                counts[kind] += 1
+            cells.append(f"{method}={step * 1e3:.1f}{'!' if oom else ''}{''.join(marks.values())}")
         out.say(f"{model} {machine} " + " ".join(cells) + f"  (load {load_average()})")
     out.say("marks: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     out.finish(__file__, None, args.out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -102,6 +103,11 @@ class PlacerContext:
         new = copy.copy(self)
         new.options = dict(options)
         return new
+
+    @property
+    def deadline(self) -> float:
+        """``time.perf_counter()`` when the budget is spent (inf without one)."""
+        return math.inf if self.budget_s is None else self.t_begin + float(self.budget_s)
 
     def session(self, label: str, *, default_budget_s: float | None = None, **kw
                 ) -> SearchSession:

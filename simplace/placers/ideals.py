@@ -97,7 +97,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     max_ideals, max_pairs = opts["max_ideals"], opts["max_pairs"]
     if m == 0:
         return PlacerOutput(np.zeros(0, dtype=np.int32), info={"stages": 0})
-    deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
+    deadline = ctx.deadline
     t_all = np.asarray(ctx.op_times, dtype=np.float64)
     # The start: the best of pipeline's balanced splits (one stage on the fastest device
     # among them), those that fit first. When no run ends (nmt_4layer's 22k blocks: no

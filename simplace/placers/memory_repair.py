@@ -82,12 +82,14 @@ def repair_answer(ctx: PlacerContext, placement, step_s: float, info: dict,
     then single ops if that does not make it fit, no round begun past the budget;
     ``info`` gets ``repair_rounds`` and ``note_memory`` (and ``unrepaired_step_time_s``
     when it fits). ``what`` names the answer in the note."""
-    deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
+    deadline = ctx.deadline
     chains = G.chain_collapse(ctx.graph, G.colocate_free_ops(ctx.graph))
     rounds = 0
     # Chains first (whole chains keep their tensors together); where they are too coarse
-    # (a chain holding most of the overfull device), single ops.
-    for groups in (chains, np.arange(ctx.graph.num_ops)):
+    # (a chain holding most of the overfull device), single ops (unless chains are ops).
+    m = ctx.graph.num_ops
+    finer = [np.arange(m)] if m and int(chains.max()) + 1 < m else []
+    for groups in [chains, *finer]:
         fixed, rep = repair_memory(ctx, placement, groups, deadline=deadline)
         rounds += rep.get("repair_rounds", 0)
         if not rep["oom"] or time.perf_counter() > deadline:

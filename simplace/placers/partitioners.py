@@ -333,7 +333,7 @@ def _best_over_device_sets(ctx: PlacerContext, device_sets, partition) -> Placer
     if g.num_ops == 0 or cm.num_devices == 1:
         return PlacerOutput(np.zeros(g.num_ops, dtype=np.int32), info={"parts": 1})
     t0 = time.perf_counter()
-    deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
+    deadline = ctx.deadline
     ug = _Undirected(ctx)
     all_names = device_names(cm)
     best, best_score, best_info, history = None, np.inf, {}, []

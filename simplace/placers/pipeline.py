@@ -60,7 +60,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     order = np.argsort(t_all.sum(axis=0), kind="stable")  # fastest devices first
     # A time budget (compare's share for the fast methods) stops the search at the next
     # split once spent; the best split so far is returned (one stage at least).
-    deadline = math.inf if ctx.budget_s is None else ctx.t_begin + float(ctx.budget_s)
+    deadline = ctx.deadline
     best, best_s, best_stages, scored, stop = None, np.inf, 0, 0, "done"
     copy_s = _copy_s(ctx) if m <= RANGE_DP_MAX_OPS else None
     orders = _orders(ctx)
