@@ -308,6 +308,40 @@ def test_memory_repair_begins_no_round_past_its_deadline():
     np.testing.assert_array_equal(late, start)
 
 
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_repair_past_the_budget_runs_only_where_its_rounds_are_batched(monkeypatch, batched):
+    # A list scheduler's runs can spend the whole budget; a repair whose rounds cost
+    # milliseconds (the batched simulator) still runs, within a small grace; one whose
+    # rounds are reference simulations does not begin.
+    import time
+
+    import simplace.placers.memory_repair as mr
+    from simplace.placers import PlacerContext
+
+    g = zoo_graph("rnnlm")
+    cm = CostModel.load("cpu_h100x4_nvlink")
+    gpus = [d for d, dev in enumerate(cm.devices) if dev.kind == "gpu"]
+    tight = with_memory(cm, 0.8 * optimize(g, cm, "single").peak_memory_bytes.max())
+    spent = PlacerContext(g, tight, budget_s=1.0, t_begin=time.perf_counter() - 10.0)
+    start = np.full(g.num_ops, gpus[0], np.int32)
+    step = float(spent.simulate(start).step_time_s)
+    spent.batched(start[None])  # loaded, as batched_pays says it is for one placement
+    monkeypatch.setattr(mr, "batched_pays", lambda num_ops, count: batched)
+    before = time.perf_counter()
+    deadline = mr.repair_deadline(spent)
+    assert deadline <= time.perf_counter() + mr.REPAIR_GRACE_SHARE * 1.0
+    assert (deadline > before) == batched
+    info = {}
+    fixed, s, oom = mr.repair_answer(spent, start, step, info)
+    if batched:
+        assert not oom and info["repair_rounds"] >= 1 and info["unrepaired_step_time_s"] == step
+        res = spent.simulate(fixed)  # the batched rounds' numbers are the reference's
+        assert not res.oom and s == pytest.approx(float(res.step_time_s), rel=1e-12)
+    else:
+        assert oom and info["repair_rounds"] == 0 and "no time" in info["note_memory"]
+        np.testing.assert_array_equal(fixed, start)
+
+
 @pytest.mark.parametrize("method", PARTITIONERS)
 def test_partitioner_under_a_spent_budget_partitions_one_device_set(method):
     # A CPU and 4 K40s: several device sets (all devices, the GPUs...); with the budget

@@ -18,7 +18,7 @@
 
 GPUs are the devices of kind ``gpu`` (all devices when there is none). A placement that
 runs out of memory is repaired by moving module groups off the overfull device, or
-reported in ``info["note"]``. Deterministic: no random choice is made.
+reported in ``info["note_memory"]``. Deterministic: no random choice is made.
 """
 
 from __future__ import annotations
@@ -222,9 +222,9 @@ def place(ctx: PlacerContext) -> PlacerOutput:
         p, rep = repair_memory(ctx, p, _dense_or_none(groups))
         if rep.get("repair_rounds"):
             info["repair_rounds"] = rep["repair_rounds"]
-            info["note"] = ("the layer-per-GPU placement ran out of memory; module groups "
-                            "were moved off the overfull device"
-                            + ("" if not rep["oom"] else ", and it still does not fit"))
+            info["note_memory"] = ("the layer-per-GPU placement ran out of memory; module "
+                                   "groups were moved off the overfull device"
+                                   + ("" if not rep["oom"] else ", and it still does not fit"))
         return PlacerOutput(p, history=history, info=info)
 
     # The fastest device that holds the whole model (``single``'s choice).
