@@ -97,8 +97,9 @@ def device_speed(ctx: PlacerContext) -> np.ndarray:
 def evaluate(ctx: PlacerContext, placements) -> np.ndarray:
     """Penalised step time (OOM ones behind every fitting one) of each placement, in one
     batched call where that pays, else by the reference simulator (the same numbers;
-    ``PlacerContext.simulate_each``): on nmt_2layer a mapping took 0.3 s by the reference
-    simulator, so metis's first device set alone overran a 3 s budget."""
+    ``PlacerContext.simulate_each``)."""
+    # Batched: on nmt_2layer a mapping took 0.3 s by the reference simulator, so metis's
+    # first device set alone overran a 3 s budget.
     if not len(placements):
         return np.zeros(0)
     return np.asarray([float(penalised(s, oom)) for s, oom in ctx.simulate_each(
