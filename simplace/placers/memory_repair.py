@@ -72,9 +72,10 @@ def repair_memory(ctx: PlacerContext, placement, groups,
     bytes first, parameters plus outputs) whose bytes cover the excess, and tries them on
     each device with free memory (never more than its headroom nor all of the source's
     groups), in one batch; it keeps the fastest of the moves that fit, else the one
-    that leaves the least memory over capacity. No round begins after ``deadline`` (``time.perf_counter()``). Returns the placement (the
-    original one when no round helped) and a dict for ``info`` (``repair_rounds``,
-    ``oom``) with the placement's penalised step time (``score``).
+    that leaves the least memory over capacity. No round begins after ``deadline``
+    (``time.perf_counter()``). Returns the placement (the original one when no round
+    helped) and a dict for ``info`` (``repair_rounds``, ``oom``) with the placement's
+    penalised step time (``score``).
     """
     g = ctx.graph
     groups = np.asarray(groups)
