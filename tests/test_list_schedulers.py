@@ -194,6 +194,47 @@ def test_heft_insertion_fills_gaps():
     assert tl.earliest(9.0, 1.0) == (9.0, 2)
 
 
+def _earliest_by_scan(starts, ends, ready, dur, max_gaps):
+    """HEFT's insertion search gap by gap (what ``_Timeline.earliest`` vectorises)."""
+    k = next((i for i, e in enumerate(ends) if e > ready), len(ends))
+    s = ready
+    for _ in range(max_gaps):
+        if k >= len(starts) or s + dur <= starts[k]:
+            return s, k
+        s = max(s, ends[k])
+        k += 1
+    return max(s, ends[-1]), len(starts)
+
+
+@pytest.mark.parametrize("max_gaps", [2000, 40])
+def test_heft_insertion_search_matches_a_gap_by_gap_scan(monkeypatch, max_gaps):
+    # Timelines of hundreds of short gaps, so that searches run past the Python-scanned
+    # first gaps into the vectorised part, and (max_gaps 40) past the search's bound.
+    import simplace.placers.heft as heft_module
+
+    monkeypatch.setattr(heft_module, "_MAX_GAPS", max_gaps)
+    rng = np.random.default_rng(3)
+    tl = _Timeline()
+    # 400 intervals 0.1 apart, but 0.5 apart after every 37th: a 0.3 or 0.45 s op fits
+    # only in those, often far past the first 16 gaps from where it is ready.
+    for i in range(400):
+        tl.insert(float(i), i + (0.5 if i % 37 == 36 else 0.9), i)
+    for _ in range(300):
+        ready, dur = float(rng.uniform(-1, 401)), float(rng.choice([0.05, 0.3, 0.45, 0.6]))
+        assert tl.earliest(ready, dur) == _earliest_by_scan(tl.starts, tl.ends, ready, dur,
+                                                            max_gaps)
+    tl = _Timeline()
+    for _ in range(600):
+        ready, dur = float(rng.uniform(0, 200)), float(rng.choice([0.01, 0.05, 0.3, 2.0]))
+        want = _earliest_by_scan(tl.starts, tl.ends, ready, dur, max_gaps)
+        got = tl.earliest(ready, dur)
+        assert got == want
+        tl.insert(got[0], got[0] + dur, got[1])
+    assert tl.starts == sorted(tl.starts) and all(
+        e <= s for e, s in zip(tl.ends[:-1], tl.starts[1:], strict=True))
+    np.testing.assert_array_equal(tl._np_starts[:len(tl.starts)], tl.starts)
+
+
 def test_heft_uses_an_idle_gap():
     # 0 (dev 0) -> 1 (dev 1) -> 2 (dev 0) with 5 s links leaves device 0 idle in [1, 12).
     # Op 3 is independent with the lowest rank, so HEFT places it last: with insertion it
