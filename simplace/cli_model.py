@@ -147,7 +147,7 @@ def make_profile(args, cost_model, program, run_args, *, resume: bool = False):
     written to the user directory, with a progress line; an interrupt keeps the chunks
     timed and says how to go on."""
     from simplace import paths
-    from simplace.profile import Profile, ProfileError, ProfileInterrupted, profile
+    from simplace.profile import Profile, ProfileError, ProfileInterrupted, profile, time_floor_s
 
     graph = program.graph
     machine = cost_model.name.split("[", 1)[0]
@@ -170,7 +170,8 @@ def make_profile(args, cost_model, program, run_args, *, resume: bool = False):
     kinds = sorted({d.kind for d in cost_model.devices})
     note(f"profiling {graph.name or args.model} ({graph.num_ops:,} ops) on {machine}: "
          f"{len(partial.bounds) if partial else chunks} chunks on one "
-         f"{'/'.join(kinds)} device each")
+         f"{'/'.join(kinds)} device each, at least about "
+         f"{time_floor_s(cost_model, graph):.0f} s")
     t0 = time.perf_counter()
     try:
         prof = profile(None, run_args, cost_model, chunks=chunks, program=program,
@@ -186,11 +187,18 @@ def make_profile(args, cost_model, program, run_args, *, resume: bool = False):
     return prof, path
 
 
+# ``optimize --profile auto`` under --budget-s makes a profile only when its floor
+# (``simplace.profile.time_floor_s``) is under this share of the budget.
+AUTO_PROFILE_BUDGET_SHARE = 0.5
+
+
 def use_profile(args, cost_model, graph, *, program=None, run_args=None):
     """``cost_model`` carrying the profile of ``graph`` where one is to be used (the
     ``--no-profile`` and ``--profile`` options), with one line saying so; makes one under
-    ``optimize --profile auto|always``. A bad, foreign or incomplete file is an error
-    unless it is remade."""
+    ``optimize --profile auto|always`` (``auto`` under ``--budget-s``: only where its
+    floor, ``simplace.profile.time_floor_s``, is under ``AUTO_PROFILE_BUDGET_SHARE`` of
+    the budget; the note says how to make it otherwise). A bad, foreign or incomplete
+    file is an error unless it is remade (or left unused under a budget it cannot fit)."""
     from simplace.profile import ProfileError, find_profile
 
     mode = getattr(args, "profile", None) or "auto"
@@ -214,6 +222,20 @@ def use_profile(args, cost_model, graph, *, program=None, run_args=None):
                     from None
             note(f"no profile of this model on {cost_model.name}, and not made: {here}")
             return cost_model
+        budget = getattr(args, "budget_s", None)
+        if mode == "auto" and budget is not None:
+            from simplace.profile import time_floor_s
+
+            # A profile made here comes out of --budget-s: one that cannot fit half of it
+            # is left to `simplace profile` (nmt_2layer's training step on the VM took
+            # more than 10 minutes to profile under --budget-s 3).
+            floor = time_floor_s(cost_model, graph)
+            if floor > AUTO_PROFILE_BUDGET_SHARE * budget:
+                note(f"no profile of this model made ({why}): profiling it here takes at "
+                     f"least about {floor:.0f} s, more than half the {budget:g} s budget; "
+                     f"`simplace profile {args.model} --cost-model {cost_model.name}` makes "
+                     "it once and later runs use it (or give --profile always)")
+                return cost_model
         if program is None:
             from simplace.models import is_graph_file
 

@@ -37,7 +37,7 @@ from simplace._jsonfile import check_fields, check_schema, read_json, write_json
 from simplace.errors import CostModelError
 
 __all__ = ["Chunk", "Profile", "ProfileError", "ProfileInterrupted", "cut_chunks",
-           "find_profile", "list_profiles", "profile"]
+           "find_profile", "list_profiles", "profile", "time_floor_s"]
 
 SCHEMA = "simplace.profile"
 SCHEMA_VERSION = 1
@@ -48,6 +48,14 @@ DEFAULT_CHUNKS = 24
 # inputs) is one.
 DEFAULT_TIMING = {"warmup": 0, "min_repeats": 3, "max_repeats": 30, "budget_s": 0.3,
                   "rel_tol": 0.02}
+# A profile runs each chunk once (compiling it) and at least ``min_repeats`` more times,
+# and the whole step the same: about this many steps' run time, before compilation.
+RUNS_PER_STEP = 2 * (1 + DEFAULT_TIMING["min_repeats"])
+# A floor under its compilations, per op of the graph: the VM's profiles of resnet50 and
+# transformer at small batches took 41 and 22 s, 36 and 20 s of it past their runs
+# (bench/results/fidelity_real_2026-11-27_vm_rescored_cpu_vm2core_x4.txt), 10 and 5 ms
+# an op; a floor of under half of that leaves room for a faster host.
+COMPILE_FLOOR_S_PER_OP = 2e-3
 # How far the scaled op times of a chunk may be from its measured time less its fixed
 # cost in a file (rounding of the JSON floats); more means an edited file.
 _SUM_RTOL = 1e-6
@@ -618,6 +626,19 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     if path is not None:
         out.save(path)
     return out
+
+
+def time_floor_s(cost_model, graph) -> float:
+    """A floor under the seconds ``profile`` takes on ``graph`` with the default timing:
+    on one device of each kind of ``cost_model``, the model's (unprofiled) time of every
+    op there ``RUNS_PER_STEP`` times, plus ``COMPILE_FLOOR_S_PER_OP`` an op. What
+    ``optimize --profile auto`` weighs against a time budget before it profiles."""
+    op_time = np.asarray(cost_model.price(graph).op_time_s)
+    kinds: dict[str, int] = {}
+    for k, dev in enumerate(cost_model.devices):
+        kinds.setdefault(dev.kind, k)
+    return sum(RUNS_PER_STEP * float(op_time[:, k].sum())
+               + COMPILE_FLOOR_S_PER_OP * graph.num_ops for k in kinds.values())
 
 
 # --------------------------------------------------------------------------- lookup

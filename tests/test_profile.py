@@ -475,6 +475,28 @@ def test_simulate_and_optimize_use_the_profile_and_say_so(home, capsys):
     assert MACHINE in out and "mlp/train/small" in out and "complete" in out
 
 
+def test_optimize_under_a_budget_it_cannot_fit_makes_no_profile(home, capsys):
+    from simplace.models import load_graph
+    from simplace.profile import COMPILE_FLOOR_S_PER_OP, RUNS_PER_STEP, time_floor_s
+
+    cm = CostModel.load(MACHINE)
+    g = load_graph("mlp", small=True)
+    floor = time_floor_s(cm, g)
+    op_time = np.asarray(cm.price(g).op_time_s)[:, 0]  # one kind (cpu): device 0
+    assert floor == pytest.approx(RUNS_PER_STEP * op_time.sum()
+                                  + COMPILE_FLOOR_S_PER_OP * g.num_ops)
+    opt = ["optimize", "mlp", "--small", "--cost-model", MACHINE, "--method", "single"]
+    tight = f"{floor:.6f}"  # a budget under twice the floor: no profile is made
+    assert main([*opt, "--budget-s", tight]) == 0
+    out, err = capsys.readouterr()
+    assert "profile:" not in out and "no profile of this model made" in err
+    assert f"simplace profile mlp --cost-model {MACHINE}" in err
+    assert not (home / "profiles").exists()
+    assert main([*opt, "--budget-s", tight, "--profile", "always"]) == 0  # asked for
+    assert "profiling mlp/train/small" in capsys.readouterr().err
+    assert any((home / "profiles" / MACHINE).glob("*.json"))
+
+
 def test_optimize_makes_no_profile_for_another_machine(home, capsys):
     assert main(["optimize", "mlp", "--small", "--cost-model", "haswell_k40x2", "--method",
                  "single"]) == 0

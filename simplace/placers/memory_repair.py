@@ -16,7 +16,7 @@ import numpy as np
 
 from simplace import groups as G
 from simplace.placers import PlacerContext, penalised
-from simplace.placers.context import batched_pays
+from simplace.placers.context import BATCHED_LOAD_S, batched_pays
 
 # Rounds of group moves that ``repair_memory`` tries before giving up.
 _MAX_REPAIR_ROUNDS = 30
@@ -30,17 +30,28 @@ BATCHED_S_PER_OP = 2e-7
 # them had time to repair its answer on the VM's big graphs (answers out of memory that
 # 2 rounds, 3 ms, would have made fit). A runnable answer is worth milliseconds late.
 REPAIR_GRACE_SHARE = 0.05
+# Rounds a repair is expected to take when it decides how to simulate them (the VM's big
+# graphs took 2-7): the batched simulator is loaded for them where that costs less than
+# this many rounds of reference simulations (``batched_pays``).
+EXPECTED_ROUNDS = 4
 
 
-def _peaks(ctx: PlacerContext, placements: np.ndarray):
+def _batched_rounds(ctx: PlacerContext) -> bool:
+    """Whether a repair's rounds simulate by the batched simulator (``batched_pays`` for
+    its first placement and ``EXPECTED_ROUNDS`` rounds of one per target device)."""
+    d = ctx.cost_model.num_devices
+    return batched_pays(ctx.graph.num_ops, 1 + EXPECTED_ROUNDS * max(d - 1, 1))
+
+
+def _peaks(ctx: PlacerContext, placements: np.ndarray, batched: bool):
     """(step times, OOM flags, peak bytes [K, D]) of placements int32[K, M]: by the
-    batched simulator where it pays (``batched_pays``: 1 ms a placement against the
+    batched simulator when ``batched`` (``_batched_rounds``: 1 ms a placement against the
     reference's 0.3 s for nmt_2layer's 13k ops, so a repair fits a budget that its
     reference rounds overran), else by the reference one. The numbers are the same; the
     batched one reports peaks only for placements out of memory (``memory="oom"``),
     which are the only ones a round reads them of."""
     placements = np.atleast_2d(placements)
-    if batched_pays(ctx.graph.num_ops, len(placements)):
+    if batched:
         res = ctx.batched(placements)
         steps, ooms = np.asarray(res.step_time_s, np.float64), np.asarray(res.oom, bool)
         peaks = np.asarray(res.peak_memory_bytes, np.float64)
@@ -55,13 +66,19 @@ def repair_deadline(ctx: PlacerContext) -> float:
     """When a repair begun now begins no more rounds: the budget's deadline (or now, when
     the answer itself took past it), plus what a whole repair costs (chains, then ops)
     when its rounds run on the batched simulator, up to ``REPAIR_GRACE_SHARE`` of the
-    budget; the budget's deadline when they would run on the reference simulator."""
+    budget; the budget's deadline when they would run on the reference simulator, or when
+    loading the batched one (``BATCHED_LOAD_S``, not yet loaded) alone takes more."""
+    from simplace.kernels import loaded
+
     deadline, m = ctx.deadline, ctx.graph.num_ops
-    if not math.isfinite(deadline) or not batched_pays(m, 1):
+    if not math.isfinite(deadline) or not _batched_rounds(ctx):
         return deadline
-    whole = 2 * (_MAX_REPAIR_ROUNDS + 1) * m * BATCHED_S_PER_OP  # chains, then ops
-    return max(deadline, time.perf_counter()) + min(whole, REPAIR_GRACE_SHARE
-                                                    * float(ctx.budget_s))
+    cap = REPAIR_GRACE_SHARE * float(ctx.budget_s)
+    load = 0.0 if loaded("simulator") else BATCHED_LOAD_S
+    if load > cap:
+        return deadline
+    whole = load + 2 * (_MAX_REPAIR_ROUNDS + 1) * m * BATCHED_S_PER_OP  # chains, then ops
+    return max(deadline, time.perf_counter()) + min(whole, cap)
 
 
 def repair_memory(ctx: PlacerContext, placement, groups,
@@ -80,7 +97,8 @@ def repair_memory(ctx: PlacerContext, placement, groups,
     g = ctx.graph
     groups = np.asarray(groups)
     p = np.asarray(placement, dtype=np.int32).copy()
-    steps, ooms, peaks = _peaks(ctx, p)
+    batched = _batched_rounds(ctx)
+    steps, ooms, peaks = _peaks(ctx, p, batched)
     if not ooms[0]:
         return p, {"oom": False, "score": float(steps[0])}
     peak = peaks[0]
@@ -113,7 +131,7 @@ def repair_memory(ctx: PlacerContext, placement, groups,
             row[np.isin(groups, order[:k])] = dst
         # Every target, not only the one with the most free memory: that one alone gave
         # repaired answers up to 6% slower (resnet50's split on the VM's CPUs).
-        steps, ooms, peaks = _peaks(ctx, cands)
+        steps, ooms, peaks = _peaks(ctx, cands, batched)
         if not ooms.all():
             j = int(np.argmin(np.where(ooms, np.inf, steps)))
             return cands[j], {"oom": False, "repair_rounds": rounds, "score": float(steps[j])}
