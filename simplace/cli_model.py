@@ -199,7 +199,7 @@ def use_profile(args, cost_model, graph, *, program=None, run_args=None):
     floor, ``simplace.profile.time_floor_s``, is under ``AUTO_PROFILE_BUDGET_SHARE`` of
     the budget; the note says how to make it otherwise). A bad, foreign or incomplete
     file is an error unless it is remade (or left unused under a budget it cannot fit)."""
-    from simplace.profile import ProfileError, find_profile
+    from simplace.profile import ProfileError, find_profile, time_floor_s
 
     mode = getattr(args, "profile", None) or "auto"
     if getattr(args, "no_profile", False):
@@ -224,8 +224,6 @@ def use_profile(args, cost_model, graph, *, program=None, run_args=None):
             return cost_model
         budget = getattr(args, "budget_s", None)
         if mode == "auto" and budget is not None:
-            from simplace.profile import time_floor_s
-
             # A profile made here comes out of --budget-s: one that cannot fit half of it
             # is left to `simplace profile` (nmt_2layer's training step on the VM took
             # more than 10 minutes to profile under --budget-s 3).
@@ -233,7 +231,7 @@ def use_profile(args, cost_model, graph, *, program=None, run_args=None):
             if floor > AUTO_PROFILE_BUDGET_SHARE * budget:
                 note(f"no profile of this model made ({why}): profiling it here takes at "
                      f"least about {floor:.0f} s, more than half the {budget:g} s budget; "
-                     f"`simplace profile {args.model} --cost-model {cost_model.name}` makes "
+                     f"`simplace profile {args.model} --cost-model {args.cost_model}` makes "
                      "it once and later runs use it (or give --profile always)")
                 return cost_model
         if program is None:

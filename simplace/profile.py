@@ -559,9 +559,7 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     # only the rest is scaled to what the chunks measure.
     argument = inp.op_argument_s
     work = inp.op_time_s - argument
-    kinds: dict[str, int] = {}
-    for k, dev in enumerate(cost_model.devices):
-        kinds.setdefault(dev.kind, k)
+    kinds = _kind_devices(cost_model)
     jax_devs = resolve_devices([cost_model.device_names[k] for k in kinds.values()])
     machine = cost_model.name.split("[", 1)[0]
     if resume is not None:
@@ -628,17 +626,23 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     return out
 
 
+def _kind_devices(cost_model) -> dict[str, int]:
+    """{device kind: its first device}: the device a profile times each kind on."""
+    kinds: dict[str, int] = {}
+    for k, dev in enumerate(cost_model.devices):
+        kinds.setdefault(dev.kind, k)
+    return kinds
+
+
 def time_floor_s(cost_model, graph) -> float:
     """A floor under the seconds ``profile`` takes on ``graph`` with the default timing:
     on one device of each kind of ``cost_model``, the model's (unprofiled) time of every
     op there ``RUNS_PER_STEP`` times, plus ``COMPILE_FLOOR_S_PER_OP`` an op. What
     ``optimize --profile auto`` weighs against a time budget before it profiles."""
     op_time = np.asarray(cost_model.price(graph).op_time_s)
-    kinds: dict[str, int] = {}
-    for k, dev in enumerate(cost_model.devices):
-        kinds.setdefault(dev.kind, k)
     return sum(RUNS_PER_STEP * float(op_time[:, k].sum())
-               + COMPILE_FLOOR_S_PER_OP * graph.num_ops for k in kinds.values())
+               + COMPILE_FLOOR_S_PER_OP * graph.num_ops
+               for k in _kind_devices(cost_model).values())
 
 
 # --------------------------------------------------------------------------- lookup

@@ -59,8 +59,7 @@ from simplace.placers import (
     int_option,
     register,
 )
-from simplace.placers.context import REFERENCE_S_PER_OP
-from simplace.placers.memory_repair import repair_answer
+from simplace.placers.memory_repair import repair_answer, repair_s
 from simplace.placers.pipeline import balanced_starts, fitting_first
 from simplace.placers.registry import option_values
 from simplace.search import stop_requested
@@ -75,9 +74,9 @@ _CLOCK_IDEALS = 1024
 # least linearly), so doubling keeps the failed runs together below the last one, which
 # overshoots the answer at most twofold; the first run that finds a chain is exact.
 THRESHOLD_GROWTH = 2.0
-# Under a budget, when none of the starts fits, the programme stops this many reference
-# simulations early, for the repair of its answer (memory_repair): 2-5 rounds made the
-# zoo's models fit on cpu_vm2core_x4.
+# Under a budget, when none of the starts fits, the programme stops early by what this
+# many rounds of the repair of its answer take (memory_repair.repair_s): 2-5 rounds made
+# the zoo's models fit on cpu_vm2core_x4.
 REPAIR_RESERVE_ROUNDS = 5
 # The programme's table has one row per vector of device counts (one count per kind);
 # beyond this many rows, the largest kinds are cut down.
@@ -108,7 +107,7 @@ def place(ctx: PlacerContext) -> PlacerOutput:
     best, best_s = starts[rank[0]].astype(np.int32), float(start_scores[rank[0]])
     if best_s >= OOM_PENALTY and math.isfinite(deadline):
         # No start fits: the programme leaves time for the answer's memory repair.
-        deadline -= REPAIR_RESERVE_ROUNDS * REFERENCE_S_PER_OP * m
+        deadline -= repair_s(ctx, REPAIR_RESERVE_ROUNDS)
     block, nb, edges = blocks(ctx)
     kinds, kind_times, kind_caps = _kinds(ctx, t_all)
     problem = _Problem(ctx, block, nb, kind_times, kind_caps, [len(k) for k in kinds])

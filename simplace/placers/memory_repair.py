@@ -16,14 +16,14 @@ import numpy as np
 
 from simplace import groups as G
 from simplace.placers import PlacerContext, penalised
-from simplace.placers.context import BATCHED_LOAD_S, batched_pays
+from simplace.placers.context import BATCHED_LOAD_S, REFERENCE_S_PER_OP, batched_pays
 
 # Rounds of group moves that ``repair_memory`` tries before giving up.
 _MAX_REPAIR_ROUNDS = 30
 # A round costs about this per op where it simulates by the batched simulator: its
 # simulation 1.2 ms for nmt_2layer's 13k ops and 0.7 ms for inception_v3's 7k on the
 # 2-core VM, twice that for the round's own numpy work and a loaded machine; the
-# reference simulator takes 12e-6 (``simplace.placers.context.REFERENCE_S_PER_OP``).
+# reference simulator takes ``REFERENCE_S_PER_OP``.
 BATCHED_S_PER_OP = 2e-7
 # Where its rounds are that cheap, a repair may run past the budget by at most this
 # share of it: a list scheduler's runs spend the whole budget, and then at 3 s none of
@@ -60,6 +60,19 @@ def _peaks(ctx: PlacerContext, placements: np.ndarray, batched: bool):
     out = [ctx.simulate(p) for p in placements]
     return (np.array([float(r.step_time_s) for r in out]), np.array([bool(r.oom) for r in out]),
             np.array([np.asarray(r.peak_memory_bytes, np.float64) for r in out]))
+
+
+def repair_s(ctx: PlacerContext, rounds: int) -> float:
+    """About how long ``rounds`` rounds of a repair take (one placement per target
+    device each, as ``_batched_rounds`` decides to simulate them, loading included):
+    what a method that must leave time for a repair sets aside."""
+    from simplace.kernels import loaded
+
+    m, d = ctx.graph.num_ops, ctx.cost_model.num_devices
+    sims = rounds * max(d - 1, 1)
+    if not _batched_rounds(ctx):
+        return sims * m * REFERENCE_S_PER_OP
+    return (0.0 if loaded("simulator") else BATCHED_LOAD_S) + sims * m * BATCHED_S_PER_OP
 
 
 def repair_deadline(ctx: PlacerContext) -> float:
