@@ -116,6 +116,25 @@ def test_time_fn_respects_the_budget():
     assert sum(t.samples_s[:-1]) + clock.durations[0] < 20.0
 
 
+def test_time_fn_reports_each_timed_runs_host_time_apart_from_the_wait():
+    clock = FakeClock([0.25, 0.5, 1.0, 0.75])
+
+    class Pending:  # the device's work: waiting for it takes 2 s more
+        def block_until_ready(self):
+            clock.now += 2.0
+            return self
+
+    def call():
+        clock.fn()
+        return Pending()
+
+    host: list[float] = []
+    t = time_fn(call, warmup=1, min_repeats=3, max_repeats=3, budget_s=1e9, timer=clock,
+                dispatch_s=host)
+    assert host == [0.5, 1.0, 0.75]  # the warm-up run not counted
+    assert list(t.samples_s) == [2.5, 3.0, 2.75]
+
+
 def test_time_fn_times_real_jax_work():
     import jax.numpy as jnp
 

@@ -143,7 +143,8 @@ def _check_args(warmup, min_repeats, max_repeats, budget_s, rel_tol):
 
 def time_fn(fn: Callable[..., Any], *args: Any, warmup: int = 2, min_repeats: int = 5,
             max_repeats: int = 100, budget_s: float = 1.0, rel_tol: float = 0.02,
-            timer: Callable[[], float] = time.perf_counter) -> Timing:
+            timer: Callable[[], float] = time.perf_counter,
+            dispatch_s: list | None = None) -> Timing:
     """Time ``fn(*args)`` robustly, blocking on its results each run.
 
     Args:
@@ -157,6 +158,9 @@ def time_fn(fn: Callable[..., Any], *args: Any, warmup: int = 2, min_repeats: in
       rel_tol: stop once the standard error of the median is within this fraction of
         the median (checked after each round of ``max(min_repeats, 3)`` runs).
       timer: clock in seconds (``time.perf_counter``); tests pass a fake one.
+      dispatch_s: a list to which each timed run's host time is appended: from the call
+        to its return, before the wait (the device idle at each call, as every run is
+        waited for before the next).
 
     Returns:
       A ``Timing`` with every sample and robust statistics (see ``robust_stats``).
@@ -175,7 +179,10 @@ def time_fn(fn: Callable[..., Any], *args: Any, warmup: int = 2, min_repeats: in
     while len(samples) < max_repeats:
         for _ in range(min(round_size, max_repeats - len(samples))):
             t0 = timer()
-            jax.block_until_ready(fn(*args))
+            res = fn(*args)
+            if dispatch_s is not None:
+                dispatch_s.append(max(timer() - t0, 0.0))
+            jax.block_until_ready(res)
             samples.append(max(timer() - t0, 0.0))
             if len(samples) >= max(min_repeats, 1) and timer() - start >= budget_s:
                 return robust_stats(samples)
