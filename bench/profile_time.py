@@ -44,7 +44,10 @@ def main(argv=None) -> int:
     from simplace.models import load_function
     from simplace.profile import profile, time_floor_s
 
-    earlier = json.load(open(args.against)) if args.against else {}
+    earlier = {}
+    if args.against:
+        with open(args.against) as f:
+            earlier = json.load(f)
     out = Transcript()
     out.say(machine_line())
     out.say(f"{'model':16s} {'ops':>6s} {'profile s':>9s} {'floor s':>7s} {'step s':>7s} "

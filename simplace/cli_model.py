@@ -31,6 +31,7 @@ def graph_from_args(args):
     """The graph of the MODEL argument (``--batch``, ``--inference``, ``--small``); a
     model that is traced (seconds for large models) says so on stderr first, and how long
     it took."""
+    from simplace import trace_cache
     from simplace.external import cli_args as instance_args
     from simplace.models import is_graph_file, load_graph
 
@@ -39,15 +40,27 @@ def graph_from_args(args):
         from simplace.external import load_instance
 
         return load_instance(args.model, args.from_format, devices=args.devices).graph
-    traced = not is_graph_file(args.model)
-    if traced:
-        note(f"tracing {args.model} ({'inference' if args.inference else 'training'} "
-             "step)...")
+    sizes = {"training": not args.inference, "batch": args.batch, "small": args.small}
+    if is_graph_file(args.model):
+        return load_graph(args.model, **sizes)  # (refuses sizes: a saved graph has its own)
+    what = f"{args.model} ({'training' if sizes['training'] else 'inference'} step)"
     t0 = time.perf_counter()
-    g = load_graph(args.model, training=not args.inference, batch=args.batch,
-                   small=args.small)
-    if traced:
-        note(f"traced {g.num_ops:,} ops in {time.perf_counter() - t0:.1f} s")
+    kept = trace_cache.entry_path(args.model, **sizes)
+    if kept is not None:
+        g, why = trace_cache.cached_graph(kept)
+        if g is not None:
+            note(f"read the trace of {what} from {kept} in "
+                 f"{time.perf_counter() - t0:.1f} s ({trace_cache.ENV_SWITCH}=0 traces anew)")
+            return g
+        if why:
+            note(f"cannot read the kept trace {kept} ({why}): tracing again")
+    note(f"tracing {what}...")
+    g = load_graph(args.model, **sizes)
+    where = ""
+    if kept is not None:
+        failed = trace_cache.keep(g, kept)
+        where = f"; not kept ({failed})" if failed else "; kept for the next command"
+    note(f"traced {g.num_ops:,} ops in {time.perf_counter() - t0:.1f} s{where}")
     return g
 
 
