@@ -367,8 +367,10 @@ def _unit_counts(ctx: PlacerContext, m: int) -> list[int]:
 def _module_runs(graph, depth: int) -> list[tuple[int, int]]:
     """Ops 0..M-1 cut where the module path, cut to ``depth`` parts, or the forward /
     backward flag changes: one unit per run of consecutive ops of one module."""
-    keys = [(bw, parts[:depth]) for bw, parts in map(split_name_path,
-                                                     graph.name_path.tolist())]
+    # Each distinct path split once (the ops of a layer's cell steps share theirs).
+    distinct, index = np.unique(graph.name_path, return_inverse=True)
+    key_of = [(bw, parts[:depth]) for bw, parts in map(split_name_path, distinct.tolist())]
+    keys = [key_of[k] for k in index.reshape(-1).tolist()]
     cuts = [0] + [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]] + [len(keys)]
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
 
