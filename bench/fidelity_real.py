@@ -121,21 +121,40 @@ def run_model(name, batch, cm_raw, args, log) -> dict:
             "best": rows[best]["label"], "best_measured_s": float(meas[best])}
 
 
-def rescore(path: Path, cm_raw, log) -> list[dict]:
+def rescore(path: Path, cm_raw, log, *, reprofile: bool = False,
+            chunks: int = 24) -> list[dict]:
     """The rows of a saved run (``--rescore FILE.json``) predicted again with this cost
-    model and the run's own profiles (kept beside it): no hardware."""
+    model and the run's own profiles (kept beside it): no hardware. ``reprofile``: each
+    model is profiled again here with this checkout (the machine must be the run's),
+    written beside the output (``profile_reprofiled_*``), and used instead."""
     from simplace.profile import Profile
 
     out = []
     for r in json.loads(path.read_text()):
         spec = r.get("spec") or (r["model"] if ":" not in r["model"] and r["model"] in
                                  zoo_names() else f"bench/data/unseen_models.py:{r['model']}")
-        fn, fargs = load_function(spec, batch=r["batch"], abstract=True, training=True)
-        g = simplace.trace(fn, *fargs, name=f"{r['model']}/train")
+        fn, fargs = load_function(spec, batch=r["batch"], abstract=not reprofile,
+                                  training=True)
+        if reprofile:
+            program = prepare(fn, fargs, name=f"{r['model']}/train")
+            g = program.graph
+        else:
+            g = simplace.trace(fn, *fargs, name=f"{r['model']}/train")
         if g.hash != r["graph_hash"]:
             log(f"    {r['model']}: traces to another graph here; skipped")
             continue
-        prof = Profile.load(path.parent / r["profile_file"])
+        if reprofile:
+            t0 = time.perf_counter()
+            prof = simplace.profile(None, fargs, cm_raw, program=program, chunks=chunks,
+                                    progress=sys.stderr)
+            r["profile_wall_s"] = time.perf_counter() - t0
+            r["profile_file"] = f"profile_reprofiled_{r['model']}_{g.hash[:12]}.json"
+            prof.save(path.parent / r["profile_file"])
+            log(f"    {r['model']}: profiled again in {r['profile_wall_s']:.1f} s")
+            del program
+            gc.collect()
+        else:
+            prof = Profile.load(path.parent / r["profile_file"])
         cm_prof = cm_raw.with_profile(prof)
         meas = np.array([p["measured_s"] for p in r["placements"]])
         for kind, m in (("calibration", cm_raw), ("profile", cm_prof)):
@@ -202,6 +221,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rescore", default=None, metavar="FILE.json",
                     help="predict a saved run's placements again with --cost-model and its "
                          "profiles (no hardware); writes FILE_rescored_COSTMODEL.txt/.json")
+    ap.add_argument("--reprofile", action="store_true",
+                    help="with --rescore: profile each model again here with this checkout "
+                         "and rescore with those profiles (FILE_reprofiled_COSTMODEL.*)")
     args = ap.parse_args(argv)
     if args.placements < 8:
         ap.error("--placements must be at least 8")
@@ -212,10 +234,15 @@ def main(argv=None) -> int:
     cm_raw = raw_model(simplace.CostModel.load(args.cost_model))
     if args.rescore:
         src = Path(args.rescore)
-        rows = rescore(src, cm_raw, log)
+        rows = rescore(src, cm_raw, log, reprofile=args.reprofile, chunks=args.chunks)
+        which = ("profiles made again here (load "
+                 f"{os.getloadavg()[0]:.2f} at the end): bench/fidelity_real.py --rescore "
+                 "--reprofile" if args.reprofile
+                 else "profiles: bench/fidelity_real.py --rescore")
         lines = table(rows, f"# {src.name} rescored with {args.cost_model} (raw) and its "
-                            "profiles: bench/fidelity_real.py --rescore")
-        stem = src.with_name(f"{src.stem}_rescored_{args.cost_model}")
+                            + which)
+        kind = "reprofiled" if args.reprofile else "rescored"
+        stem = src.with_name(f"{src.stem}_{kind}_{args.cost_model}")
         stem.with_suffix(".txt").write_text("\n".join(lines) + "\n")
         stem.with_suffix(".json").write_text(json.dumps(rows, indent=1))
         print("\n".join(lines))
