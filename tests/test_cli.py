@@ -178,3 +178,23 @@ def test_optimize_validates_on_the_virtual_cpu_devices_of_a_cpu_cost_model(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert "validated winner: predicted" in proc.stdout
     assert (tmp_path / "records" / "cpu_test_x4" / "validation.jsonl").stat().st_size > 0
+
+
+def test_the_parser_is_built_without_the_heavy_packages():
+    # Every command builds the whole parser: the rl and calibrate packages export their
+    # names lazily, so that flax and scipy.optimize load only for the commands that use
+    # them (they took 0.9 s of every command's start).
+    import subprocess
+    import sys
+
+    code = ("import sys; from simplace.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('flax', 'optax', 'scipy.optimize') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+    from simplace import calibrate, rl
+
+    assert callable(rl.train) and callable(calibrate.refit) and "train" in dir(rl)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        rl.nope  # noqa: B018

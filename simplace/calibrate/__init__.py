@@ -7,11 +7,26 @@ by default in the user directory (``simplace.paths``);
 (``time_fn``, ``robust_stats``, ``Timing``) is shared with validation.
 """
 
-from simplace.calibrate.build import build_cost_model
-from simplace.calibrate.core import Settings, calibrate, refit
-from simplace.calibrate.fit import LinkFit, SegmentFit, fit_link, fit_segments
-from simplace.calibrate.records import read_records, write_records
-from simplace.hardware.timing import Timing, robust_stats, time_fn
+from simplace import _lazy
+
+# Exported names and the modules that define them, imported on first use: the
+# command line builds its parser from this package's light modules without
+# importing the rest (flax, scipy.optimize).
+__getattr__, __dir__ = _lazy.exports(globals(), {
+    "build_cost_model": "simplace.calibrate.build",
+    "Settings": "simplace.calibrate.core",
+    "calibrate": "simplace.calibrate.core",
+    "refit": "simplace.calibrate.core",
+    "LinkFit": "simplace.calibrate.fit",
+    "SegmentFit": "simplace.calibrate.fit",
+    "fit_link": "simplace.calibrate.fit",
+    "fit_segments": "simplace.calibrate.fit",
+    "read_records": "simplace.calibrate.records",
+    "write_records": "simplace.calibrate.records",
+    "Timing": "simplace.hardware.timing",
+    "robust_stats": "simplace.hardware.timing",
+    "time_fn": "simplace.hardware.timing",
+})
 
 __all__ = [
     "LinkFit",

@@ -15,10 +15,26 @@ run the pretrained one (``simplace.placers.pretrained``). This package is the en
   policy sees, what it is trained on, its training and its shipped weights.
 """
 
-from simplace.rl.features import Units, build_units, unit_grouping
-from simplace.rl.history import plot_history, save_history
-from simplace.rl.policies import POLICIES, Policy, Sample, make_policy
-from simplace.rl.reinforce import RLConfig, Trainer, TrainResult, train
+from simplace import _lazy
+
+# Exported names and the modules that define them, imported on first use: the
+# command line builds its parser from this package's light modules without
+# importing the rest (flax, scipy.optimize).
+__getattr__, __dir__ = _lazy.exports(globals(), {
+    "Units": "simplace.rl.features",
+    "build_units": "simplace.rl.features",
+    "unit_grouping": "simplace.rl.features",
+    "plot_history": "simplace.rl.history",
+    "save_history": "simplace.rl.history",
+    "POLICIES": "simplace.rl.policies",
+    "Policy": "simplace.rl.policies",
+    "Sample": "simplace.rl.policies",
+    "make_policy": "simplace.rl.policies",
+    "RLConfig": "simplace.rl.reinforce",
+    "Trainer": "simplace.rl.reinforce",
+    "TrainResult": "simplace.rl.reinforce",
+    "train": "simplace.rl.reinforce",
+})
 
 __all__ = [
     "POLICIES",
