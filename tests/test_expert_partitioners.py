@@ -377,3 +377,28 @@ def test_partitioner_under_a_spent_budget_partitions_one_device_set(method):
     check_result(g, cm, res)
     assert res.info["stop"] == "time budget" and len(res.history) == 1
     assert res.history[0]["devices"] == full.history[0]["devices"]
+
+
+def test_a_list_scheduler_keeps_a_faster_run_that_fits_once_repaired():
+    # Two runs: all on device 0 (out of memory: it holds three of the six outputs) and
+    # all on the 10x slower device 1 (fits). The first, repaired (three ops to device 2),
+    # beats the second; a run that fits and is faster than the one out of memory is kept.
+    from simplace.placers import PlacerContext
+    from simplace.placers._list_runs import Setup
+    from simplace.sim import make_sim_inputs
+    from tests.sim_cases import make_graph
+
+    g = make_graph([], [], m=6, out_bytes=np.full(6, 100.0), is_output=np.ones(6, bool))
+    t = np.tile([1.0, 10.0, 2.0], (6, 1))
+    inp = make_sim_inputs(t, np.zeros((3, 3)), np.full((3, 3), np.inf),
+                          np.array([350.0, 1e6, 400.0]))
+    setup = Setup(PlacerContext(g, inp))
+    runs = [{"placement": np.full(6, d, np.int32)} for d in (0, 1)]
+    scored = [(float("inf"), 0, (6.0, True)), (60.0, 1, (60.0, False))]
+    k, placement, res, info = setup._repair_faster(runs, scored, (60.0, False))
+    assert k == 0 and res == (pytest.approx(6.0), False)
+    np.testing.assert_array_equal(np.bincount(placement, minlength=3), [3, 0, 3])
+    assert info["unrepaired_step_time_s"] == 6.0 and "faster schedule" in info["note_memory"]
+    # the run that fits is faster than the one that does not: nothing to repair
+    assert setup._repair_faster(runs, [(float("inf"), 0, (6.0, True)),
+                                       (5.0, 1, (5.0, False))], (5.0, False)) is None

@@ -70,7 +70,10 @@ program's semantics**:
   batched one, whose numbers equal it, where that is cheaper: big graphs,
   ``PlacerContext.simulate_each``): runs are simulated in order of estimated step time
   until one fits (at the latest the best conservative one: it bounds the peak), and that
-  one is the schedule (``info["checked"]``, ``info["memory_model"]``). A unit that fits
+  one is the schedule (``info["checked"]``, ``info["memory_model"]``), unless the fastest
+  run checked before it that does not fit, repaired (chains moved off its overfull
+  devices, ``simplace.placers.memory_repair``), fits and is still faster: then that
+  (``info["repaired_run"]``, ``info["note_memory"]``). A unit that fits
   nowhere goes to the device with the most free memory, op by op
   (``info["unplaceable_ops"]``, ``info["note"]``).
 * **Never worse than one device.** The winning schedule's simulated step time is
