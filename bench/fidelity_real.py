@@ -103,7 +103,10 @@ def run_model(name, batch, cm_raw, args, log) -> dict:
     best = int(np.argmin(meas))
     # one step: the fastest single device measured
     one_step = float(min(meas[k] for k, r in enumerate(rep.records) if r["method"] == "single"))
-    prof.save(Path(args.out_dir) / f"profile_{name}_{g.hash[:12]}.json")  # for rescoring
+    # For rescoring; named by the run's tag, so that a later run does not overwrite the
+    # profiles an earlier run's rows name.
+    prof_file = f"profile_{args.tag}_{name}_{g.hash[:12]}.json"
+    prof.save(Path(args.out_dir) / prof_file)
     rows = [{"label": r["label"], "method": r["method"], "measured_s": float(meas[k]),
              "assignment": np.asarray(r["assignment"]).tolist(),
              "calibration_s": float(pred["calibration"][k]),
@@ -113,7 +116,7 @@ def run_model(name, batch, cm_raw, args, log) -> dict:
             "profile_wall_s": profile_s, "one_step_s": one_step, "validate_wall_s": validate_s,
             "estimated_chunks": prof.num_estimated, "chunks": len(prof.bounds),
             "segment_s": prof.segment_s("cpu"),
-            "profile_file": f"profile_{name}_{g.hash[:12]}.json",
+            "profile_file": prof_file,
             "same_placement_as": same_as, "placements": rows,
             **{f"mape_{k}": mape(p, meas) for k, p in pred.items()},
             **{f"tau_{k}": kendall_tau(p, meas) for k, p in pred.items()},
