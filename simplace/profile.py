@@ -52,9 +52,10 @@ DEFAULT_TIMING = {"warmup": 0, "min_repeats": 3, "max_repeats": 30, "budget_s": 
 # and the whole step the same: about this many steps' run time, before compilation.
 RUNS_PER_STEP = 2 * (1 + DEFAULT_TIMING["min_repeats"])
 # A floor under its compilations, per op of the graph: the VM's profiles of resnet50 and
-# transformer at small batches took 41 and 22 s, 36 and 20 s of it past their runs
-# (bench/results/fidelity_real_2026-11-27_vm_rescored_cpu_vm2core_x4.txt), 10 and 5 ms
-# an op; a floor of under half of that leaves room for a faster host.
+# transformer at batch 2 took 28.0 and 17.5 s, 21.0 and 13.2 s of it past their runs
+# (RUNS_PER_STEP whole steps), 5.4 and 3.6 ms an op, nmt_2layer 12.6 ms
+# (bench/results/profile_time_2026-11-29_vm_host-time-from-runs.txt); a floor under all of
+# them leaves room for a faster host.
 COMPILE_FLOOR_S_PER_OP = 2e-3
 # How far the scaled op times of a chunk may be from its measured time less its fixed
 # cost in a file (rounding of the JSON floats); more means an edited file.

@@ -621,7 +621,7 @@ class Setup:
                "checked": checked}
         out.update(info or {})
         out.update(best.get("info", {}))
-        if m and repaired is not None:
+        if repaired is not None:
             out.update(repair_info, repaired_run=best.get("unit"))
         if self.skipped or self.stopped:
             out["runs_skipped"] = self.skipped
