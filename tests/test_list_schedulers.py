@@ -421,6 +421,39 @@ def test_program_estimate_is_the_reference_simulator(shape):
             assert prog.step_time() == pytest.approx(want, rel=1e-9, abs=1e-15)
 
 
+@pytest.mark.parametrize("shape", ("chain", "fan", "layered", "random", "params"))
+def test_a_units_trial_end_is_the_journals_bit_for_bit(shape):
+    # unit_end (no journal) gives what committing the unit's ops and rolling back gives,
+    # exactly, for units of 2-6 ops on every device, from every point of a placement
+    # being built (open segments on the same device, another one of its group, none).
+    rng = np.random.default_rng(22)
+    for k in range(6):
+        g = random_graph(rng, shape, 30)
+        _, base = random_case(rng, max_ops=30, max_devices=4)
+        d = base.num_devices
+        t = rng.uniform(0, 3e-3, (g.num_ops, d))
+        inp = segment_inputs(rng, make_sim_inputs(t, base.latency_s,
+                                                  base.bandwidth_bytes_per_s,
+                                                  np.full(d, 1e15)),
+                             group=(np.arange(d) // 2) if k % 2 else None)
+        prog = _Program(g, inp)
+        p = np.repeat(rng.integers(0, d, 8), 4)[:g.num_ops]
+        checked = 0
+        for i, dev in enumerate(p.tolist()):
+            b = min(i + int(rng.integers(2, 7)), g.num_ops)
+            for other in range(d):
+                prog.mark()
+                for op in range(i, b):
+                    prog.commit(op, other)
+                want = prog.open_end()
+                prog.undo()
+                assert prog.unit_end(i, b, other) == want
+                checked += b > i + 1
+            prog.commit(i, dev)
+        assert checked and prog.step_time() == pytest.approx(
+            simulate(g, inp, p).step_time_s, rel=1e-9, abs=1e-15)
+
+
 @pytest.mark.parametrize("path", ("batched", "reference"))
 @pytest.mark.parametrize("method", METHODS)
 def test_falls_back_to_the_fastest_single_device(method, path, monkeypatch):

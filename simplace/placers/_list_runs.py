@@ -283,14 +283,7 @@ class _Run:
 
     def _end(self, a: int, b: int, d: int) -> float:
         prog = self.prog
-        if b == a + 1:
-            return prog.end_on(a, d)
-        prog.mark()
-        for i in range(a, b):
-            prog.commit(i, d)
-        end = prog.open_end()
-        prog.undo()
-        return end
+        return prog.end_on(a, d) if b == a + 1 else prog.unit_end(a, b, d)
 
     def ends(self, a: int, b: int, devices) -> dict[int, float]:
         """Per device: the end of the segment that ops a..b-1 (the next ops) would end in,

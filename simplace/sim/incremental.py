@@ -150,6 +150,61 @@ class IncrementalProgram:
                 work = work + self.pool_launch[d]
         return max(ready, h + self.disp[d]) + (work + cost)
 
+    def unit_end(self, a: int, b: int, d: int) -> float:
+        """End of the segment ops ``a..b-1`` (the next ops) would end in, all on device
+        d; no change. What ``mark``, ``commit`` of each, ``open_end`` and ``undo`` give,
+        bit for bit, without the journal: the list schedulers try every unit on every
+        device, and the journal's bookkeeping was most of those trials' time."""
+        c, p, arr = self.cur, self.p, self.arr
+        h = self.host
+        ce = -1.0
+        if d == c:
+            first, ready = self.first, self.ready
+            work, work_pool, pw = self.work, self.work_pool, self.pw
+        else:
+            g = self.group[d]
+            if c >= 0:  # the open segment closes: its dispatch, then its end is known
+                ce = self.open_end()
+                h += self.disp[c]
+                ready = ce if self.group[c] == g else self.gfree[g]
+            else:
+                ready = self.gfree[g]
+            first = a
+            work, pw = self.launch[d], 0.0
+            work_pool = self.launch[d] + self.pool_launch[d]
+        sent: dict[int, float] = {}  # puts made for this unit: producer -> arrival
+        links: dict[int, float] = {}  # links to d used by them: source -> free time
+        t, unf, pool_work = self.t, self.unf, self.pool_work
+        for i in range(a, b):
+            fused = False
+            for j, nb in self.ins[i]:
+                if j >= first:
+                    fused = True
+                    continue
+                src = p[j]
+                if src == d:
+                    continue
+                r = sent.get(j)
+                if r is None:
+                    aj = arr[j]
+                    r = aj.get(d) if aj is not None else None
+                if r is None:
+                    h += self.put[src][d]
+                    se = ce if j >= self.first and c >= 0 and d != c else self.seg_end[self.seg[j]]
+                    busy = nb / self.bw[src][d]
+                    t0 = max(h, se, links.get(src, self.lfree[src][d]))
+                    links[src] = t0 + busy
+                    r = sent[j] = t0 + self.lat[src][d] + busy
+                    if self.waits[src][d] and r > h:  # put_waits: the host waits
+                        h = r
+                if r > ready:
+                    ready = r
+            cost = t[i][d] + (0.0 if fused else unf[i][d])
+            work += cost
+            work_pool += cost
+            pw += pool_work[i][d]
+        return max(ready, h + self.disp[d]) + (work_pool if pw >= self.pool_min[d] else work)
+
     def mark(self) -> None:
         """Start a trial: ``undo`` brings the state back to this point (trials nest)."""
         self._saved.append((self.journal, self.host, self.cur, self.first, self.ready,
