@@ -10,7 +10,7 @@ import time as _time
 # starts (importing JAX is part of the wait a user sees).
 _IMPORTED_AT = _time.perf_counter()
 
-from simplace import validate  # the package; called, the function validate()
+from simplace import _lazy, validate  # the package; called, the function validate()
 from simplace.cost_model import CostModel, Device, Provenance
 from simplace.errors import (
     CalibrationError,
@@ -31,9 +31,12 @@ from simplace.profile import Profile, profile
 from simplace.scales import Scales
 from simplace.sim import batched_simulator, lower_bound, simulate
 from simplace.trace import trace
-from simplace.validate.executor import apply
 
 __version__ = "0.1.0"
+
+# ``apply`` runs a placement and imports JAX: imported on first use, so that importing
+# simplace (every command) does not wait for JAX.
+__getattr__, __dir__ = _lazy.exports(globals(), {"apply": "simplace.hardware.executor"})
 
 __all__ = [
     "Aval",

@@ -9,10 +9,12 @@ import math
 from typing import Any
 
 import numpy as np
-from jax.extend import core as jcore
 
+from simplace._lazy import LazyModule
 from simplace.errors import TraceError
 from simplace.graph import Aval
+
+jcore = LazyModule("jax.extend.core")  # imported on first use (see simplace.trace)
 
 # Params that never change an op's cost (shardings are placement, not work) or that
 # carry objects without a stable text form.

@@ -280,8 +280,13 @@ def use_profile(args, cost_model, graph, *, program=None, run_args=None):
 def _host_is(cost_model) -> bool | str:
     """True when ``cost_model``'s devices are this host's, else why not (one line)."""
     from simplace._devices import match_cpu_cost_model
-    from simplace.validate.executor import resolve_devices
+    from simplace.hardware.devices import accelerator_plugin_installed, resolve_devices
 
+    if (any(dev.kind != "cpu" for dev in cost_model.devices)
+            and not accelerator_plugin_installed()):
+        # said without starting JAX (half a second): no plugin, no GPU
+        return (f"its devices ({', '.join(cost_model.device_names)}) are not all on this "
+                "host (JAX has no GPU plugin here); profile on the machine it describes")
     try:
         match_cpu_cost_model(cost_model)
         resolve_devices(cost_model.device_names, hint="")

@@ -32,6 +32,9 @@ _OFF = ("", "0", "off", "false", "no")
 # (1 s) would skip most of simplace's programs on a fast host, whose many 0.1-0.5 s
 # compilations add up to most of a short search's budget.
 MIN_COMPILE_TIME_S = 0.05
+# JAX's options as environment variables, read when JAX is imported.
+_ENV_DIR = "JAX_COMPILATION_CACHE_DIR"
+_ENV_MIN_TIME = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
 
 def cache_dir() -> Path | None:
@@ -52,10 +55,15 @@ def enable(path: str | os.PathLike | None = None) -> Path | None:
     """Turn JAX's persistent compilation cache on in ``path`` (default ``cache_dir()``);
     returns the directory in use, or None when it is off. A directory JAX was already
     given is kept. A directory that cannot be created leaves the cache off (a warning
-    says why): a cache is never a reason for a command to fail."""
-    import jax
+    says why): a cache is never a reason for a command to fail.
 
-    current = jax.config.jax_compilation_cache_dir
+    Before JAX is imported, the cache is set in JAX's environment variables, which JAX
+    reads when it is imported: a command that never needs JAX does not wait for it."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    current = (jax.config.jax_compilation_cache_dir if jax is not None
+               else os.environ.get(_ENV_DIR))
     if current:
         return Path(current)
     target = Path(path) if path is not None else cache_dir()
@@ -69,6 +77,10 @@ def enable(path: str | os.PathLike | None = None) -> Path | None:
         warnings.warn(f"simplace: no compilation cache ({target}: {err.strerror or err}); "
                       f"set {ENV_CACHE} to a writable folder, or to 'off'", stacklevel=2)
         return None
+    if jax is None:
+        os.environ[_ENV_DIR] = str(target)
+        os.environ[_ENV_MIN_TIME] = str(MIN_COMPILE_TIME_S)
+        return target
     jax.config.update("jax_compilation_cache_dir", str(target))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
     return target

@@ -35,11 +35,10 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
-from jax.extend import core as jcore
 
 from simplace import _primitive_costs as costs
+from simplace._lazy import LazyModule
 from simplace._trace_paths import _common_module_prefix, _join_path, module_path
 from simplace._trace_values import (
     _aval_str,
@@ -52,6 +51,11 @@ from simplace.errors import TraceError
 from simplace.graph import Aval, OpGraph
 
 __all__ = ["trace", "op_specs", "module_path"]
+
+# Imported on first use: ``import simplace`` (which exports ``trace``) must not wait for
+# JAX in commands that never trace.
+jax = LazyModule("jax")
+jcore = LazyModule("jax.extend.core")
 
 LOOP_PRIMITIVES = frozenset({"scan", "while"})
 

@@ -1,4 +1,5 @@
 import json
+import os
 import textwrap
 
 import numpy as np
@@ -198,3 +199,26 @@ def test_the_parser_is_built_without_the_heavy_packages():
     assert callable(rl.train) and callable(calibrate.refit) and "train" in dir(rl)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         rl.nope  # noqa: B018
+
+
+def test_a_command_that_needs_no_jax_does_not_import_it(tmp_path):
+    # Importing JAX took half a second of every command. A saved graph placed by a
+    # heuristic on a GPU machine this host does not have (no GPU plugin: said without
+    # JAX) never needs it; simplace.trace and simplace.apply still resolve.
+    import subprocess
+    import sys
+
+    from simplace.models import load_graph
+
+    saved = tmp_path / "mlp.json"
+    load_graph("mlp", small=True).save(saved)
+    code = ("import sys, simplace; from simplace.cli import main; "
+            f"code = main(['optimize', {str(saved)!r}, '--cost-model', 'haswell_k40x4', "
+            "'--method', 'm_topo']); "
+            "print('JAX', 'jax' in sys.modules, code); "
+            "print(callable(simplace.trace), callable(simplace.apply))")
+    env = {**os.environ, "SIMPLACE_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "JAX False 0" in proc.stdout and "True True" in proc.stdout

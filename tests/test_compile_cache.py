@@ -28,12 +28,24 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(env_cache):
+# The same, with the cache turned on before JAX is imported (as the command line does):
+# enable() must not import JAX, and JAX must take the cache from it.
+_SCRIPT_BEFORE_JAX = textwrap.dedent("""
+    import sys
+    from simplace import compile_cache
+    print("DIR", compile_cache.enable())
+    print("JAX IMPORTED", "jax" in sys.modules)
+""") + _SCRIPT.replace('print("DIR", compile_cache.enable())',
+                     'print("AGAIN", compile_cache.enable())')
+
+
+def _run(env_cache, script=_SCRIPT):
     env = {k: v for k, v in os.environ.items() if k != "SIMPLACE_COMPILE_CACHE"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.pop("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", None)
     if env_cache is not None:
         env["SIMPLACE_COMPILE_CACHE"] = env_cache
-    out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -57,6 +69,17 @@ def test_a_second_process_reuses_what_the_first_compiled(tmp_path):
     assert any(where.iterdir()), "the first process wrote no compiled program"
     # The same programs in a new process: loaded from the cache, not compiled.
     assert _hits(_run(str(where))) >= 1
+
+
+def test_turned_on_before_jax_is_imported_it_waits_for_jax_and_is_used(tmp_path):
+    where = tmp_path / "jax-cache"
+    first = _run(str(where), _SCRIPT_BEFORE_JAX)
+    assert f"DIR {where}" in first and "JAX IMPORTED False" in first
+    assert f"AGAIN {where}" in first and _hits(first) == 0
+    assert any(where.iterdir()), "JAX did not take the cache set before its import"
+    assert _hits(_run(str(where), _SCRIPT_BEFORE_JAX)) >= 1
+    off = _run("off", _SCRIPT_BEFORE_JAX)
+    assert "DIR None" in off and _hits(off) == 0
 
 
 def _hits(out: str) -> int:

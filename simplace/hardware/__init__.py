@@ -13,6 +13,7 @@ This package imports neither ``simplace.calibrate`` nor ``simplace.validate``; b
 import it.
 """
 
+from simplace import _lazy
 from simplace.hardware.devices import (
     all_devices,
     device_name,
@@ -22,15 +23,13 @@ from simplace.hardware.devices import (
     select_devices,
     use_cpu_devices,
 )
-from simplace.hardware.executor import (
-    Measurement,
-    PlacedFunction,
-    Program,
-    apply,
-    measure,
-    prepare,
-)
 from simplace.hardware.timing import Timing, robust_stats, time_fn
+
+# The executor imports JAX: its names are imported on first use, so that what reads
+# records or simulates does not wait for JAX.
+__getattr__, __dir__ = _lazy.exports(globals(), {
+    name: "simplace.hardware.executor"
+    for name in ("Measurement", "PlacedFunction", "Program", "apply", "measure", "prepare")})
 
 __all__ = ["Measurement", "PlacedFunction", "Program", "Timing", "all_devices", "apply",
            "device_name", "find_devices", "match_cpu_cost_model", "measure", "prepare",

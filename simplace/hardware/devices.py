@@ -22,8 +22,22 @@ from typing import Any
 
 from simplace.errors import CalibrationError, PlacementError, SimplaceError
 
-__all__ = ["all_devices", "device_name", "find_devices", "match_cpu_cost_model",
-           "memory_bytes", "resolve_devices", "select_devices", "use_cpu_devices"]
+__all__ = ["accelerator_plugin_installed", "all_devices", "device_name", "find_devices",
+           "match_cpu_cost_model", "memory_bytes", "resolve_devices", "select_devices",
+           "use_cpu_devices"]
+
+
+def accelerator_plugin_installed() -> bool:
+    """Whether JAX could see a device other than the CPU here, without importing JAX:
+    JAX gets GPUs (and other accelerators) only from PJRT plugins, found in the
+    ``jax_plugins`` namespace package or the ``jax_plugins`` entry points. False means
+    no such device can exist; True only that one may."""
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("jax_plugins") is not None:
+        return True
+    return bool(importlib.metadata.entry_points(group="jax_plugins"))
 
 
 def device_name(dev) -> str:

@@ -17,8 +17,12 @@ result: the sharded function computes what the unsharded one does.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from jax.sharding import PartitionSpec
+
+if TYPE_CHECKING:  # imported where a spec is made: importing JAX costs every command
+    from jax.sharding import PartitionSpec
 
 __all__ = ["config_axes", "mesh_axes", "tensor_spec"]
 
@@ -66,6 +70,8 @@ def config_axes(config, batch_dim: int, p: int) -> list[tuple[str, ...]]:
 
 def tensor_spec(shape, axis_dims, dim_axes, p: int) -> PartitionSpec:
     """The PartitionSpec of a tensor whose axes follow ``axis_dims`` (layer dims)."""
+    from jax.sharding import PartitionSpec
+
     mshape, names = mesh_axes(p)
     size = dict(zip(names, mshape, strict=True))
     entries = []

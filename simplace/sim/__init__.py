@@ -7,11 +7,16 @@ numba is installed, else the jitted JAX scan (``BatchedSimulator``); ``lower_bou
 a step time no placement can beat.
 """
 
-from simplace.sim.batched import BatchedSimulator, batched_simulator
+from simplace import _lazy
+from simplace.sim.batched import batched_simulator
 from simplace.sim.bounds import critical_path_s, lower_bound
 from simplace.sim.inputs import SimInputs, check_placement, make_sim_inputs, sim_inputs
 from simplace.sim.reference import Schedule, SimResult, simulate
 from simplace.sim.results import BatchResult
+
+# The JAX simulator imports JAX: imported on first use, so that commands and placers
+# that simulate only with the native one do not wait for it.
+__getattr__, __dir__ = _lazy.exports(globals(), {"BatchedSimulator": "simplace.sim._scan"})
 
 __all__ = [
     "BatchResult",

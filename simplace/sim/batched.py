@@ -8,13 +8,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from simplace.sim._scan import BatchedSimulator, batch_bucket
-from simplace.sim._scan_memory import _sweep_peaks  # noqa: F401 - tests read it here
+from simplace import _lazy
 from simplace.sim.inputs import sim_inputs
 from simplace.sim.results import BatchResult
 
-# Defined in the modules of the JAX simulator, and imported from here.
-__all__ = ["BatchResult", "BatchedSimulator", "batch_bucket", "batched_simulator"]
+# Defined in the modules of the JAX simulator, and imported from here on first use:
+# they import JAX, which the native simulator (and every command that uses only it)
+# does not need.
+__all__ = ["BatchResult", "batched_simulator"]  # and the lazily exported names below
+__getattr__, __dir__ = _lazy.exports(globals(), {
+    "BatchedSimulator": "simplace.sim._scan", "batch_bucket": "simplace.sim._scan",
+    "_sweep_peaks": "simplace.sim._scan_memory"})
 
 _NO_NUMBA_SAID: list[bool] = []
 
@@ -80,5 +84,7 @@ def batched_simulator(graph, cost_model, *, memory: bool | str = True,
         else:
             sim = NativeSimulator(graph, inputs, memory=memory, max_batch=max_batch)
     if sim is None:
+        from simplace.sim._scan import BatchedSimulator
+
         sim = BatchedSimulator(graph, inputs, memory=memory, max_batch=max_batch)
     return sim if inputs.objective == "latency" else ObjectiveSimulator(graph, inputs, sim)

@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
+from simplace._lazy import LazyModule
 from simplace._numba import njit
 from simplace.rl.problem import DEVICE_FEATURES, PAIR_FEATURES, UNIT_FEATURES
+
+# Imported on first use: checking whether this module's compiled loop is in numba's
+# cache (what a budgeted search does before it starts) must not import JAX.
+jax = LazyModule("jax")
+jnp = LazyModule("jax.numpy")
 
 NEG = -1e9
 HIDDEN = 32
