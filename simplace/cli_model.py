@@ -142,8 +142,8 @@ def _profile_timing(args) -> dict:
     if getattr(args, "profile_repeats", None) is not None:
         timing["min_repeats"] = int(args.profile_repeats)
         timing["max_repeats"] = max(timing["max_repeats"], int(args.profile_repeats))
-    if getattr(args, "profile_budget_s", None) is not None:
-        timing["budget_s"] = float(args.profile_budget_s)
+    if getattr(args, "chunk_budget_s", None) is not None:
+        timing["budget_s"] = float(args.chunk_budget_s)
     return timing
 
 
@@ -155,10 +155,12 @@ def _profile_line(prof, path) -> str:
             + f"; {prof.date}; --no-profile skips it)")
 
 
-def make_profile(args, cost_model, program, run_args, *, resume: bool = False):
+def make_profile(args, cost_model, program, run_args, *, resume: bool = False,
+                 budget_s: float | None = None):
     """Profile ``program`` on this host (``simplace profile``, ``optimize --profile``):
     written to the user directory, with a progress line; an interrupt keeps the chunks
-    timed and says how to go on."""
+    timed and says how to go on. ``budget_s``: ``simplace.profile.profile``'s (the
+    profile returned may then be incomplete)."""
     from simplace import paths
     from simplace.profile import Profile, ProfileError, ProfileInterrupted, profile, time_floor_s
 
@@ -188,7 +190,8 @@ def make_profile(args, cost_model, program, run_args, *, resume: bool = False):
     t0 = time.perf_counter()
     try:
         prof = profile(None, run_args, cost_model, chunks=chunks, program=program,
-                       resume=partial, path=path, timing=_profile_timing(args))
+                       resume=partial, path=path, timing=_profile_timing(args),
+                       budget_s=budget_s)
     except ProfileInterrupted as stop:
         done = sum(len(c) for c in stop.profile.chunks.values())
         total = len(stop.profile.bounds) * len(stop.profile.chunks)

@@ -34,7 +34,11 @@ def cmd_profile(args) -> int:
     devices_of(cost_model)  # this machine's devices, or a clear error now
     program, run_args, _ = load_program(args)
     t0 = time.perf_counter()
-    prof, path = make_profile(args, cost_model, program, run_args, resume=args.resume)
+    budget_s = None
+    if args.budget_s is not None:  # counted from the command's start, as everywhere
+        budget_s = args.budget_s - (t0 - getattr(args, "started_s", t0))
+    prof, path = make_profile(args, cost_model, program, run_args, resume=args.resume,
+                              budget_s=budget_s)
     wall_s = time.perf_counter() - t0
     print(prof.summary())
     for kind, chunks in sorted(prof.chunks.items()):
@@ -45,6 +49,14 @@ def cmd_profile(args) -> int:
               f"{step_s * 1e3:.3f} ms (one step run chunk by chunk)"
               + (f"; {len(est)} estimated from the calibration (ops {est[0].first}.."
                  f"{est[0].stop}: {est[0].error})" if est else ""))
+    if not prof.complete:
+        done = sum(len(c) for c in prof.chunks.values())
+        total = len(prof.bounds) * len(prof.chunks)
+        print(f"stopped at the {args.budget_s:g} s budget: {done} of {total} chunks timed, "
+              f"kept in {path} ({wall_s:.1f} s). An incomplete profile prices nothing: "
+              f"`simplace profile {args.model} --cost-model {args.cost_model} --resume` "
+              "(same sizes) goes on from them.")
+        return 0
     print(f"profile written to {path} ({wall_s:.1f} s)")
     return 0
 
@@ -103,8 +115,12 @@ def _add_profile_parser(sub) -> None:
     sp.add_argument("--repeats", dest="profile_repeats", type=_argtypes.positive_int,
                     default=None, metavar="N", help="timed runs of each chunk at least "
                                                    "(default 3)")
-    sp.add_argument("--budget-s", dest="profile_budget_s",
-                    type=_argtypes.nonnegative_seconds, default=None, metavar="S",
-                    help="timing budget per chunk once --repeats are done (default 0.3 s)")
+    sp.add_argument("--budget-s", type=_argtypes.nonnegative_seconds, default=None,
+                    metavar="S", help="wall time of the whole command: no chunk is begun "
+                    "that would end past it, and the chunks timed are kept (--resume goes "
+                    "on from them; default: no limit)")
+    sp.add_argument("--chunk-budget-s", type=_argtypes.nonnegative_seconds, default=None,
+                    metavar="S", help="timing budget per chunk once --repeats are done "
+                                      "(default 0.3 s)")
     sp.add_argument("--list", action="store_true", help="list the profiles made")
     sp.set_defaults(func=cmd_profile)

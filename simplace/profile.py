@@ -27,6 +27,7 @@ import math
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -440,10 +441,18 @@ def _one_line(err: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- timing
+class _BudgetSpent(Exception):
+    """The next chunk would end past ``profile``'s budget."""
+
+
 def _time_kind(program, args, bounds, device, done: list[Chunk], fixed: np.ndarray,
-               argument: np.ndarray, timing: Mapping, on_chunk) -> None:
+               argument: np.ndarray, timing: Mapping, on_chunk, deadline: float = math.inf,
+               ) -> None:
     """Run every chunk once on ``device``, in order (each on the outputs of those before
-    it), timing those not in ``done``; ``on_chunk(Chunk)`` after each new one."""
+    it), timing those not in ``done``; ``on_chunk(Chunk)`` after each new one. Raises
+    ``_BudgetSpent`` before a new chunk that would end past ``deadline``
+    (``time.perf_counter()`` seconds), foreseen by the time the one before it took (the
+    chunks are cut to about equal work)."""
     import jax
 
     from simplace.calibrate.harness import time_fn
@@ -461,6 +470,7 @@ def _time_kind(program, args, bounds, device, done: list[Chunk], fixed: np.ndarr
     vals = list(placed.place_args(*args).slots)
     broken = None  # why later chunks have no inputs (an earlier one failed)
     c = 0
+    last_s = 0.0  # what the last new chunk took, compilation included
     for st in placed.steps:
         if st[0] == "put":
             if broken is None:
@@ -472,6 +482,9 @@ def _time_kind(program, args, bounds, device, done: list[Chunk], fixed: np.ndarr
         _, fn, ins, outs = st
         a, b = bounds[c]
         new = c >= len(done)
+        began = time.perf_counter()
+        if new and began + last_s > deadline:
+            raise _BudgetSpent
         chunk = None
         if broken is not None:
             chunk = Chunk(a, b, None, float(fixed[c]), float(argument[c]), True, broken)
@@ -499,6 +512,7 @@ def _time_kind(program, args, bounds, device, done: list[Chunk], fixed: np.ndarr
                 for k, v in zip(outs, res, strict=True):
                     vals[k] = v
         if new:
+            last_s = time.perf_counter() - began
             on_chunk(chunk)
         c += 1
 
@@ -520,7 +534,7 @@ def _time_whole(program, args, device, fixed_s: float, argument_s: float,
 def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
             program=None, name: str = "", resume: Profile | None = None,
             path: str | os.PathLike | None = None, timing: Mapping | None = None,
-            progress: bool | Any = True) -> Profile:
+            progress: bool | Any = True, budget_s: float | None = None) -> Profile:
     """Profile ``fn(*args)`` (real arrays) on the machine ``cost_model`` describes, which
     must be this host: each chunk of the traced graph is timed on the first device of
     each kind of the model, and the model's op times scaled to the times measured.
@@ -536,6 +550,10 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
       path: where to write the profile, also when interrupted (then partial).
       timing: options of ``simplace.calibrate.harness.time_fn`` per chunk.
       progress: a progress line on stderr (False: none; or a stream).
+      budget_s: seconds from this call after which no chunk is begun, nor one that
+        would end past them (foreseen by the time the chunk before it took; the whole
+        step by its kind's chunks' time): the profile returned is then incomplete
+        (``complete`` False, written to ``path``), and ``resume`` goes on from it.
 
     Returns the ``Profile``. On KeyboardInterrupt raises ``ProfileInterrupted`` with the
     partial profile (written to ``path``). Raises ProfileError when ``resume`` is for
@@ -547,6 +565,7 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     from simplace.scales import Scales
     from simplace.validate.executor import prepare, resolve_devices
 
+    deadline = math.inf if budget_s is None else time.perf_counter() + float(budget_s)
     if program is None:
         program = prepare(fn, args, name=name)
     graph = program.graph
@@ -596,20 +615,28 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     stream = None if progress is False else sys.stderr if progress is True else progress
     todo = sum(len(bounds) - len(cs) + (kind not in wholes) for kind, cs in done.items())
     bar = Progress(max(todo, 1), stream=stream)
+    spent: dict[str, float] = {}  # per kind: seconds its chunks took in this call
     try:
         for (kind, k), jd in zip(kinds.items(), jax_devs, strict=True):
             if len(done[kind]) < len(bounds):
                 fixed = _fixed_costs(graph, inp, bounds, k)
                 arg_c = np.array([argument[a:b, k].sum() for a, b in bounds])
 
-                def on_chunk(ch, kind=kind):
+                t_kind = time.perf_counter()
+
+                def on_chunk(ch, kind=kind, t_kind=t_kind):
                     done[kind].append(ch)
+                    spent[kind] = time.perf_counter() - t_kind
                     bar.step(1, f"{kind} chunk {len(done[kind])}/{len(bounds)}"
                              + (" (estimated)" if ch.estimated else ""))
 
                 _time_kind(program, args, bounds, jd, done[kind], fixed, arg_c, timing,
-                           on_chunk)
+                           on_chunk, deadline)
             if kind not in wholes:
+                # the whole step takes about what its chunks took (when this run timed
+                # them; else it is begun)
+                if time.perf_counter() + spent.get(kind, 0.0) > deadline:
+                    raise _BudgetSpent
                 whole_fixed = _fixed_costs(graph, inp, ((0, graph.num_ops),), k)[0]
                 wholes[kind] = _time_whole(program, args, jd, whole_fixed,
                                            float(argument[:, k].sum()), timing)
@@ -621,6 +648,8 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
         if path is not None:
             partial.save(path)
         raise ProfileInterrupted(partial, None if path is None else Path(path)) from None
+    except _BudgetSpent:
+        pass  # the chunks timed so far, kept: an incomplete profile to resume
     bar.close()
     out = current()
     if path is not None:

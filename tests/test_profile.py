@@ -364,7 +364,7 @@ def test_an_interrupt_keeps_the_chunks_timed_and_resume_goes_on(mlp, machine, ho
 
     _timing_that(monkeypatch, 3, KeyboardInterrupt())
     argv = ["profile", "mlp", "--small", "--cost-model", MACHINE, "--chunks", "5",
-            "--repeats", "2", "--budget-s", "0.01"]
+            "--repeats", "2", "--chunk-budget-s", "0.01"]
     assert main(argv) == 130
     err = capsys.readouterr().err
     path = paths.profile_path(MACHINE, program.graph.hash)
@@ -395,6 +395,64 @@ def test_the_python_api_raises_profile_interrupted_with_the_partial_profile(mlp,
                 path=tmp_path / "p.json")
     assert len(info.value.profile.chunks["cpu"]) == 1
     assert Profile.load(tmp_path / "p.json").chunks == info.value.profile.chunks
+
+
+def _chunks_take_10_s(monkeypatch):
+    """A clock for ``simplace.profile`` that only the timing harness moves, 10 s a call
+    (a chunk, or the whole step)."""
+    import sys
+    import types
+
+    profile_module = sys.modules["simplace.profile"]  # simplace.profile: the function
+    clock = [0.0]
+    real = harness.time_fn
+
+    def time_fn(*a, **kw):
+        clock[0] += 10.0
+        return real(*a, **kw)
+
+    monkeypatch.setattr(harness, "time_fn", time_fn)
+    monkeypatch.setattr(profile_module, "time",
+                        types.SimpleNamespace(perf_counter=lambda: clock[0]))
+
+
+def test_a_budget_begins_no_chunk_that_would_end_past_it(mlp, machine, monkeypatch,
+                                                         tmp_path):
+    fn, args, program = mlp
+    _chunks_take_10_s(monkeypatch)
+    path = tmp_path / "p.json"
+    # 10 s a chunk: the third ends at 30 s, a fourth would end at 40 s
+    p = profile(fn, args, machine, chunks=5, program=program, timing=FAST, progress=False,
+                path=path, budget_s=35)
+    assert len(p.chunks["cpu"]) == 3 and not p.complete and "INCOMPLETE" in p.summary()
+    assert Profile.load(path).chunks == p.chunks
+    # the whole step is foreseen to take what its chunks took: 30 s more is past 55 s
+    p = profile(fn, args, machine, chunks=3, program=program, timing=FAST, progress=False,
+                budget_s=55)
+    assert len(p.chunks["cpu"]) == 3 and not p.whole and not p.complete
+    p = profile(fn, args, machine, chunks=3, program=program, timing=FAST, progress=False,
+                budget_s=65)
+    assert p.complete
+    # resumed without a budget, it completes
+    done = profile(fn, args, machine, program=program, timing=FAST, progress=False,
+                   resume=Profile.load(path))
+    assert done.complete and done.chunks["cpu"][:3] == Profile.load(path).chunks["cpu"]
+
+
+def test_the_command_stops_at_its_budget_and_says_how_to_go_on(mlp, home, monkeypatch,
+                                                               capsys):
+    from simplace import paths
+
+    _chunks_take_10_s(monkeypatch)
+    argv = ["profile", "mlp", "--small", "--cost-model", MACHINE, "--chunks", "8",
+            "--repeats", "2", "--chunk-budget-s", "0.01"]
+    assert main([*argv, "--budget-s", "40"]) == 0
+    out = capsys.readouterr().out
+    path = paths.profile_path(MACHINE, mlp[2].graph.hash)
+    assert "stopped at the 40 s budget" in out and f"kept in {path}" in out
+    assert "--resume" in out and not Profile.load(path).complete
+    assert main([*argv, "--resume"]) == 0
+    assert "profile written to" in capsys.readouterr().out and Profile.load(path).complete
 
 
 def test_a_failing_chunk_is_estimated_from_the_calibration_and_marked(mlp, machine,
@@ -510,7 +568,7 @@ def test_optimize_makes_no_profile_for_another_machine(home, capsys):
 
 def test_a_bad_profile_is_refused_by_simulate_and_remade_by_optimize(home, capsys):
     base = ["mlp", "--small", "--cost-model", MACHINE]
-    assert main(["profile", *base, "--chunks", "3", "--repeats", "2", "--budget-s",
+    assert main(["profile", *base, "--chunks", "3", "--repeats", "2", "--chunk-budget-s",
                  "0.01"]) == 0
     path = next((home / "profiles" / MACHINE).glob("*.json"))
     capsys.readouterr()

@@ -5,7 +5,8 @@ order, to a placement being built, with trials that roll back.
 and its schedule so far: closed segments' ends, copies' arrivals, group, link and host
 times, and the open segment. ``end_on(i, d)`` is the end of the segment op ``i`` would
 end in on device ``d``, without changing anything; ``commit(i, d)`` places it;
-``mark()``/``undo()`` bracket trials (they nest); ``step_time()`` is the step time once
+``mark()``/``undo()`` bracket trials (they nest), and ``unit_end(a, b, d)`` is a trial of
+ops ``a..b-1`` on ``d`` without them; ``step_time()`` is the step time once
 every op is placed. The list schedulers (``simplace.placers.list_schedulers``) build
 their placements with it: placing a unit is exact under the program's semantics, where
 simulating each candidate from scratch would cost O(M) per try.
