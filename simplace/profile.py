@@ -518,14 +518,17 @@ def _time_kind(program, args, bounds, device, done: list[Chunk], fixed: np.ndarr
 
 
 def _time_whole(program, args, device, fixed_s: float, argument_s: float,
-                timing: Mapping) -> Chunk:
+                timing: Mapping, deadline: float = math.inf) -> Chunk:
     """The whole graph as one segment on ``device``, timed alone like a chunk (estimated,
-    with the reason, where it cannot run: out of memory, a compile error)."""
+    with the reason, where it cannot run: out of memory, a compile error); raises
+    ``_BudgetSpent`` when it is begun past ``deadline``."""
     m = program.graph.num_ops
     out: list[Chunk] = []
     try:
         _time_kind(program, args, ((0, m),), device, [], np.array([fixed_s]),
-                   np.array([argument_s]), timing, out.append)
+                   np.array([argument_s]), timing, out.append, deadline)
+    except _BudgetSpent:
+        raise
     except Exception as err:  # noqa: BLE001 - placing its arguments can fail too (memory)
         return Chunk(0, m, None, fixed_s, argument_s, True, _one_line(err))
     return out[0]
@@ -615,31 +618,27 @@ def profile(fn, args: Sequence, cost_model, *, chunks: int = DEFAULT_CHUNKS,
     stream = None if progress is False else sys.stderr if progress is True else progress
     todo = sum(len(bounds) - len(cs) + (kind not in wholes) for kind, cs in done.items())
     bar = Progress(max(todo, 1), stream=stream)
-    spent: dict[str, float] = {}  # per kind: seconds its chunks took in this call
     try:
         for (kind, k), jd in zip(kinds.items(), jax_devs, strict=True):
+            t_kind, took = time.perf_counter(), 0.0
             if len(done[kind]) < len(bounds):
                 fixed = _fixed_costs(graph, inp, bounds, k)
                 arg_c = np.array([argument[a:b, k].sum() for a, b in bounds])
 
-                t_kind = time.perf_counter()
-
-                def on_chunk(ch, kind=kind, t_kind=t_kind):
+                def on_chunk(ch, kind=kind):
                     done[kind].append(ch)
-                    spent[kind] = time.perf_counter() - t_kind
                     bar.step(1, f"{kind} chunk {len(done[kind])}/{len(bounds)}"
                              + (" (estimated)" if ch.estimated else ""))
 
                 _time_kind(program, args, bounds, jd, done[kind], fixed, arg_c, timing,
                            on_chunk, deadline)
+                took = time.perf_counter() - t_kind
             if kind not in wholes:
-                # the whole step takes about what its chunks took (when this run timed
-                # them; else it is begun)
-                if time.perf_counter() + spent.get(kind, 0.0) > deadline:
-                    raise _BudgetSpent
+                # foreseen to take what its chunks took (when this call timed them)
                 whole_fixed = _fixed_costs(graph, inp, ((0, graph.num_ops),), k)[0]
                 wholes[kind] = _time_whole(program, args, jd, whole_fixed,
-                                           float(argument[:, k].sum()), timing)
+                                           float(argument[:, k].sum()), timing,
+                                           deadline - took)
                 bar.step(1, f"{kind} whole step"
                          + (" (estimated)" if wholes[kind].estimated else ""))
     except KeyboardInterrupt:
