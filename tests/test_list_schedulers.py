@@ -386,12 +386,10 @@ def segment_inputs(rng, inp, group=None):
                            client[:, None] != client[None, :])
 
 
-@pytest.mark.parametrize("shape", ("chain", "fan", "layered", "random", "params"))
-def test_program_estimate_is_the_reference_simulator(shape):
-    # Op by op in graph order, the schedulers' estimate is the reference simulator's step
-    # time (exact when every producer has one output, as here); end_on predicts the end
-    # of the segment commit builds; a trial rolled back leaves no trace.
-    rng = np.random.default_rng(21)
+def _random_programs(rng, shape):
+    """Six (graph, inputs, program, devices) of ``shape``, with segment costs, every other
+    one with devices paired in exclusive groups (drawn from ``rng``, which the caller
+    goes on drawing from between them)."""
     for k in range(6):
         g = random_graph(rng, shape, 30)
         _, base = random_case(rng, max_ops=30, max_devices=4)
@@ -401,7 +399,16 @@ def test_program_estimate_is_the_reference_simulator(shape):
                                                   base.bandwidth_bytes_per_s,
                                                   np.full(d, 1e15)),
                              group=(np.arange(d) // 2) if k % 2 else None)
-        prog = _Program(g, inp)
+        yield g, inp, _Program(g, inp), d
+
+
+@pytest.mark.parametrize("shape", ("chain", "fan", "layered", "random", "params"))
+def test_program_estimate_is_the_reference_simulator(shape):
+    # Op by op in graph order, the schedulers' estimate is the reference simulator's step
+    # time (exact when every producer has one output, as here); end_on predicts the end
+    # of the segment commit builds; a trial rolled back leaves no trace.
+    rng = np.random.default_rng(21)
+    for g, inp, prog, d in _random_programs(rng, shape):
         for p in (rng.integers(0, d, g.num_ops), np.repeat(rng.integers(0, d, 5), 6)):
             want = simulate(g, inp, p).step_time_s
             assert prog.replay(p) == pytest.approx(want, rel=1e-9, abs=1e-15)
@@ -427,16 +434,7 @@ def test_a_units_trial_end_is_the_journals_bit_for_bit(shape):
     # exactly, for units of 2-6 ops on every device, from every point of a placement
     # being built (open segments on the same device, another one of its group, none).
     rng = np.random.default_rng(22)
-    for k in range(6):
-        g = random_graph(rng, shape, 30)
-        _, base = random_case(rng, max_ops=30, max_devices=4)
-        d = base.num_devices
-        t = rng.uniform(0, 3e-3, (g.num_ops, d))
-        inp = segment_inputs(rng, make_sim_inputs(t, base.latency_s,
-                                                  base.bandwidth_bytes_per_s,
-                                                  np.full(d, 1e15)),
-                             group=(np.arange(d) // 2) if k % 2 else None)
-        prog = _Program(g, inp)
+    for g, inp, prog, d in _random_programs(rng, shape):
         p = np.repeat(rng.integers(0, d, 8), 4)[:g.num_ops]
         checked = 0
         for i, dev in enumerate(p.tolist()):

@@ -281,10 +281,6 @@ class _Run:
         self.next_unit: dict[int, tuple[int, int]] = {}  # lookahead: unit start -> next unit
         self.plain: dict[int, float] = {}  # the last ``ends`` call's ends without lookahead
 
-    def _end(self, a: int, b: int, d: int) -> float:
-        prog = self.prog
-        return prog.end_on(a, d) if b == a + 1 else prog.unit_end(a, b, d)
-
     def ends(self, a: int, b: int, devices) -> dict[int, float]:
         """Per device: the end of the segment that ops a..b-1 (the next ops) would end in,
         all placed there. With lookahead (a unit followed by the next one in the run), the
@@ -293,7 +289,7 @@ class _Run:
         win (pipelines of cell steps across devices)."""
         nxt = self.next_unit.get(a)
         if nxt is None or nxt[0] != b:
-            self.plain = out = {d: self._end(a, b, d) for d in devices}
+            self.plain = out = {d: self.prog.unit_end(a, b, d) for d in devices}
             return out
         prog = self.prog
         out, self.plain = {}, {}
@@ -302,7 +298,7 @@ class _Run:
             for i in range(a, b):
                 prog.commit(i, d)
             end = self.plain[d] = prog.open_end()
-            after = min(self._end(nxt[0], nxt[1], e) for e in range(prog.d))
+            after = min(prog.unit_end(nxt[0], nxt[1], e) for e in range(prog.d))
             prog.undo()
             out[d] = max(end, after)
         return out

@@ -107,49 +107,7 @@ class IncrementalProgram:
 
     def end_on(self, i: int, d: int) -> float:
         """End of op i's segment if op i (the next op) went to device d; no change."""
-        c, p, arr = self.cur, self.p, self.arr
-        if d == c:
-            h, ready, first, ce = self.host, self.ready, self.first, -1.0
-        else:
-            ce = self.open_end()
-            h = self.host + (self.disp[c] if c >= 0 else 0.0)
-            g = self.group[d]
-            ready = ce if c >= 0 and self.group[c] == g else self.gfree[g]
-            first = i
-        fused = False
-        links = None
-        for j, nb in self.ins[i]:
-            if j >= first:
-                fused = True
-                continue
-            a = p[j]
-            if a == d:
-                continue
-            aj = arr[j]
-            r = aj.get(d) if aj is not None else None
-            if r is None:
-                h += self.put[a][d]
-                se = ce if j >= self.first and c >= 0 and d != c else self.seg_end[self.seg[j]]
-                if links is None:
-                    links = {}
-                busy = nb / self.bw[a][d]
-                t0 = max(h, se, links.get(a, self.lfree[a][d]))
-                links[a] = t0 + busy
-                r = t0 + self.lat[a][d] + busy
-                if self.waits[a][d] and r > h:  # put_waits: the host waits for the copy
-                    h = r
-            if r > ready:
-                ready = r
-        cost = self.t[i][d] + (0.0 if fused else self.unf[i][d])
-        if d == c:
-            pw = self.pw + self.pool_work[i][d]
-            work = self.work_pool if pw >= self.pool_min[d] else self.work
-        else:
-            pw = self.pool_work[i][d]
-            work = self.launch[d]
-            if pw >= self.pool_min[d]:
-                work = work + self.pool_launch[d]
-        return max(ready, h + self.disp[d]) + (work + cost)
+        return self.unit_end(i, i + 1, d)
 
     def unit_end(self, a: int, b: int, d: int) -> float:
         """End of the segment ops ``a..b-1`` (the next ops) would end in, all on device
@@ -173,8 +131,10 @@ class IncrementalProgram:
             first = a
             work, pw = self.launch[d], 0.0
             work_pool = self.launch[d] + self.pool_launch[d]
-        sent: dict[int, float] = {}  # puts made for this unit: producer -> arrival
-        links: dict[int, float] = {}  # links to d used by them: source -> free time
+        # Made at the unit's first put (most trials make none): producer -> arrival of
+        # the puts made for this unit, and source -> free time of the links they used.
+        sent: dict[int, float] | None = None
+        links: dict[int, float] | None = None
         t, unf, pool_work = self.t, self.unf, self.pool_work
         for i in range(a, b):
             fused = False
@@ -185,11 +145,13 @@ class IncrementalProgram:
                 src = p[j]
                 if src == d:
                     continue
-                r = sent.get(j)
+                r = sent.get(j) if sent is not None else None
                 if r is None:
                     aj = arr[j]
                     r = aj.get(d) if aj is not None else None
                 if r is None:
+                    if sent is None:
+                        sent, links = {}, {}
                     h += self.put[src][d]
                     se = ce if j >= self.first and c >= 0 and d != c else self.seg_end[self.seg[j]]
                     busy = nb / self.bw[src][d]
